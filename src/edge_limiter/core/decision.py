@@ -1,0 +1,42 @@
+"""The one result type every algorithm and the multi-limit check return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .rates import Rate
+
+
+class Reason(str, Enum):
+    """Why a decision came out the way it did (``None`` on a plain allow)."""
+
+    LIMITED = "limited"
+    """Denied: the limit is exhausted."""
+    SHADOW = "shadow"
+    """Would have been denied, but the route is in shadow mode: allowed and reported."""
+    STORE_UNAVAILABLE = "store_unavailable"
+    """The counter store could not be reached; the route's failure policy decided."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one check against one limit (or the combined outcome of a rule).
+
+    Times are integer milliseconds relative to the ``now`` the check was made with.
+    ``remaining`` is what is left *after* this request; ``reset_after`` is how long until
+    the limit is fully replenished; ``retry_after`` is how long until a request of the same
+    cost would be admitted (0 when allowed).
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_after: int
+    retry_after: int
+    reason: Reason | None = None
+    rate: Rate | None = None
+
+    def __post_init__(self) -> None:
+        if self.remaining < 0 or self.reset_after < 0 or self.retry_after < 0:
+            raise ValueError(f"negative field in {self!r}")

@@ -1,0 +1,29 @@
+"""The error classes of the core."""
+
+from __future__ import annotations
+
+
+class EdgeLimiterError(Exception):
+    """Base class of every error edge-limiter raises on purpose."""
+
+
+class RateParseError(EdgeLimiterError, ValueError):
+    """A rate string such as ``"10/second; 1000/hour"`` could not be parsed."""
+
+
+class ConfigError(EdgeLimiterError, ValueError):
+    """The route configuration is invalid.
+
+    ``problems`` lists every problem found, each already naming its route and field, so a
+    user fixes the whole config in one pass instead of one error per deploy.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        count = len(self.problems)
+        header = f"invalid edge-limiter config ({count} problem{'s' if count != 1 else ''}):"
+        super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
+
+
+class StateError(EdgeLimiterError, ValueError):
+    """Stored limiter state could not be decoded (e.g. written by an incompatible version)."""

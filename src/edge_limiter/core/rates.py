@@ -1,0 +1,133 @@
+"""Rate strings: ``"5/minute"``, ``"100 per 10 seconds"``, ``"10/s"``, ``"1000/hour; 10000/day"``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import RateParseError
+
+SECOND_MS = 1_000
+MINUTE_MS = 60 * SECOND_MS
+HOUR_MS = 60 * MINUTE_MS
+DAY_MS = 24 * HOUR_MS
+
+_UNITS: dict[str, int] = {}
+for _names, _ms in (
+    (("s", "sec", "secs", "second", "seconds"), SECOND_MS),
+    (("m", "min", "mins", "minute", "minutes"), MINUTE_MS),
+    (("h", "hr", "hrs", "hour", "hours"), HOUR_MS),
+    (("d", "day", "days"), DAY_MS),
+):
+    for _name in _names:
+        _UNITS[_name] = _ms
+
+_UNIT_WORDS = {SECOND_MS: "second", MINUTE_MS: "minute", HOUR_MS: "hour", DAY_MS: "day"}
+
+# "<quota> (/|per) [<count>] <unit>", with free spacing: "10/s", "100 per 10 seconds".
+_RATE_RE = re.compile(
+    r"^\s*(?P<quota>\d+)\s*(?:/|\s+per\s+)\s*(?:(?P<count>\d+)\s*)?(?P<unit>[a-z]+)\s*$",
+    re.IGNORECASE,
+)
+
+#: Upper bounds that keep integer arithmetic far from any overflow in JS interop.
+MAX_QUOTA = 1_000_000_000
+MAX_WINDOW_MS = 366 * DAY_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """``quota`` requests (or cost units) per ``window_ms`` milliseconds."""
+
+    quota: int
+    window_ms: int
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.quota <= MAX_QUOTA:
+            raise RateParseError(f"quota must be between 1 and {MAX_QUOTA}, got {self.quota}")
+        if not 1 <= self.window_ms <= MAX_WINDOW_MS:
+            raise RateParseError(
+                f"window must be between 1 ms and {MAX_WINDOW_MS} ms, got {self.window_ms}"
+            )
+        if not self.name:
+            object.__setattr__(self, "name", default_policy_name(self.quota, self.window_ms))
+
+    @property
+    def window_seconds(self) -> int:
+        """The window in whole seconds, rounded up (what the HTTP headers carry)."""
+        return -(-self.window_ms // SECOND_MS)
+
+    def __str__(self) -> str:
+        return f"{self.quota} per {describe_window(self.window_ms)}"
+
+
+def describe_window(window_ms: int) -> str:
+    """``60000`` -> ``"minute"``, ``600000`` -> ``"10 minutes"``, ``1500`` -> ``"1500 ms"``."""
+    for unit_ms in (DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS):
+        if window_ms % unit_ms == 0:
+            count = window_ms // unit_ms
+            word = _UNIT_WORDS[unit_ms]
+            return word if count == 1 else f"{count} {word}s"
+    return f"{window_ms} ms"
+
+
+def default_policy_name(quota: int, window_ms: int) -> str:
+    """A stable policy name for the IETF headers: ``"10-per-second"``, ``"100-per-10-minutes"``."""
+    return f"{quota}-per-{describe_window(window_ms).replace(' ', '-')}"
+
+
+def parse_rate(text: str) -> Rate:
+    """Parse one rate such as ``"5/minute"`` or ``"100 per 10 seconds"``."""
+    if not isinstance(text, str):
+        raise RateParseError(f"a rate must be a string like '10/second', got {text!r}")
+    match = _RATE_RE.match(text)
+    if match is None:
+        raise RateParseError(
+            f"cannot parse rate {text!r}: expected '<count>/<unit>' or "
+            "'<count> per [<n>] <unit>', e.g. '10/second' or '100 per 10 minutes'"
+        )
+    unit = match.group("unit").lower()
+    unit_ms = _UNITS.get(unit)
+    if unit_ms is None:
+        raise RateParseError(
+            f"cannot parse rate {text!r}: unknown unit {match.group('unit')!r} "
+            "(use second, minute, hour or day)"
+        )
+    quota = int(match.group("quota"))
+    count = int(match.group("count")) if match.group("count") is not None else 1
+    if quota < 1:
+        raise RateParseError(f"cannot parse rate {text!r}: the count must be at least 1")
+    if count < 1:
+        raise RateParseError(f"cannot parse rate {text!r}: the window must be at least 1 {unit}")
+    try:
+        return Rate(quota, count * unit_ms)
+    except RateParseError as exc:
+        raise RateParseError(f"cannot parse rate {text!r}: {exc}") from exc
+
+
+def parse_rates(text: str) -> tuple[Rate, ...]:
+    """Parse ``"10/second; 1000/hour"`` into one :class:`Rate` per limit.
+
+    Duplicate windows are refused: two limits over the same window would make one of
+    them meaningless and their policy names collide.
+    """
+    if not isinstance(text, str):
+        raise RateParseError(f"limits must be a string like '10/second; 1000/hour', got {text!r}")
+    parts = [part for part in text.split(";")]
+    if not text.strip():
+        raise RateParseError(f"cannot parse rates {text!r}: no limit given")
+    rates: list[Rate] = []
+    for part in parts:
+        if not part.strip():
+            raise RateParseError(f"cannot parse rates {text!r}: empty limit between ';'")
+        rates.append(parse_rate(part))
+    seen: dict[int, Rate] = {}
+    for rate in rates:
+        if rate.window_ms in seen:
+            raise RateParseError(
+                f"cannot parse rates {text!r}: two limits over the same window "
+                f"({seen[rate.window_ms]} and {rate})"
+            )
+        seen[rate.window_ms] = rate
+    return tuple(rates)
