@@ -1,0 +1,136 @@
+"""HTTP fields and the 429 body, computed from decisions.
+
+Two header families are sent on every limited route's response:
+
+- the legacy ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (delta seconds), with
+  ``Retry-After`` (whole seconds, rounded up, at least 1) when denied;
+- the IETF fields of draft-ietf-httpapi-ratelimit-headers-10, one item per limit::
+
+      RateLimit-Policy: "10-per-second";q=10;w=1, "1000-per-hour";q=1000;w=3600
+      RateLimit: "10-per-second";r=0;t=1, "1000-per-hour";r=998;t=3600
+
+  ``q`` is the quota, ``w`` the window in seconds, ``r`` what remains and ``t`` the
+  seconds until the quota resets. For a policy that denied the request ``t`` is the
+  time until it admits this request again, and ``Retry-After`` is the largest such
+  ``t``: a client that honours either field never retries too early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .decision import Decision, Reason
+
+PROBLEM_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+REASON_HEADER = "X-EdgeLimiter-Reason"
+
+
+def ceil_seconds(ms: int) -> int:
+    """Milliseconds to whole seconds, rounded up."""
+    return -(-ms // 1000)
+
+
+def sf_string(value: str) -> str:
+    """An RFC 8941 sf-string: quoted, with ``\\`` and ``"`` escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def retry_after_seconds(decisions: Sequence[Decision]) -> int:
+    """Seconds until every denying limit admits again; at least 1."""
+    denied = [d.retry_after for d in decisions if not d.allowed]
+    return max(1, ceil_seconds(max(denied, default=0)))
+
+
+def _t_seconds(decision: Decision) -> int:
+    if decision.allowed:
+        return ceil_seconds(decision.reset_after)
+    return max(1, ceil_seconds(decision.retry_after))
+
+
+def policy_header(decisions: Sequence[Decision]) -> str:
+    """The ``RateLimit-Policy`` field value."""
+    items = []
+    for d in decisions:
+        if d.rate is None:
+            continue
+        items.append(f"{sf_string(d.rate.name)};q={d.rate.quota};w={d.rate.window_seconds}")
+    return ", ".join(items)
+
+
+def ratelimit_header(decisions: Sequence[Decision]) -> str:
+    """The ``RateLimit`` field value."""
+    items = []
+    for d in decisions:
+        if d.rate is None:
+            continue
+        items.append(f"{sf_string(d.rate.name)};r={d.remaining};t={_t_seconds(d)}")
+    return ", ".join(items)
+
+
+def rate_limit_headers(combined: Decision, decisions: Sequence[Decision]) -> list[tuple[str, str]]:
+    """Every rate-limit header for one response, in a stable order.
+
+    ``combined`` is the rule's overall decision; ``decisions`` has one entry per limit.
+    A shadow decision is reported as it really stands (remaining 0) but never carries
+    ``Retry-After``: the request was let through.
+    """
+    denied = not combined.allowed
+    reset = ceil_seconds(combined.reset_after)
+    headers = [
+        ("X-RateLimit-Limit", str(combined.limit)),
+        ("X-RateLimit-Remaining", str(combined.remaining)),
+    ]
+    if denied:
+        retry = retry_after_seconds(decisions)
+        headers.append(("X-RateLimit-Reset", str(max(reset, retry))))
+        headers.append(("Retry-After", str(retry)))
+    else:
+        headers.append(("X-RateLimit-Reset", str(reset)))
+    policy = policy_header(decisions)
+    if policy:
+        headers.append(("RateLimit-Policy", policy))
+        headers.append(("RateLimit", ratelimit_header(decisions)))
+    if combined.reason is not None:
+        headers.append((REASON_HEADER, combined.reason.value))
+    return headers
+
+
+def violated_policies(decisions: Sequence[Decision]) -> list[str]:
+    """Names of the limits that denied the request."""
+    return [d.rate.name for d in decisions if not d.allowed and d.rate is not None]
+
+
+def problem_body(route: str, decisions: Sequence[Decision], instance: str = "") -> dict[str, Any]:
+    """The RFC 9457 ``application/problem+json`` body of a 429."""
+    violated = violated_policies(decisions)
+    retry = retry_after_seconds(decisions)
+    limits = ", ".join(str(d.rate) for d in decisions if not d.allowed and d.rate is not None)
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE,
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": f"Rate limit exceeded on route '{route}' ({limits}); retry in {retry} s.",
+        "violated-policies": violated,
+        "route": route,
+        "retry_after": retry,
+    }
+    if instance:
+        body["instance"] = instance
+    return body
+
+
+def unavailable_body(route: str) -> dict[str, Any]:
+    """The problem body of a 503 from a fail-closed route whose counter store failed."""
+    return {
+        "type": "about:blank",
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": (
+            f"The rate-limit store for route '{route}' is unavailable and the route is "
+            "configured to fail closed (on_store_error = 'closed')."
+        ),
+        "route": route,
+        "reason": Reason.STORE_UNAVAILABLE.value,
+    }

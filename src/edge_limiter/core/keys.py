@@ -1,0 +1,139 @@
+"""Rate-limit keys: who a request is counted against.
+
+A key is one part or a combination of parts, each written as a short string:
+
+==================  =========================================================
+``ip``              the client IP (``CF-Connecting-IP``); IPv6 aggregated to a
+                    /64 by default, because one subscriber holds a whole /64
+``header:NAME``     a request header, e.g. ``header:x-api-key``
+``cookie:NAME``     a cookie
+``query:NAME``      a query-string parameter
+``path:NAME``       a ``{NAME}`` parameter captured by the route's path pattern
+``country``         ``request.cf.country``
+``asn``             ``request.cf.asn``
+``global``          one counter for everybody on the route
+==================  =========================================================
+
+Client-set headers such as ``X-Forwarded-For`` only ever decide identity when a route
+names them explicitly (``header:x-forwarded-for``); the default is ``ip``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from .request import RequestView
+
+KINDS_WITH_NAME = ("header", "cookie", "query", "path")
+KINDS_PLAIN = ("ip", "country", "asn", "global")
+
+#: Object names longer than this, or with characters outside the safe set, are hashed.
+MAX_PLAIN_NAME = 128
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:|=%/")
+
+
+class KeySpecError(ValueError):
+    """A key spec is malformed (raised by :func:`parse_key_part`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPart:
+    """One part of a key: its kind and, for header/cookie/query/path, a name."""
+
+    kind: str
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}" if self.name else self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpec:
+    """The parts a route's key is made of, and how client IPs are aggregated."""
+
+    parts: tuple[KeyPart, ...]
+    ipv4_prefix: int = 32
+    ipv6_prefix: int = 64
+
+    def compute(self, request: RequestView, path_params: dict[str, str]) -> str:
+        """The key string for ``request``: parts joined by ``|``, values percent-encoded.
+
+        A missing header, cookie, query parameter or geo field counts as the empty value,
+        so every request lacking it shares one counter (never a free pass).
+        """
+        values: list[str] = []
+        for part in self.parts:
+            value = self._value(part, request, path_params)
+            values.append(f"{part}={quote(value, safe='')}")
+        return "|".join(values)
+
+    def _value(self, part: KeyPart, request: RequestView, params: dict[str, str]) -> str:
+        if part.kind == "ip":
+            return aggregate_ip(request.client_ip, self.ipv4_prefix, self.ipv6_prefix)
+        if part.kind == "header":
+            return request.header(part.name) or ""
+        if part.kind == "cookie":
+            return request.cookie(part.name) or ""
+        if part.kind == "query":
+            return request.query_param(part.name) or ""
+        if part.kind == "path":
+            return params.get(part.name, "")
+        if part.kind == "country":
+            return request.country
+        if part.kind == "asn":
+            return request.asn
+        return ""  # global
+
+
+def parse_key_part(text: object) -> KeyPart:
+    """Parse ``"ip"``, ``"header:x-api-key"``, ... into a :class:`KeyPart`."""
+    if not isinstance(text, str) or not text.strip():
+        raise KeySpecError(f"a key part must be a non-empty string, got {text!r}")
+    kind, sep, name = text.strip().partition(":")
+    kind = kind.lower()
+    if kind in KINDS_PLAIN:
+        if sep:
+            raise KeySpecError(f"key part {text!r}: {kind!r} takes no name")
+        return KeyPart(kind)
+    if kind in KINDS_WITH_NAME:
+        if not name.strip():
+            raise KeySpecError(f"key part {text!r}: {kind!r} needs a name, e.g. '{kind}:x-api-key'")
+        name = name.strip()
+        # Header names are case-insensitive; cookie, query and path names are not.
+        return KeyPart(kind, name.lower() if kind == "header" else name)
+    known = ", ".join([*KINDS_PLAIN, *(f"{k}:NAME" for k in KINDS_WITH_NAME)])
+    raise KeySpecError(f"unknown key part {text!r} (known: {known})")
+
+
+def aggregate_ip(text: str, ipv4_prefix: int = 32, ipv6_prefix: int = 64) -> str:
+    """The client's address, or its network when aggregated: ``2001:db8::/64``.
+
+    An IPv4-mapped IPv6 address counts as the IPv4 address. Text that is not an IP
+    (which Cloudflare never sends) is used as it is, so it still gets its own counter.
+    """
+    try:
+        addr = ipaddress.ip_address(text.strip())
+    except ValueError:
+        return text.strip()
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    prefix = ipv4_prefix if addr.version == 4 else ipv6_prefix
+    if prefix == addr.max_prefixlen:
+        return str(addr)
+    network = ipaddress.ip_network(f"{addr}/{prefix}", strict=False)
+    return str(network)
+
+
+def object_name(route: str, key: str) -> str:
+    """The Durable Object name for (route, key): bounded, deterministic, collision-free.
+
+    Route names cannot contain ``:`` or ``#``, so ``route:key`` (short, safe keys) and
+    ``route#<sha256>`` (everything else) can never collide with each other or across routes.
+    """
+    if len(key) <= MAX_PLAIN_NAME and all(ch in _SAFE for ch in key):
+        return f"{route}:{key}"
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{route}#{digest}"
