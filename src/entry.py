@@ -1,0 +1,23 @@
+"""The Worker entry point (``main`` in wrangler.toml after the build step).
+
+Exports the gateway (``Default``) and the Durable Object class the runtime must find in
+the main module (``RateLimiter``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers import WorkerEntrypoint  # type: ignore[import-not-found]
+
+from durable_objects.rate_limiter import RateLimiter
+from edge_limiter.worker import handle_fetch
+
+__all__ = ["Default", "RateLimiter"]
+
+
+class Default(WorkerEntrypoint):  # type: ignore[misc]
+    """The gateway: every request goes through :func:`edge_limiter.worker.handle_fetch`."""
+
+    async def fetch(self, request: Any) -> Any:
+        return await handle_fetch(request, self.env)
