@@ -44,4 +44,6 @@ def build(out: Path = OUT) -> list[Path]:
 if __name__ == "__main__":
     target = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else OUT
     written = build(target)
-    print(f"build_worker: {len(written)} modules -> {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}")
+    print(
+        f"build_worker: {len(written)} modules -> {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}"
+    )

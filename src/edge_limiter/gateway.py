@@ -65,7 +65,11 @@ class Gateway:
         key = route.key.compute(request, params)
         name = object_name(route.name, key)
         store_request = StoreRequest(
-            op="check", algorithm=route.algorithm, rates=route.rates, burst=route.burst, cost=route.cost
+            op="check",
+            algorithm=route.algorithm,
+            rates=route.rates,
+            burst=route.burst,
+            cost=route.cost,
         )
         try:
             answer = await asyncio.wait_for(
@@ -73,7 +77,7 @@ class Gateway:
                 timeout=self.config.store_timeout_ms / 1000,
             )
             response = StoreResponse.from_json(answer, route.rates)
-        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any store failure
+        except (Exception, asyncio.CancelledError) as exc:  # any store failure decides by policy
             return self._store_failed(route, origin, exc)
 
         decision = response.decision
@@ -109,7 +113,11 @@ class Gateway:
         return Verdict("forward", origin=self.config.origin)
 
     def _store_failed(self, route: Route, origin: str | None, exc: BaseException) -> Verdict:
-        cause = "timeout" if isinstance(exc, TimeoutError | asyncio.TimeoutError) else type(exc).__name__
+        cause = (
+            "timeout"
+            if isinstance(exc, TimeoutError | asyncio.TimeoutError)
+            else type(exc).__name__
+        )
         if isinstance(exc, ProtocolError):
             cause = f"protocol: {exc}"
         log = {

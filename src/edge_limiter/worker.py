@@ -125,7 +125,7 @@ async def forward(js_request: Any, origin: str, headers: list[tuple[str, str]]) 
     options = to_js({"redirect": "manual"}, dict_converter=js.Object.fromEntries)
     try:
         answer = await js.fetch(upstream, options)
-    except Exception as exc:  # noqa: BLE001 - any network failure is a 502 for the client
+    except Exception as exc:  # any network failure is a 502 for the client
         print(log_line({"event": "origin_error", "origin": origin, "error": str(exc)}))
         body = {
             "type": "about:blank",

@@ -102,7 +102,8 @@ class StoreResponse:
         try:
             data = json.loads(text)
             decisions = tuple(
-                _decision_from_list(item, rate) for item, rate in zip(data["ds"], rates, strict=True)
+                _decision_from_list(item, rate)
+                for item, rate in zip(data["ds"], rates, strict=True)
             )
             combined_rate = _rate_for(data["d"], decisions)
             combined = _decision_from_list(data["d"], combined_rate)

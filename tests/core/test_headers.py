@@ -1,0 +1,87 @@
+"""Response headers and the 429 body, from decisions."""
+
+from __future__ import annotations
+
+import re
+
+from edge_limiter.core.decision import Decision, Reason
+from edge_limiter.core.headers import (
+    PROBLEM_TYPE,
+    policy_header,
+    problem_body,
+    rate_limit_headers,
+    ratelimit_header,
+    retry_after_seconds,
+    sf_string,
+)
+from edge_limiter.core.rates import Rate, parse_rates
+
+SECOND, HOUR = parse_rates("10/second; 1000/hour")
+
+
+def allowed(rate: Rate, remaining: int, reset_ms: int) -> Decision:
+    return Decision(True, rate.quota, remaining, reset_ms, 0, None, rate)
+
+
+def denied(rate: Rate, reset_ms: int, retry_ms: int) -> Decision:
+    return Decision(False, rate.quota, 0, reset_ms, retry_ms, Reason.LIMITED, rate)
+
+
+def test_allowed_headers() -> None:
+    per_limit = [allowed(SECOND, 7, 300), allowed(HOUR, 990, 3_599_001)]
+    headers = dict(rate_limit_headers(per_limit[0], per_limit))
+    assert headers["X-RateLimit-Limit"] == "10"
+    assert headers["X-RateLimit-Remaining"] == "7"
+    assert headers["X-RateLimit-Reset"] == "1"  # 300 ms rounds up
+    assert "Retry-After" not in headers
+    assert headers["RateLimit-Policy"] == '"10-per-second";q=10;w=1, "1000-per-hour";q=1000;w=3600'
+    assert headers["RateLimit"] == '"10-per-second";r=7;t=1, "1000-per-hour";r=990;t=3600'
+
+
+def test_denied_headers_retry_after_rounds_up_and_is_at_least_one() -> None:
+    per_limit = [denied(SECOND, 100, 1), allowed(HOUR, 990, 10_000)]
+    headers = dict(rate_limit_headers(per_limit[0], per_limit))
+    assert headers["Retry-After"] == "1"
+    per_limit = [denied(SECOND, 2_500, 1_001), denied(HOUR, 100_000, 60_001)]
+    combined = per_limit[1]
+    headers = dict(rate_limit_headers(combined, per_limit))
+    assert headers["Retry-After"] == "61"  # the latest of the denying limits
+    assert headers["X-RateLimit-Remaining"] == "0"
+    assert int(headers["X-RateLimit-Reset"]) >= int(headers["Retry-After"])
+    assert headers["RateLimit"] == '"10-per-second";r=0;t=2, "1000-per-hour";r=0;t=61'
+
+
+def test_retry_after_never_earlier_than_any_denying_policy_t() -> None:
+    per_limit = [denied(SECOND, 900, 900), denied(HOUR, 3_000_000, 3_000)]
+    header = ratelimit_header(per_limit)
+    ts = [int(t) for t in re.findall(r";t=(\d+)", header)]
+    assert retry_after_seconds(per_limit) == max(ts) == 3
+
+
+def test_policy_header_syntax() -> None:
+    text = policy_header([allowed(Rate(100, 600_000, "burst"), 1, 1)])
+    assert re.fullmatch(r'"[^"]+";q=\d+;w=[1-9]\d*', text)
+    assert text == '"burst";q=100;w=600'
+    assert sf_string('a"b\\c') == '"a\\"b\\\\c"'
+
+
+def test_sub_second_window_is_published_as_one_second() -> None:
+    assert policy_header([allowed(Rate(5, 500), 1, 1)]) == '"5-per-500-ms";q=5;w=1'
+
+
+def test_reason_header_for_shadow_and_store_unavailable() -> None:
+    shadow = Decision(True, 10, 0, 1000, 0, Reason.SHADOW, SECOND)
+    headers = dict(rate_limit_headers(shadow, [denied(SECOND, 1000, 100)]))
+    assert headers["X-EdgeLimiter-Reason"] == "shadow"
+    assert "Retry-After" not in headers
+
+
+def test_problem_body() -> None:
+    per_limit = [denied(SECOND, 900, 900), allowed(HOUR, 10, 1)]
+    body = problem_body("search", per_limit, instance="/v1/search")
+    assert body["type"] == PROBLEM_TYPE
+    assert body["status"] == 429
+    assert body["violated-policies"] == ["10-per-second"]
+    assert body["retry_after"] == 1
+    assert "search" in body["detail"] and "10 per second" in body["detail"]
+    assert body["instance"] == "/v1/search"

@@ -1,0 +1,105 @@
+"""Keys: who a request is counted against, and bounded Durable Object names."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edge_limiter.core.keys import (
+    KeyPart,
+    KeySpec,
+    KeySpecError,
+    aggregate_ip,
+    object_name,
+    parse_key_part,
+)
+from edge_limiter.core.request import RequestView
+
+
+def view(**fields: object) -> RequestView:
+    base: dict[str, object] = {"method": "GET", "path": "/"}
+    base.update(fields)
+    return RequestView(**base)  # type: ignore[arg-type]
+
+
+def spec(*parts: str) -> KeySpec:
+    return KeySpec(tuple(parse_key_part(p) for p in parts))
+
+
+def test_ipv6_is_aggregated_to_64_by_default() -> None:
+    a = spec("ip").compute(view(client_ip="2001:db8:1:2:aaaa::1"), {})
+    b = spec("ip").compute(view(client_ip="2001:db8:1:2:bbbb::9"), {})
+    c = spec("ip").compute(view(client_ip="2001:db8:1:3::1"), {})
+    assert a == b != c
+    assert aggregate_ip("2001:db8:1:2:aaaa::1") == "2001:db8:1:2::/64"
+
+
+def test_ipv4_is_exact_and_mapped_ipv6_counts_as_ipv4() -> None:
+    assert aggregate_ip("203.0.113.7") == "203.0.113.7"
+    assert aggregate_ip("::ffff:203.0.113.7") == "203.0.113.7"
+    assert aggregate_ip("203.0.113.7", ipv4_prefix=24) == "203.0.113.0/24"
+
+
+def test_forwarded_for_does_not_decide_identity() -> None:
+    headers = {"x-forwarded-for": "1.2.3.4", "x-real-ip": "5.6.7.8"}
+    a = spec("ip").compute(view(client_ip="198.51.100.1", headers=headers), {})
+    b = spec("ip").compute(view(client_ip="198.51.100.1"), {})
+    assert a == b
+
+
+def test_every_part_kind() -> None:
+    request = view(
+        client_ip="198.51.100.1",
+        headers={"x-api-key": "k1", "cookie": "session=s1; theme=dark"},
+        query="user=u1&x=2",
+        country="DE",
+        asn="3320",
+    )
+    key = spec(
+        "ip",
+        "header:X-Api-Key",
+        "cookie:session",
+        "query:user",
+        "path:tenant",
+        "country",
+        "asn",
+        "global",
+    ).compute(request, {"tenant": "acme"})
+    assert key == (
+        "ip=198.51.100.1|header:x-api-key=k1|cookie:session=s1|query:user=u1|"
+        "path:tenant=acme|country=DE|asn=3320|global="
+    )
+
+
+def test_missing_values_share_one_counter_and_cannot_forge_other_parts() -> None:
+    assert spec("header:x-api-key").compute(view(), {}) == "header:x-api-key="
+    # A value containing the separator is escaped, so it cannot impersonate a combination.
+    forged = spec("header:a", "header:b").compute(view(headers={"a": "x|header:b=y"}), {})
+    honest = spec("header:a", "header:b").compute(view(headers={"a": "x", "b": "y"}), {})
+    assert forged != honest
+
+
+@pytest.mark.parametrize("bad", ["", "colour", "header", "header: ", "ip:x", 5])
+def test_bad_parts(bad: object) -> None:
+    with pytest.raises(KeySpecError):
+        parse_key_part(bad)
+
+
+def test_parse_parts() -> None:
+    assert parse_key_part("Header:X-Api-Key") == KeyPart("header", "x-api-key")
+    assert parse_key_part("cookie:Session") == KeyPart("cookie", "Session")
+
+
+def test_object_names_are_bounded_and_distinct_across_routes() -> None:
+    assert object_name("login", "ip=1.2.3.4") == "login:ip=1.2.3.4"
+    long_key = "header:x=" + "a" * 500
+    name = object_name("login", long_key)
+    assert name.startswith("login#") and len(name) == len("login#") + 64
+
+
+@given(st.text(min_size=0, max_size=300), st.text(min_size=0, max_size=300))
+def test_object_names_never_collide(a: str, b: str) -> None:
+    if a != b:
+        assert object_name("r", a) != object_name("r", b)
+    assert len(object_name("r", a)) <= len("r#") + 128 + 64
