@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .algorithms import make_algorithm
+from .algorithms import ALGORITHMS, make_algorithm
 from .algorithms.base import Algorithm
 from .decision import Decision, Reason
 from .errors import StateError
@@ -64,11 +64,16 @@ class StoreRequest:
             rates = tuple(Rate(int(q), int(w), str(n)) for q, w, n in data["limits"])
             if not rates:
                 raise ProtocolError("no limits")
+            algorithm = data["algorithm"]
+            if algorithm not in ALGORITHMS:
+                raise ProtocolError(f"unknown algorithm {algorithm!r}")
             burst = data.get("burst")
+            if burst is not None and (not isinstance(burst, int) or burst < 1):
+                raise ProtocolError(f"bad burst {burst!r}")
             cost = data.get("cost", 1)
             if not isinstance(cost, int) or cost < 0:
                 raise ProtocolError(f"bad cost {cost!r}")
-            return cls(op, str(data["algorithm"]), rates, burst, cost)
+            return cls(op, algorithm, rates, burst, cost)
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError) as exc:

@@ -1,0 +1,104 @@
+"""Demo origins: plain HTTP servers on loopback that echo what reached them.
+
+Used by ``scripts/dev`` (to have something to put the gateway in front of) and by the
+end-to-end tests (to see exactly what the gateway forwarded). Standard library only.
+
+Every request is answered ``200`` with JSON: the origin's name, the method, path, query,
+headers and body size it received. ``/status/<code>`` answers with that status instead.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from urllib.parse import urlsplit
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _OriginServer
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        url = urlsplit(self.path)
+        status = 200
+        parts = url.path.strip("/").split("/")
+        if len(parts) == 2 and parts[0] == "status" and parts[1].isdigit():
+            status = int(parts[1])
+        self.server.record(self.command, url.path)
+        payload = json.dumps(
+            {
+                "origin": self.server.name,
+                "method": self.command,
+                "path": url.path,
+                "query": url.query,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body_bytes": len(body),
+            }
+        ).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.send_header("x-demo-origin", self.server.name)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the gateway logs what matters."""
+
+
+class _OriginServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, name: str, port: int) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.name = name
+        self.hits: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def record(self, method: str, path: str) -> None:
+        with self._lock:
+            self.hits.append((method, path))
+
+
+class DemoOrigin:
+    """One echo origin on ``127.0.0.1``; a context manager that stops it on exit."""
+
+    def __init__(self, name: str = "demo", port: int = 0) -> None:
+        self._server = _OriginServer(name, port)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def hits(self) -> list[tuple[str, str]]:
+        """Every (method, path) that reached this origin, in order."""
+        with self._server._lock:
+            return list(self._server.hits)
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> DemoOrigin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

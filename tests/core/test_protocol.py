@@ -1,0 +1,99 @@
+"""The Worker <-> Durable Object protocol: one pure load-decide-store step."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_limiter.core.protocol import (
+    ProtocolError,
+    StoreRequest,
+    StoreResponse,
+    apply,
+    row_id,
+)
+from edge_limiter.core.rates import parse_rates
+
+RATES = parse_rates("2/second; 3/minute")
+
+
+def request(op: str = "check", algorithm: str = "fixed_window", cost: int = 1) -> StoreRequest:
+    return StoreRequest(op, algorithm, RATES, None, cost)
+
+
+def run(req: StoreRequest, rows: dict[str, list[int]], now: int) -> StoreResponse:
+    result = apply(StoreRequest.from_json(req.to_json()), rows, now)
+    for rid, (state, _idle) in result.writes.items():
+        rows[rid] = state
+    for rid in result.deletes:
+        rows.pop(rid)
+    return StoreResponse.from_json(result.response.to_json(), RATES)
+
+
+def test_round_trip_and_all_or_nothing() -> None:
+    rows: dict[str, list[int]] = {}
+    assert [run(request(), rows, 0).decision.allowed for _ in range(3)] == [True, True, False]
+    snapshot = dict(rows)
+    denied = run(request(), rows, 500)
+    assert not denied.decision.allowed and rows == snapshot  # nothing consumed
+    assert run(request(), rows, 1_000).decision.allowed  # 3rd of the minute
+    final = run(request(), rows, 2_000)
+    assert not final.decision.allowed
+    assert final.decisions[0].allowed and not final.decisions[1].allowed
+    assert final.decision.rate == RATES[1]
+
+
+def test_rows_are_keyed_by_algorithm_burst_and_rate() -> None:
+    assert row_id("gcra", 5, RATES[0]) != row_id("gcra", None, RATES[0])
+    assert row_id("gcra", None, RATES[0]) != row_id("token_bucket", None, RATES[0])
+    rows: dict[str, list[int]] = {}
+    run(request(), rows, 0)
+    assert set(rows) == {row_id("fixed_window", None, r) for r in RATES}
+
+
+def test_peek_writes_nothing_refund_and_reset_give_back() -> None:
+    rows: dict[str, list[int]] = {}
+    run(request(), rows, 0)
+    run(request(), rows, 0)
+    before = dict(rows)
+    peeked = run(request("peek"), rows, 0)
+    assert not peeked.decision.allowed and rows == before
+    refunded = run(request("refund"), rows, 0)
+    assert refunded.decision.allowed
+    assert run(request(), rows, 0).decision.allowed
+    run(request("reset"), rows, 0)
+    assert rows == {}
+
+
+def test_undecodable_rows_are_treated_as_fresh() -> None:
+    rows: dict[str, list[int]] = {row_id("fixed_window", None, r): [1, 2, 3, 4, 5] for r in RATES}
+    assert run(request(), rows, 0).decision.allowed
+
+
+def test_writes_carry_idle_at() -> None:
+    result = apply(request(), {}, 10_000)
+    idles = {rid: idle for rid, (_state, idle) in result.writes.items()}
+    assert idles[row_id("fixed_window", None, RATES[0])] == 11_000
+    assert idles[row_id("fixed_window", None, RATES[1])] == 60_000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{}",
+        '{"op":"steal","algorithm":"gcra","limits":[[1,1000,"a"]]}',
+        '{"op":"check","algorithm":"gcra","limits":[]}',
+        '{"op":"check","algorithm":"gcra","limits":[[0,1000,"a"]]}',
+        '{"op":"check","algorithm":"gcra","limits":[[1,1000,"a"]],"cost":-1}',
+        '{"op":"check","algorithm":"leaky","limits":[[1,1000,"a"]]}',
+        '{"op":"check","algorithm":"gcra","limits":[[1,1000,"a"]],"burst":0}',
+    ],
+)
+def test_malformed_requests(text: str) -> None:
+    with pytest.raises(ProtocolError):
+        StoreRequest.from_json(text)
+
+
+def test_malformed_response() -> None:
+    with pytest.raises(ProtocolError):
+        StoreResponse.from_json('{"d":[true,1,1,1,0],"ds":[]}', RATES)
