@@ -1,0 +1,128 @@
+"""End-to-end fixtures: the built Worker on real local workerd, in front of demo origins.
+
+One gateway (with a persisted Durable Object store) serves most tests; two more run with
+a Durable Object binding that fails (throws, or never answers), a test-only host option
+that changes nothing in the Worker. Every test uses its own client addresses or keys, so
+tests never share a counter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from build_worker import build  # noqa: E402
+from demo_origin import DemoOrigin  # noqa: E402
+from local_gateway import LocalGateway  # noqa: E402
+
+_addresses = itertools.count(1)
+
+
+def fresh_ip() -> str:
+    """A client address no other test uses (TEST-NET-3 and a documentation IPv6 range)."""
+    n = next(_addresses)
+    return f"203.0.{n // 250}.{n % 250 + 1}"
+
+
+def route(name: str, path: str, limits: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "match": {"path": path}, "limits": limits, **fields}
+
+
+def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
+    return {
+        "origin": origin,
+        "routes": [
+            route("tb", "/tb", "50/hour", algorithm="token_bucket"),
+            route("gcra", "/gcra", "50/hour", algorithm="gcra"),
+            route("log", "/log", "50/hour", algorithm="sliding_log"),
+            route("sw", "/sw", "50/hour", algorithm="sliding_window"),
+            route("fw", "/fw", "50/hour", algorithm="fixed_window"),
+            route("small", "/small/*", "3/hour", algorithm="sliding_log"),
+            route("multi", "/multi", "4/minute; 6/hour", algorithm="sliding_log", cost=2),
+            route("shadow", "/shadow", "2/hour", shadow=True),
+            route("keyed", "/keyed", "2/hour", key="header:x-api-key"),
+            route("tenant", "/t/{tenant}/*", "2/hour", key=["path:tenant"]),
+            route("persist", "/persist", "3/hour", algorithm="sliding_log"),
+            route("open", "/open", "100/hour"),
+            route("closed", "/closed", "100/hour", on_store_error="closed"),
+        ],
+        **top,
+    }
+
+
+def _workerd_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "workerd"], capture_output=True, text=True, check=False)
+    return {int(p) for p in out.stdout.split()}
+
+
+@pytest.fixture(scope="session")
+def worker_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("worker")
+    build(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def origin() -> Iterator[DemoOrigin]:
+    with DemoOrigin("e2e-origin") as demo:
+        yield demo
+
+
+@pytest.fixture(scope="session")
+def before_pids() -> set[int]:
+    return _workerd_pids()
+
+
+@pytest.fixture(scope="session")
+def gateway(
+    worker_dir: Path,
+    origin: DemoOrigin,
+    tmp_path_factory: pytest.TempPathFactory,
+    before_pids: set[int],
+) -> Iterator[LocalGateway]:
+    persist = tmp_path_factory.mktemp("persist")
+    gw = LocalGateway(worker_dir, {"EDGE_LIMITER": gateway_config(origin.url)}, persist_dir=persist)
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def _broken(worker_dir: Path, origin: DemoOrigin, mode: str) -> Iterator[LocalGateway]:
+    config = gateway_config(origin.url, store_timeout_ms=300)
+    gw = LocalGateway(
+        worker_dir, {"EDGE_LIMITER": config}, broken_durable_objects={"RATE_LIMITER": mode}
+    )
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="session")
+def throwing_gateway(worker_dir: Path, origin: DemoOrigin) -> Iterator[LocalGateway]:
+    yield from _broken(worker_dir, origin, "throw")
+
+
+@pytest.fixture(scope="session")
+def hanging_gateway(worker_dir: Path, origin: DemoOrigin) -> Iterator[LocalGateway]:
+    yield from _broken(worker_dir, origin, "hang")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind(before_pids: set[int]) -> Iterator[None]:
+    yield
+    # Session fixtures above are torn down before this one (it was requested first).
+    leftover = _workerd_pids() - before_pids
+    assert not leftover, f"workerd processes left behind: {leftover}"

@@ -1,0 +1,183 @@
+"""The whole gateway on real local workerd (Pyodide 0.28.2), driven over HTTP with httpx."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+
+import httpx
+import pytest
+from local_gateway import LocalGateway
+
+from .conftest import fresh_ip
+
+pytestmark = pytest.mark.e2e
+
+
+def get(gw: LocalGateway, path: str, ip: str, method: str = "GET", **kw: object) -> httpx.Response:
+    headers = {"cf-connecting-ip": ip, **kw.pop("headers", {})}  # type: ignore[dict-item]
+    return httpx.request(method, gw.url + path, headers=headers, timeout=30, **kw)  # type: ignore[arg-type]
+
+
+async def burst(gw: LocalGateway, path: str, ips: list[str]) -> list[tuple[str, int]]:
+    """One request per entry of ``ips``, all in flight at once."""
+    limits = httpx.Limits(max_connections=len(ips), max_keepalive_connections=len(ips))
+    async with httpx.AsyncClient(base_url=gw.url, limits=limits, timeout=60) as client:
+
+        async def one(ip: str) -> tuple[str, int]:
+            answer = await client.get(path, headers={"cf-connecting-ip": ip})
+            return ip, answer.status_code
+
+        return await asyncio.gather(*(one(ip) for ip in ips))
+
+
+def test_allowed_responses_come_from_the_origin_with_headers(gateway: LocalGateway) -> None:
+    ip = fresh_ip()
+    answer = get(gateway, "/small/a?x=1", ip)
+    assert answer.status_code == 200
+    echo = answer.json()
+    assert echo["origin"] == "e2e-origin"
+    assert echo["path"] == "/small/a" and echo["query"] == "x=1"
+    assert answer.headers["x-ratelimit-limit"] == "3"
+    assert answer.headers["x-ratelimit-remaining"] == "2"
+    assert answer.headers["ratelimit-policy"] == '"3-per-hour";q=3;w=3600'
+    assert answer.headers["ratelimit"].startswith('"3-per-hour";r=2;t=')
+    assert "retry-after" not in answer.headers
+
+
+def test_429_after_the_limit_with_headers_and_problem_body(gateway: LocalGateway) -> None:
+    ip = fresh_ip()
+    statuses = [get(gateway, "/small/b", ip).status_code for _ in range(3)]
+    assert statuses == [200, 200, 200]
+    denied = get(gateway, "/small/b", ip)
+    assert denied.status_code == 429
+    assert denied.headers["content-type"] == "application/problem+json"
+    retry = int(denied.headers["retry-after"])
+    assert 3500 < retry <= 3600
+    assert denied.headers["x-ratelimit-remaining"] == "0"
+    assert int(denied.headers["x-ratelimit-reset"]) >= retry
+    assert denied.headers["ratelimit"] == f'"3-per-hour";r=0;t={retry}'
+    assert denied.headers["x-edgelimiter-reason"] == "limited"
+    body = denied.json()
+    assert body["type"] == "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    assert body["status"] == 429
+    assert body["violated-policies"] == ["3-per-hour"]
+    assert body["route"] == "small"
+
+
+@pytest.mark.parametrize("path", ["/tb", "/gcra", "/log"])
+def test_exactly_the_limit_is_admitted_under_200_concurrent_requests(
+    gateway: LocalGateway, path: str
+) -> None:
+    ip = fresh_ip()
+    results = asyncio.run(burst(gateway, path, [ip] * 200))
+    counts = Counter(status for _, status in results)
+    assert counts == {200: 50, 429: 150}
+
+
+def test_sliding_window_counter_stays_within_its_bound(gateway: LocalGateway) -> None:
+    ip = fresh_ip()
+    results = asyncio.run(burst(gateway, "/sw", [ip] * 200))
+    admitted = sum(1 for _, status in results if status == 200)
+    # At most the quota per aligned window, so at most 2x across one window edge.
+    assert 50 <= admitted <= 100
+    assert all(status in (200, 429) for _, status in results)
+
+
+@pytest.mark.parametrize("path", ["/tb", "/gcra", "/log", "/fw"])
+def test_concurrent_keys_do_not_affect_each_other(gateway: LocalGateway, path: str) -> None:
+    ips = [fresh_ip() for _ in range(4)]
+    results = asyncio.run(burst(gateway, path, [ip for ip in ips for _ in range(60)]))
+    admitted = Counter(ip for ip, status in results if status == 200)
+    assert admitted == dict.fromkeys(ips, 50)
+
+
+def test_multiple_limits_and_cost(gateway: LocalGateway) -> None:
+    ip = fresh_ip()
+    # cost 2 against "4/minute; 6/hour": two requests fill the minute limit.
+    first = [get(gateway, "/multi", ip) for _ in range(3)]
+    assert [a.status_code for a in first] == [200, 200, 429]
+    assert first[1].headers["ratelimit"].startswith('"4-per-minute";r=0;')
+    assert '"6-per-hour";r=2;' in first[1].headers["ratelimit"]
+    assert first[2].json()["violated-policies"] == ["4-per-minute"]
+    # The denied request consumed nothing from the hour limit either.
+    assert '"6-per-hour";r=2;' in first[2].headers["ratelimit"]
+
+
+def test_spoofed_forwarded_for_does_not_change_the_key(gateway: LocalGateway, origin) -> None:  # type: ignore[no-untyped-def]
+    ip = fresh_ip()
+    codes = [
+        get(gateway, "/small/xff", ip, headers={"x-forwarded-for": f"10.0.0.{n}"}).status_code
+        for n in range(4)
+    ]
+    assert codes == [200, 200, 200, 429]
+    # The header itself still reaches the origin untouched.
+    echo = get(gateway, "/small/xff", fresh_ip(), headers={"x-forwarded-for": "10.1.1.1"}).json()
+    assert echo["headers"]["x-forwarded-for"] == "10.1.1.1"
+
+
+def test_ipv6_clients_in_one_64_share_a_counter(gateway: LocalGateway) -> None:
+    base = f"2001:db8:{fresh_ip().split('.')[2]}:{fresh_ip().split('.')[3]}"
+    codes = [get(gateway, "/small/v6", f"{base}::{n + 1:x}").status_code for n in range(4)]
+    assert codes == [200, 200, 200, 429]
+
+
+def test_header_and_path_keys(gateway: LocalGateway) -> None:
+    ip = fresh_ip()
+    key = f"key-{time.time_ns()}"
+    codes = [
+        get(gateway, "/keyed", fresh_ip(), headers={"x-api-key": key}).status_code for _ in range(3)
+    ]
+    assert codes == [200, 200, 429]  # different IPs, one API key
+    assert get(gateway, "/keyed", ip, headers={"x-api-key": key + "-other"}).status_code == 200
+    tenant = f"acme{time.time_ns()}"
+    codes = [get(gateway, f"/t/{tenant}/x", fresh_ip()).status_code for _ in range(3)]
+    assert codes == [200, 200, 429]
+
+
+def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
+    ip = fresh_ip()
+    answers = [get(gateway, "/shadow", ip) for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 200]
+    assert answers[-1].headers["x-edgelimiter-reason"] == "shadow"
+    assert answers[-1].headers["x-ratelimit-remaining"] == "0"
+    assert "retry-after" not in answers[-1].headers
+    assert answers[-1].json()["origin"] == "e2e-origin"
+
+
+def test_unmatched_routes_pass_untouched(gateway: LocalGateway, origin) -> None:  # type: ignore[no-untyped-def]
+    answer = get(gateway, "/not/limited?q=1", fresh_ip(), method="POST", content=b"hello")
+    assert answer.status_code == 200
+    echo = answer.json()
+    assert echo["method"] == "POST" and echo["path"] == "/not/limited" and echo["body_bytes"] == 5
+    assert not any(name.startswith(("x-ratelimit", "ratelimit")) for name in answer.headers)
+    status = get(gateway, "/status/418", fresh_ip())
+    assert status.status_code == 418  # origin statuses pass through
+
+
+def test_state_survives_a_restart_of_the_runtime(gateway: LocalGateway) -> None:
+    ip = fresh_ip()
+    assert [get(gateway, "/persist", ip).status_code for _ in range(2)] == [200, 200]
+    gateway.restart()
+    assert get(gateway, "/persist", ip).status_code == 200
+    assert get(gateway, "/persist", ip).status_code == 429
+
+
+@pytest.mark.parametrize("fixture", ["throwing_gateway", "hanging_gateway"])
+def test_fail_open_and_fail_closed(request: pytest.FixtureRequest, fixture: str) -> None:
+    gw: LocalGateway = request.getfixturevalue(fixture)
+    started = time.monotonic()
+    opened = get(gw, "/open", fresh_ip())
+    assert opened.status_code == 200
+    assert opened.headers["x-edgelimiter-reason"] == "store_unavailable"
+    assert opened.json()["origin"] == "e2e-origin"
+    closed = get(gw, "/closed", fresh_ip())
+    assert closed.status_code == 503
+    assert closed.headers["x-edgelimiter-reason"] == "store_unavailable"
+    assert "fail closed" in json.loads(closed.text)["detail"]
+    # Neither hangs: the store budget is 300 ms.
+    assert time.monotonic() - started < 10
+    # Unmatched requests never touch the store.
+    assert get(gw, "/elsewhere", fresh_ip()).status_code == 200
