@@ -9,7 +9,7 @@ tests never share a counter.
 from __future__ import annotations
 
 import itertools
-import subprocess
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,9 +59,26 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
     }
 
 
-def _workerd_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "workerd"], capture_output=True, text=True, check=False)
-    return {int(p) for p in out.stdout.split()}
+_process_groups: list[int] = []
+
+
+def track(gw: LocalGateway) -> LocalGateway:
+    """Remember a running gateway's process group, to check at the end that it is gone."""
+    assert gw.pid is not None
+    _process_groups.append(gw.pid)  # the launcher leads its own group, workerd included
+    return gw
+
+
+def _start(gw: LocalGateway) -> LocalGateway:
+    return track(gw.start())
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="session")
@@ -78,20 +95,15 @@ def origin() -> Iterator[DemoOrigin]:
 
 
 @pytest.fixture(scope="session")
-def before_pids() -> set[int]:
-    return _workerd_pids()
-
-
-@pytest.fixture(scope="session")
 def gateway(
     worker_dir: Path,
     origin: DemoOrigin,
     tmp_path_factory: pytest.TempPathFactory,
-    before_pids: set[int],
 ) -> Iterator[LocalGateway]:
     persist = tmp_path_factory.mktemp("persist")
-    gw = LocalGateway(worker_dir, {"EDGE_LIMITER": gateway_config(origin.url)}, persist_dir=persist)
-    gw.start()
+    gw = _start(
+        LocalGateway(worker_dir, {"EDGE_LIMITER": gateway_config(origin.url)}, persist_dir=persist)
+    )
     try:
         yield gw
     finally:
@@ -100,10 +112,11 @@ def gateway(
 
 def _broken(worker_dir: Path, origin: DemoOrigin, mode: str) -> Iterator[LocalGateway]:
     config = gateway_config(origin.url, store_timeout_ms=300)
-    gw = LocalGateway(
-        worker_dir, {"EDGE_LIMITER": config}, broken_durable_objects={"RATE_LIMITER": mode}
+    gw = _start(
+        LocalGateway(
+            worker_dir, {"EDGE_LIMITER": config}, broken_durable_objects={"RATE_LIMITER": mode}
+        )
     )
-    gw.start()
     try:
         yield gw
     finally:
@@ -121,8 +134,9 @@ def hanging_gateway(worker_dir: Path, origin: DemoOrigin) -> Iterator[LocalGatew
 
 
 @pytest.fixture(scope="session", autouse=True)
-def no_process_left_behind(before_pids: set[int]) -> Iterator[None]:
+def no_process_left_behind() -> Iterator[None]:
     yield
-    # Session fixtures above are torn down before this one (it was requested first).
-    leftover = _workerd_pids() - before_pids
-    assert not leftover, f"workerd processes left behind: {leftover}"
+    # Torn down after the gateways (it was set up first): every process group they
+    # started, node and workerd alike, must be gone.
+    leftover = [pgid for pgid in _process_groups if _group_alive(pgid)]
+    assert not leftover, f"process groups left behind: {leftover}"

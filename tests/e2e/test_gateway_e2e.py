@@ -11,7 +11,7 @@ import httpx
 import pytest
 from local_gateway import LocalGateway
 
-from .conftest import fresh_ip
+from .conftest import fresh_ip, track
 
 pytestmark = pytest.mark.e2e
 
@@ -160,7 +160,7 @@ def test_unmatched_routes_pass_untouched(gateway: LocalGateway, origin) -> None:
 def test_state_survives_a_restart_of_the_runtime(gateway: LocalGateway) -> None:
     ip = fresh_ip()
     assert [get(gateway, "/persist", ip).status_code for _ in range(2)] == [200, 200]
-    gateway.restart()
+    track(gateway.restart())
     assert get(gateway, "/persist", ip).status_code == 200
     assert get(gateway, "/persist", ip).status_code == 429
 
