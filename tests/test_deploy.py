@@ -1,0 +1,66 @@
+"""The production config stays deployable: wrangler's dry run, offline, ships exactly our modules."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WRANGLER = ROOT / "node_modules" / ".bin" / "wrangler"
+
+
+def project_modules() -> set[str]:
+    """What the build step must put in the module root: src/ and durable_objects/ .py files."""
+    modules = {str(p.relative_to(ROOT / "src")) for p in (ROOT / "src").rglob("*.py")}
+    modules |= {str(p.relative_to(ROOT)) for p in (ROOT / "durable_objects").rglob("*.py")}
+    return {m for m in modules if "__pycache__" not in m}
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    if not WRANGLER.exists():
+        pytest.fail("node_modules is missing: run scripts/bootstrap (scripts/test does)")
+    out = tmp_path_factory.mktemp("dry-run")
+    env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "NO_COLOR": "1", "CI": "true"}
+    done = subprocess.run(
+        [str(WRANGLER), "deploy", "--dry-run", "--outdir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr, out
+
+
+def test_dry_run_lists_exactly_the_project_modules(dry_run: tuple[str, Path]) -> None:
+    output, out = dry_run
+    listed = set(re.findall(r"│ (\S+\.py)\s+│ python", output))
+    expected = project_modules() - {"entry.py"}  # the main module is not "additional"
+    assert listed == expected
+    written = {str(p.relative_to(out)) for p in out.rglob("*.py")}
+    assert written == project_modules()
+    assert not any(m.startswith(("tests/", "node_modules/", "scripts/")) for m in written)
+
+
+def test_dry_run_has_the_bindings(dry_run: tuple[str, Path]) -> None:
+    output, _ = dry_run
+    assert re.search(r"env\.RATE_LIMITER \(RateLimiter\)\s+Durable Object", output)
+    assert re.search(r"env\.CACHE \(\w+\)\s+KV Namespace", output)
+    assert re.search(r"env\.EDGE_LIMITER .*Environment Variable", output)
+
+
+def test_durable_object_has_a_sqlite_migration() -> None:
+    config = tomllib.loads((ROOT / "wrangler.toml").read_text())
+    classes = {b["class_name"] for b in config["durable_objects"]["bindings"]}
+    migrated = {c for m in config["migrations"] for c in m.get("new_sqlite_classes", [])}
+    assert classes == {"RateLimiter"} <= migrated
+    assert "python_workers" in config["compatibility_flags"]
+    assert config["compatibility_date"] >= "2025-10-16"  # Pyodide 0.28.2 / Python 3.13
