@@ -84,6 +84,7 @@ def main() -> int:
         print(f'  curl -i -H \'MF-CF-Blob: {{"country":"DE","continent":"EU"}}\' {url}/v1/anything')
         print("\nCtrl-C stops the gateway and the demo origins.", flush=True)
         signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
         while True:
             signal.pause()
     except KeyboardInterrupt:
