@@ -27,8 +27,12 @@ _UNIT_WORDS = {SECOND_MS: "second", MINUTE_MS: "minute", HOUR_MS: "hour", DAY_MS
 # "<quota> (/|per) [<count>] <unit>", with free spacing: "10/s", "100 per 10 seconds".
 _RATE_RE = re.compile(
     r"^\s*(?P<quota>\d+)\s*(?:/|\s+per\s+)\s*(?:(?P<count>\d+)\s*)?(?P<unit>[a-z]+)\s*$",
-    re.IGNORECASE,
+    # ASCII only: otherwise \d takes fullwidth or Arabic-Indic digits, which int() accepts.
+    re.IGNORECASE | re.ASCII,
 )
+
+# Longer than any valid number, far shorter than the digits int() refuses to convert.
+_MAX_DIGITS = 15
 
 #: Upper bounds that keep integer arithmetic far from any overflow in JS interop.
 MAX_QUOTA = 1_000_000_000
@@ -94,6 +98,11 @@ def parse_rate(text: str) -> Rate:
             f"cannot parse rate {text!r}: unknown unit {match.group('unit')!r} "
             "(use second, minute, hour or day)"
         )
+    for digits in (match.group("quota"), match.group("count") or ""):
+        if len(digits) > _MAX_DIGITS:
+            raise RateParseError(
+                f"cannot parse rate {text!r}: a number has more than {_MAX_DIGITS} digits"
+            )
     quota = int(match.group("quota"))
     count = int(match.group("count")) if match.group("count") is not None else 1
     if quota < 1:
@@ -114,14 +123,18 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
     """
     if not isinstance(text, str):
         raise RateParseError(f"limits must be a string like '10/second; 1000/hour', got {text!r}")
-    parts = [part for part in text.split(";")]
+    parts = list(text.split(";"))
     if not text.strip():
         raise RateParseError(f"cannot parse rates {text!r}: no limit given")
     rates: list[Rate] = []
     for part in parts:
         if not part.strip():
             raise RateParseError(f"cannot parse rates {text!r}: empty limit between ';'")
-        rates.append(parse_rate(part))
+        try:
+            rates.append(parse_rate(part.strip()))
+        except RateParseError as exc:
+            # Quote the whole input, not only the part: that is what the user wrote.
+            raise RateParseError(f"cannot parse rates {text!r}: {exc}") from exc
     seen: dict[int, Rate] = {}
     for rate in rates:
         if rate.window_ms in seen:
