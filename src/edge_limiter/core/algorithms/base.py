@@ -11,10 +11,29 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar, Generic, TypeVar
 
-from ..decision import Decision
+from ..decision import Decision, Reason
+from ..errors import StateError
 from ..rates import Rate
 
 S = TypeVar("S")
+
+
+def validate_cost(cost: int) -> None:
+    """Refuse a cost that is not a non-negative int (a float would break exact arithmetic)."""
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise TypeError(f"cost must be an int, got {cost!r}")
+    if cost < 0:
+        raise ValueError(f"cost must be >= 0, got {cost}")
+
+
+def decode_ints(data: object, algorithm: str) -> list[int]:
+    """Check that stored ``data`` is a list of ints; raise :class:`StateError` otherwise."""
+    if not isinstance(data, (list, tuple)):
+        raise StateError(f"{algorithm} state must be a list of ints, got {type(data).__name__}")
+    for item in data:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise StateError(f"{algorithm} state must be a list of ints, got {list(data)!r}")
+    return list(data)
 
 
 class Algorithm(ABC, Generic[S]):
@@ -29,6 +48,22 @@ class Algorithm(ABC, Generic[S]):
     def capacity(self) -> int:
         """The most cost that can be admitted at one instant from a fresh state."""
         return self.rate.quota
+
+    def _allowed(self, remaining: int, reset_after: int) -> Decision:
+        """An allow for this limit (``retry_after`` 0, no reason)."""
+        return Decision(True, self.rate.quota, remaining, reset_after, 0, None, self.rate)
+
+    def _denied(self, remaining: int, reset_after: int, retry_after: int) -> Decision:
+        """A deny for this limit (``retry_after`` at least 1 ms, reason ``LIMITED``)."""
+        return Decision(
+            False,
+            self.rate.quota,
+            remaining,
+            reset_after,
+            max(1, retry_after),
+            Reason.LIMITED,
+            self.rate,
+        )
 
     @abstractmethod
     def check(self, state: S | None, now: int, cost: int = 1) -> tuple[Decision, S | None]:

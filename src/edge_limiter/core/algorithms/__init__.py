@@ -1,0 +1,69 @@
+"""The rate-limiting algorithms, one module each, and a registry by name.
+
+=================  ===========================================================
+``token_bucket``   burst up to ``burst``, refilled at ``quota`` per window
+``gcra``           the same admission as the token bucket, stored as one time
+``sliding_log``    exact rolling window, one log entry per admitted millisecond
+``sliding_window`` rolling window estimated from two aligned counters
+``fixed_window``   one counter per aligned window
+=================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..rates import Rate
+from .base import Algorithm
+from .fixed_window import FixedWindow, FixedWindowState
+from .gcra import GCRA, GCRAState
+from .sliding_log import SlidingLog, SlidingLogState
+from .sliding_window import SlidingWindowCounter, SlidingWindowState
+from .token_bucket import TokenBucket, TokenBucketState
+
+__all__ = [
+    "ALGORITHMS",
+    "GCRA",
+    "Algorithm",
+    "FixedWindow",
+    "FixedWindowState",
+    "GCRAState",
+    "SlidingLog",
+    "SlidingLogState",
+    "SlidingWindowCounter",
+    "SlidingWindowState",
+    "TokenBucket",
+    "TokenBucketState",
+    "make_algorithm",
+]
+
+ALGORITHMS: dict[str, type[Algorithm[Any]]] = {
+    cls.name: cls for cls in (TokenBucket, GCRA, SlidingLog, SlidingWindowCounter, FixedWindow)
+}
+"""Every algorithm class, keyed by its ``name``."""
+
+_WITH_BURST: dict[str, type[TokenBucket] | type[GCRA]] = {
+    TokenBucket.name: TokenBucket,
+    GCRA.name: GCRA,
+}
+
+
+def make_algorithm(name: str, rate: Rate, burst: int | None = None) -> Algorithm[Any]:
+    """Build the algorithm called ``name`` for ``rate``.
+
+    ``burst`` is only meaningful for the bucket-shaped algorithms (``token_bucket`` and
+    ``gcra``); giving it to another raises :class:`ValueError`, as does an unknown name.
+    """
+    cls = ALGORITHMS.get(name)
+    if cls is None:
+        known = ", ".join(sorted(ALGORITHMS))
+        raise ValueError(f"unknown algorithm {name!r}: expected one of {known}")
+    bucket = _WITH_BURST.get(name)
+    if bucket is not None:
+        return bucket(rate, burst)
+    if burst is not None:
+        raise ValueError(
+            f"algorithm {name!r} takes no burst (only {' and '.join(_WITH_BURST)} do), "
+            f"got burst={burst!r}"
+        )
+    return cls(rate)

@@ -1,0 +1,96 @@
+"""Fixed window: one counter per aligned window of ``window_ms``.
+
+Windows start at multiples of ``window_ms``; a request is admitted iff the window's count
+plus its cost is at most ``quota``, and the count starts again from 0 at each window edge.
+Cheap and exact per window, but a burst on both sides of an edge can pass up to twice the
+quota within one window's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..decision import Decision
+from ..errors import StateError
+from .base import Algorithm, decode_ints, validate_cost
+
+
+@dataclass(frozen=True, slots=True)
+class FixedWindowState:
+    """Cost admitted so far in the window ``window_index``."""
+
+    window_index: int
+    count: int
+
+
+class FixedWindow(Algorithm[FixedWindowState]):
+    """At most ``quota`` per aligned window."""
+
+    name = "fixed_window"
+
+    def _at(self, state: FixedWindowState | None, now: int) -> tuple[int, int]:
+        """``(window_index, count)`` at ``now``.
+
+        If the clock went back before the stored window, that window and its count stay.
+        """
+        index = now // self.rate.window_ms
+        if state is None or index > state.window_index:
+            return index, 0
+        return state.window_index, state.count
+
+    @staticmethod
+    def _wrap(index: int, count: int) -> FixedWindowState | None:
+        return FixedWindowState(index, count) if count else None
+
+    def check(
+        self, state: FixedWindowState | None, now: int, cost: int = 1
+    ) -> tuple[Decision, FixedWindowState | None]:
+        """Admit ``cost`` if the window has room; count it if so."""
+        validate_cost(cost)
+        quota = self.rate.quota
+        index, count = self._at(state, now)
+        window_end = (index + 1) * self.rate.window_ms - now
+        if count + cost <= quota:
+            count += cost
+            reset_after = window_end if count else 0
+            return self._allowed(quota - count, reset_after), self._wrap(index, count)
+        reset_after = window_end if count else 0
+        # A cost within the quota fits once the window ends; a larger one never does.
+        retry_after = window_end if cost <= quota else reset_after
+        return self._denied(max(0, quota - count), reset_after, retry_after), self._wrap(
+            index, count
+        )
+
+    def peek(self, state: FixedWindowState | None, now: int, cost: int = 1) -> Decision:
+        """What :meth:`check` would decide, without counting anything."""
+        return self.check(state, now, cost)[0]
+
+    def refund(
+        self, state: FixedWindowState | None, now: int, cost: int = 1
+    ) -> FixedWindowState | None:
+        """Take ``cost`` back from the current window (an ended window is forgotten)."""
+        validate_cost(cost)
+        index, count = self._at(state, now)
+        return self._wrap(index, max(0, count - cost))
+
+    def idle_at(self, state: FixedWindowState | None) -> int:
+        """When the window ends (0 for the fresh state)."""
+        if state is None:
+            return 0
+        if state.count == 0:
+            return state.window_index * self.rate.window_ms
+        return (state.window_index + 1) * self.rate.window_ms
+
+    def encode(self, state: FixedWindowState) -> list[int]:
+        """``[window_index, count]``."""
+        return [state.window_index, state.count]
+
+    def decode(self, data: list[int]) -> FixedWindowState:
+        """Inverse of :meth:`encode`."""
+        values = decode_ints(data, self.name)
+        if len(values) != 2:
+            raise StateError(f"{self.name} state must be [window_index, count], got {values!r}")
+        index, count = values
+        if count < 0:
+            raise StateError(f"{self.name} state has a negative count: {values!r}")
+        return FixedWindowState(index, count)

@@ -1,0 +1,106 @@
+"""GCRA, the generic cell rate algorithm: a token bucket stored as one timestamp.
+
+The state is the theoretical arrival time (TAT): the instant the bucket would be full
+again. Times are scaled by ``quota`` so the emission interval ``window_ms / quota`` is an
+exact integer: ``tat_scaled = tat_ms * quota`` and each unit of cost adds ``window_ms``.
+A request is admitted iff ``new_tat - now * quota <= burst * window_ms``.
+
+With ``backlog = tat_scaled - now * quota``, a token bucket's level is
+``burst * window_ms - backlog``, so both admit exactly the same requests and report the
+same numbers (as long as the clock does not go backwards).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..decision import Decision
+from ..errors import StateError
+from ..rates import Rate
+from .base import Algorithm, decode_ints, validate_cost
+from .token_bucket import validate_burst
+
+
+@dataclass(frozen=True, slots=True)
+class GCRAState:
+    """The theoretical arrival time, in ms multiplied by the quota."""
+
+    tat_scaled: int
+
+
+class GCRA(Algorithm[GCRAState]):
+    """Up to ``burst`` at once, then one unit every ``window_ms / quota`` ms."""
+
+    name = "gcra"
+
+    def __init__(self, rate: Rate, burst: int | None = None) -> None:
+        super().__init__(rate)
+        self.burst = validate_burst(burst, rate)
+        self._tolerance = self.burst * rate.window_ms
+
+    @property
+    def capacity(self) -> int:
+        """The burst."""
+        return self.burst
+
+    def _ms_for(self, scaled: int) -> int:
+        """Scaled time -> whole milliseconds, rounded up (never negative)."""
+        return max(0, -(-scaled // self.rate.quota))
+
+    def check(
+        self, state: GCRAState | None, now: int, cost: int = 1
+    ) -> tuple[Decision, GCRAState | None]:
+        """Admit ``cost`` if the TAT it leads to stays within the tolerance."""
+        validate_cost(cost)
+        window = self.rate.window_ms
+        now_scaled = now * self.rate.quota
+        tat = now_scaled if state is None else max(state.tat_scaled, now_scaled)
+        backlog = tat - now_scaled
+        new_backlog = backlog + cost * window
+        if new_backlog <= self._tolerance:
+            new_state = state if cost == 0 else GCRAState(tat + cost * window)
+            remaining = (self._tolerance - new_backlog) // window
+            return self._allowed(remaining, self._ms_for(new_backlog)), new_state
+        reset_after = self._ms_for(backlog)
+        if cost > self.burst:
+            retry_after = reset_after
+        else:
+            retry_after = self._ms_for(new_backlog - self._tolerance)
+        remaining = max(0, (self._tolerance - backlog) // window)
+        return self._denied(remaining, reset_after, retry_after), state
+
+    def peek(self, state: GCRAState | None, now: int, cost: int = 1) -> Decision:
+        """What :meth:`check` would decide, without moving the TAT."""
+        return self.check(state, now, cost)[0]
+
+    def refund(self, state: GCRAState | None, now: int, cost: int = 1) -> GCRAState | None:
+        """Move the TAT back by ``cost`` (a TAT not after ``now`` is the fresh state)."""
+        validate_cost(cost)
+        if state is None:
+            return None
+        now_scaled = now * self.rate.quota
+        tat = max(state.tat_scaled, now_scaled) - cost * self.rate.window_ms
+        return GCRAState(tat) if tat > now_scaled else None
+
+    def idle_at(self, state: GCRAState | None) -> int:
+        """The TAT in ms, rounded up (0 for the fresh state)."""
+        if state is None:
+            return 0
+        return -(-state.tat_scaled // self.rate.quota)
+
+    def encode(self, state: GCRAState) -> list[int]:
+        """``[tat_ms, remainder]``: ``tat_scaled`` itself passes 2**53 for epoch times."""
+        tat_ms, remainder = divmod(state.tat_scaled, self.rate.quota)
+        return [tat_ms, remainder]
+
+    def decode(self, data: list[int]) -> GCRAState:
+        """Inverse of :meth:`encode`."""
+        values = decode_ints(data, self.name)
+        if len(values) != 2:
+            raise StateError(f"{self.name} state must be [tat_ms, remainder], got {values!r}")
+        tat_ms, remainder = values
+        if not 0 <= remainder < self.rate.quota:
+            raise StateError(
+                f"{self.name} state remainder must be in [0, {self.rate.quota}), got {values!r}"
+            )
+        return GCRAState(tat_ms * self.rate.quota + remainder)

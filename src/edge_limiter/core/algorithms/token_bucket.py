@@ -1,0 +1,134 @@
+"""Token bucket: a bucket of ``burst`` tokens that refills ``quota`` tokens per window.
+
+The level is kept in exact integers: one token is ``window_ms`` units, so a full bucket is
+``burst * window_ms`` units and every millisecond adds exactly ``quota`` units. A request
+of ``cost`` needs ``cost * window_ms`` units. Admission is the same as :mod:`.gcra`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..decision import Decision
+from ..errors import StateError
+from ..rates import MAX_QUOTA, Rate
+from .base import Algorithm, decode_ints, validate_cost
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBucketState:
+    """The bucket level (tokens * ``window_ms``) as of ``updated_at`` (ms)."""
+
+    level_scaled: int
+    updated_at: int
+
+
+def validate_burst(burst: int | None, rate: Rate) -> int:
+    """The burst to use: ``burst`` if given (an int from 1 to ``MAX_QUOTA``), else the quota."""
+    if burst is None:
+        return rate.quota
+    if isinstance(burst, bool) or not isinstance(burst, int):
+        raise TypeError(f"burst must be an int, got {burst!r}")
+    if not 1 <= burst <= MAX_QUOTA:
+        raise ValueError(f"burst must be between 1 and {MAX_QUOTA}, got {burst}")
+    return burst
+
+
+class TokenBucket(Algorithm[TokenBucketState]):
+    """Up to ``burst`` at once, refilled continuously at ``rate.quota`` per ``rate.window_ms``."""
+
+    name = "token_bucket"
+
+    def __init__(self, rate: Rate, burst: int | None = None) -> None:
+        super().__init__(rate)
+        self.burst = validate_burst(burst, rate)
+        self._full = self.burst * rate.window_ms
+
+    @property
+    def capacity(self) -> int:
+        """The burst: a full bucket."""
+        return self.burst
+
+    def _level(self, state: TokenBucketState | None, now: int) -> tuple[int, int]:
+        """The level at ``now`` and the instant it is valid from.
+
+        If the clock went backwards (``now`` before ``updated_at``), nothing refills until
+        ``updated_at`` again, so refill time is never counted twice.
+        """
+        if state is None:
+            return self._full, now
+        elapsed = max(0, now - state.updated_at)
+        level = min(self._full, state.level_scaled + elapsed * self.rate.quota)
+        return level, max(now, state.updated_at)
+
+    def _until_level(self, level: int, target: int) -> int:
+        """Milliseconds of refill needed to go from ``level`` to ``target`` units."""
+        return max(0, -(-(target - level) // self.rate.quota))
+
+    def check(
+        self, state: TokenBucketState | None, now: int, cost: int = 1
+    ) -> tuple[Decision, TokenBucketState | None]:
+        """Take ``cost`` tokens if the bucket holds them; otherwise take nothing."""
+        validate_cost(cost)
+        window = self.rate.window_ms
+        level, as_of = self._level(state, now)
+        lag = as_of - now
+        need = cost * window
+        if need <= level:
+            after = level - need
+            new_state = state if cost == 0 else TokenBucketState(after, as_of)
+            reset_after = lag + self._until_level(after, self._full)
+            return self._allowed(after // window, reset_after), new_state
+        reset_after = lag + self._until_level(level, self._full)
+        # A cost above the burst never fits: point at the full bucket, never loop.
+        retry_after = reset_after if cost > self.burst else lag + self._until_level(level, need)
+        return self._denied(level // window, reset_after, retry_after), state
+
+    def peek(self, state: TokenBucketState | None, now: int, cost: int = 1) -> Decision:
+        """What :meth:`check` would decide, without taking anything."""
+        return self.check(state, now, cost)[0]
+
+    def refund(
+        self, state: TokenBucketState | None, now: int, cost: int = 1
+    ) -> TokenBucketState | None:
+        """Put ``cost`` tokens back (a full bucket is the fresh state)."""
+        validate_cost(cost)
+        if state is None:
+            return None
+        level, as_of = self._level(state, now)
+        level = min(self._full, level + cost * self.rate.window_ms)
+        if level == self._full:
+            return None
+        return TokenBucketState(level, as_of)
+
+    def idle_at(self, state: TokenBucketState | None) -> int:
+        """When the bucket is full again (0 for the fresh state)."""
+        if state is None:
+            return 0
+        level = min(self._full, state.level_scaled)
+        return state.updated_at + self._until_level(level, self._full)
+
+    def encode(self, state: TokenBucketState) -> list[int]:
+        """``[whole_tokens, remainder, updated_at]``: each part stays a small int.
+
+        ``level_scaled`` itself can pass 2**53 for large windows and bursts, which would
+        lose precision on the way through JavaScript.
+        """
+        tokens, remainder = divmod(state.level_scaled, self.rate.window_ms)
+        return [tokens, remainder, state.updated_at]
+
+    def decode(self, data: list[int]) -> TokenBucketState:
+        """Inverse of :meth:`encode`; a level above the burst is capped at a full bucket."""
+        values = decode_ints(data, self.name)
+        if len(values) != 3:
+            raise StateError(
+                f"{self.name} state must be [tokens, remainder, updated_at], got {values!r}"
+            )
+        tokens, remainder, updated_at = values
+        if tokens < 0 or not 0 <= remainder < self.rate.window_ms:
+            raise StateError(
+                f"{self.name} state has an impossible level for window "
+                f"{self.rate.window_ms} ms: {values!r}"
+            )
+        level = min(self._full, tokens * self.rate.window_ms + remainder)
+        return TokenBucketState(level, updated_at)
