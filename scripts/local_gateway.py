@@ -1,0 +1,260 @@
+"""Runs the built Python Worker on local workerd, for the end-to-end tests and scripts/dev.
+
+`LocalGateway` starts `node scripts/local_runtime/launch.mjs SPEC.json` in its own process group,
+waits for its `READY <url>` line, and stops it (and workerd with it) on exit::
+
+    with LocalGateway("build/worker", {"EDGE_LIMITER": config}, persist_dir=tmp) as gateway:
+        httpx.get(gateway.url + "/...")
+        gateway.restart()  # same persist dir and port: state survives
+
+Standard library only; runs under CPython 3.11+.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCHER = REPO / "scripts" / "local_runtime" / "launch.mjs"
+DEFAULT_WORKER_DIR = REPO / "build" / "worker"
+
+BrokenMode = Literal["throw", "hang"]
+
+
+class LocalGatewayError(RuntimeError):
+    """The local runtime did not start, or stopped unexpectedly."""
+
+
+class LocalGateway:
+    """The Python Worker on real local workerd (Miniflare), as a context manager.
+
+    Args:
+        worker_dir: the built Worker dir (entry.py, edge_limiter/, durable_objects/).
+        vars: env vars of the Worker; dicts and lists become JSON bindings.
+        persist_dir: where Durable Object (SQLite) and KV state persist; None keeps it in
+            memory for the life of one start.
+        port: 0 picks a free port on the first start; restart() keeps the port.
+        durable_objects: {binding: Python class}; default {"RATE_LIMITER": "RateLimiter"}.
+        kv_namespaces: default ["CACHE"].
+        broken_durable_objects: TEST ONLY, {binding: "throw" | "hang"}.
+        compatibility_date: the date workerd runs the host Worker with; None: launch.mjs default.
+        extra_spec: further launch.mjs spec fields (see its header), merged last.
+        boot_timeout: seconds to wait for READY.
+        echo_stderr: copy the runtime's stderr (the Worker's console) to this stderr.
+    """
+
+    def __init__(
+        self,
+        worker_dir: str | os.PathLike[str] = DEFAULT_WORKER_DIR,
+        vars: Mapping[str, Any] | None = None,
+        *,
+        persist_dir: str | os.PathLike[str] | None = None,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        durable_objects: Mapping[str, str] | None = None,
+        kv_namespaces: Sequence[str] | None = None,
+        broken_durable_objects: Mapping[str, BrokenMode] | None = None,
+        compatibility_date: str | None = None,
+        extra_spec: Mapping[str, Any] | None = None,
+        boot_timeout: float = 90.0,
+        echo_stderr: bool = False,
+        node: str | None = None,
+    ) -> None:
+        self._spec: dict[str, Any] = {
+            "workerDir": str(Path(worker_dir).resolve()),
+            "host": host,
+            "port": port,
+            "vars": dict(vars or {}),
+            "exitOnStdinEnd": True,
+        }
+        if persist_dir is not None:
+            self._spec["persistDir"] = str(Path(persist_dir).resolve())
+        if durable_objects is not None:
+            self._spec["durableObjects"] = dict(durable_objects)
+        if kv_namespaces is not None:
+            self._spec["kvNamespaces"] = list(kv_namespaces)
+        if broken_durable_objects:
+            self._spec["brokenDurableObjects"] = dict(broken_durable_objects)
+        if compatibility_date is not None:
+            self._spec["compatibilityDate"] = compatibility_date
+        self._spec.update(extra_spec or {})
+        self._boot_timeout = boot_timeout
+        self._echo_stderr = echo_stderr
+        self._node = node or os.environ.get("NODE") or shutil.which("node") or "node"
+        self._process: subprocess.Popen[str] | None = None
+        self._url: str | None = None
+        self._ready = threading.Event()
+        self._stderr: deque[str] = deque(maxlen=400)
+        self._readers: list[threading.Thread] = []
+        self._spec_dir: str | None = None
+        self.boot_seconds: float | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Starts the runtime and waits until it serves requests; returns self."""
+        if self._process is not None:
+            raise LocalGatewayError("LocalGateway is already running")
+        self._spec_dir = tempfile.mkdtemp(prefix="edge-limiter-runtime-")
+        spec_path = Path(self._spec_dir) / "spec.json"
+        spec_path.write_text(json.dumps(self._spec), encoding="utf-8")
+        self._ready.clear()
+        self._url = None
+        self._stderr.clear()
+        started = time.monotonic()
+        self._process = subprocess.Popen(
+            [self._node, str(LAUNCHER), str(spec_path)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,  # launch.mjs exits when this closes (we died)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,  # its own process group: workerd included
+        )
+        self._readers = [
+            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+        deadline = started + self._boot_timeout
+        while not self._ready.wait(0.05):
+            if self._process.poll() is not None:
+                code = self._process.returncode
+                self._join_readers()
+                self._cleanup_after_exit()
+                raise self._failure(f"the local runtime exited with code {code} before READY")
+            if time.monotonic() > deadline:
+                self._kill_group()
+                self._join_readers()
+                self._cleanup_after_exit()
+                raise self._failure(f"the local runtime was not READY in {self._boot_timeout} s")
+        self.boot_seconds = time.monotonic() - started
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM (launch.mjs disposes workerd), wait; SIGKILL the process group if needed."""
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_group()
+        self._kill_group()  # anything left in the group (normally nothing)
+        self._join_readers()
+        self._cleanup_after_exit()
+
+    def restart(self) -> Self:
+        """Stops and starts again with the same spec, persist dir and port."""
+        port = self.port if self._url else self._spec["port"]
+        self.stop()
+        self._spec["port"] = port
+        return self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. "http://127.0.0.1:8787" (no trailing slash)."""
+        if self._url is None or not self.running:
+            raise LocalGatewayError("LocalGateway is not running")
+        return self._url
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The launcher's pid, which is also its process group id."""
+        return self._process.pid if self._process is not None else None
+
+    def stderr_tail(self, lines: int = 60) -> str:
+        """The last lines the runtime wrote to stderr (the Worker's console included)."""
+        return "\n".join(list(self._stderr)[-lines:])
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _read_stdout(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in self._process.stdout:
+            text = line.rstrip("\n")
+            if not self._ready.is_set() and text.startswith("READY "):
+                self._url = text.removeprefix("READY ").strip().rstrip("/")
+                self._ready.set()
+            else:
+                self._stderr.append(f"[stdout] {text}")
+
+    def _read_stderr(self) -> None:
+        assert self._process is not None and self._process.stderr is not None
+        for line in self._process.stderr:
+            text = line.rstrip("\n")
+            self._stderr.append(text)
+            if self._echo_stderr:
+                print(text, file=sys.stderr, flush=True)
+
+    def _failure(self, message: str) -> LocalGatewayError:
+        tail = self.stderr_tail()
+        return LocalGatewayError(f"{message}\n--- runtime stderr (last lines) ---\n{tail}")
+
+    def _kill_group(self) -> None:
+        if self._process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(5)
+
+    def _join_readers(self) -> None:
+        for reader in self._readers:
+            reader.join(5)
+        self._readers = []
+
+    def _cleanup_after_exit(self) -> None:
+        process = self._process
+        if process is not None and process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        self._process = None
+        if self._spec_dir is not None:
+            shutil.rmtree(self._spec_dir, ignore_errors=True)
+            self._spec_dir = None
+
+    def __repr__(self) -> str:
+        state = self._url if self.running else "stopped"
+        return f"LocalGateway({self._spec['workerDir']!r}, {state})"

@@ -1,0 +1,361 @@
+// Host for the project's unchanged Python Worker on local workerd: boots npm Pyodide 0.28.2 at
+// global scope (top-level await), loads the workers-runtime-sdk and the Worker's code, and
+// provides JavaScript classes (extending the real WorkerEntrypoint / DurableObject) that forward
+// every call to the Python classes. launch.mjs generates the entry module that exports them.
+//
+// Why each trick exists (measured on workerd 2026-04-26, see /work/shared/notes/local-runtime.md):
+// - Boot at global scope: inside a request workerd refuses `new WebAssembly.Module`, eval and
+//   `new Function` ("disallowed by embedder"); at global scope it allows them. The top-level
+//   await resolves through microtasks only (no timers or I/O), which workerd permits.
+// - Module types: pyodide.asm.js is an ESModule imported for its side effect (its last line sets
+//   `globalThis._createPyodideModule`), the wasm is CompiledWasm (a WebAssembly.Module), the
+//   stdlib and the Python code are Data, the lock file is Text (`lockFileContents`).
+// - prelude.mjs: `importScripts`, `location`, `setImmediate` for Pyodide's environment sniffing
+//   and Emscripten (reasons in that file); removed again after the boot.
+// - During the boot only, then restored (a reference Python kept forwards to the original):
+//   - `fetch`: workerd refuses fetch at global scope; Pyodide fetches the stdlib zip and the
+//     wasm by URL. The stand-in serves the imported modules as plain `{ok, arrayBuffer}` objects
+//     (a real Response is refused at global scope too).
+//   - `WebAssembly.instantiateStreaming`: Pyodide 0.28 hard-codes it; the stand-in instantiates
+//     the already compiled module synchronously with `new WebAssembly.Instance`.
+//   - `crypto.getRandomValues`: refused at global scope; Emscripten and CPython draw entropy at
+//     start-up. The stand-in fills deterministically (with PYTHONHASHSEED=0), so `random` starts
+//     identically in every isolate: the first call into Python reseeds it from real entropy, as
+//     workerd does before a Python Worker's first request.
+// - The stdlib zip launch.mjs passes carries bytecode (stdlib_cache.mjs): npm Pyodide ships
+//   sources only, and compiling them at every boot took most of the boot time.
+// - `_cloudflare_compat_flags` and `_pyodide_entrypoint_helper` are the two internal modules
+//   the SDK imports; workerd provides them to production Python Workers.
+
+import { bootOrigin, restoreBootGlobals } from "./prelude.mjs";
+import "./pyodide/pyodide.asm.js";
+import { loadPyodide } from "./pyodide/pyodide.mjs";
+import pyodideWasm from "./pyodide/pyodide.asm.wasm";
+import pythonStdlib from "./pyodide/python_stdlib.zip";
+import pyodideLock from "./pyodide/pyodide-lock.json";
+import bridgeSource from "./host_bridge.py";
+import appZip from "./bundle/app.zip";
+import sdkZip from "./bundle/sdk.zip";
+import config from "./config.mjs";
+import * as cloudflareWorkers from "cloudflare:workers";
+import * as cloudflareSockets from "cloudflare:sockets";
+import { DurableObject, WorkerEntrypoint } from "cloudflare:workers";
+
+const BRIDGE_MODULE = "_edge_local_host";
+/** Header carrying the per-launch token of launch.mjs's warm-up request. */
+export const WARMUP_HEADER = "x-edge-local-runtime-warmup";
+
+// ---------------------------------------------------------------------------------------------
+// Boot-only stand-ins
+// ---------------------------------------------------------------------------------------------
+
+function bootFile(buffer) {
+  return { ok: true, status: 200, arrayBuffer: async () => buffer };
+}
+
+function deterministicFill(view) {
+  const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+  let state = 0x2545f491;
+  for (let i = 0; i < bytes.length; i++) {
+    state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+    bytes[i] = state >>> 24;
+  }
+  return view;
+}
+
+let booting = true;
+
+/**
+ * Puts `bootOnly` in place of `target[name]` for the boot; returns a function that puts the
+ * original back. Python modules imported during the boot may have kept a reference to the
+ * stand-in (e.g. `pyodide.http` holds on to `js.fetch`), so after the boot it forwards to the
+ * original.
+ */
+function replaceForBoot(target, name, bootOnly) {
+  const own = Object.getOwnPropertyDescriptor(target, name);
+  const original = target[name];
+  const standIn = function (...args) {
+    return booting ? bootOnly.apply(this, args) : original.apply(target, args);
+  };
+  Object.defineProperty(target, name, { value: standIn, configurable: true, writable: true });
+  return () => {
+    if (own) {
+      Object.defineProperty(target, name, own);
+    } else {
+      delete target[name];
+    }
+  };
+}
+
+async function withBootStandIns(run) {
+  const restorers = [
+    replaceForBoot(globalThis, "fetch", async (resource) => {
+      const url = String(resource);
+      if (url === `${bootOrigin}python_stdlib.zip`) {
+        return bootFile(pythonStdlib);
+      }
+      if (url === `${bootOrigin}pyodide.asm.wasm`) {
+        return bootFile(new ArrayBuffer(0)); // consumed by the instantiateStreaming stand-in
+      }
+      throw new Error(`local runtime: fetch(${url}) is not available at global scope`);
+    }),
+    replaceForBoot(WebAssembly, "instantiateStreaming", async (_response, imports) => ({
+      instance: new WebAssembly.Instance(pyodideWasm, imports),
+      module: pyodideWasm,
+    })),
+    replaceForBoot(crypto, "getRandomValues", deterministicFill),
+  ];
+  try {
+    return await run();
+  } finally {
+    booting = false;
+    for (const restore of restorers.reverse()) {
+      restore();
+    }
+    restoreBootGlobals();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The SDK's internal modules
+// ---------------------------------------------------------------------------------------------
+
+// Python passes its awaitables to `ctx.waitUntil` as borrowed proxies that are destroyed when the
+// call returns; keep an owned copy until it settles. Like workerd, only an ExecutionContext is
+// patched.
+const waitUntilPatched = new WeakSet();
+function patchWaitUntil(ctx) {
+  if (Object.prototype.toString.call(ctx) !== "[object ExecutionContext]") {
+    return;
+  }
+  if (waitUntilPatched.has(ctx)) {
+    return;
+  }
+  const original = ctx.waitUntil.bind(ctx);
+  ctx.waitUntil = (awaitable) => original(settleOwned(awaitable));
+  waitUntilPatched.add(ctx);
+}
+
+function settleOwned(awaitable) {
+  const owned = typeof awaitable?.copy === "function" ? awaitable.copy() : awaitable;
+  return (async () => {
+    try {
+      await owned;
+    } finally {
+      if (owned !== awaitable && typeof owned?.destroy === "function") {
+        owned.destroy();
+      }
+    }
+  })();
+}
+
+const workersModule = new Proxy(cloudflareWorkers, {
+  get(target, property, receiver) {
+    if (property === "waitUntil") {
+      return (awaitable) => target.waitUntil(settleOwned(awaitable));
+    }
+    return Reflect.get(target, property, receiver);
+  },
+});
+
+const entrypointHelper = {
+  cloudflareWorkersModule: workersModule,
+  cloudflareSocketsModule: cloudflareSockets,
+  patchWaitUntil,
+  doAnImport: (name) => import(name),
+  patch_env_helper() {
+    throw new Error("workers.patch_env is not supported by the local runtime");
+  },
+};
+
+// ---------------------------------------------------------------------------------------------
+// Boot
+// ---------------------------------------------------------------------------------------------
+
+const bootStarted = Date.now();
+const { bridge, classes } = await withBootStandIns(async () => {
+  const pyodide = await loadPyodide({
+    indexURL: bootOrigin,
+    packageBaseUrl: bootOrigin,
+    lockFileContents: pyodideLock,
+    env: { HOME: "/session", PYTHONHASHSEED: "0" },
+    stdout: (line) => console.log(line),
+    stderr: (line) => console.error(line),
+  });
+  pyodide.registerJsModule("_cloudflare_compat_flags", config.pythonCompatFlags);
+  pyodide.registerJsModule("_pyodide_entrypoint_helper", entrypointHelper);
+
+  const sitePackages = pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')");
+  pyodide.FS.mkdirTree(sitePackages);
+  pyodide.FS.writeFile(`${sitePackages}/${BRIDGE_MODULE}.py`, bridgeSource);
+  pyodide.FS.mkdirTree("/session/bundle");
+  pyodide.FS.writeFile("/session/bundle/app.zip", new Uint8Array(appZip));
+  pyodide.FS.writeFile("/session/bundle/sdk.zip", new Uint8Array(sdkZip));
+
+  const bridge = pyodide.pyimport(BRIDGE_MODULE);
+  bridge.install("/session/bundle/app.zip", "/session/bundle/sdk.zip");
+  let described;
+  try {
+    described = bridge.load_main(config.mainModule, config.durableObjectClasses);
+  } catch (error) {
+    console.error(`local runtime: importing ${config.mainModule}.py failed:\n${error.message}`);
+    throw error;
+  }
+  return { bridge, classes: JSON.parse(described) };
+});
+console.error(`local runtime: Python Worker loaded in ${Date.now() - bootStarted} ms`);
+
+const invoke = bridge.invoke;
+let reseeded = false;
+
+/** Work workerd does before a Python Worker's first request: real entropy for `random`. */
+function beforeRequest() {
+  if (!reseeded) {
+    bridge.reseed();
+    reseeded = true;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JavaScript classes forwarding to the Python classes
+// ---------------------------------------------------------------------------------------------
+
+// How workerd calls each method (see host_bridge.py): `relaxed` drops surplus arguments,
+// `convert` applies python_from_rpc to the arguments and python_to_rpc to the result.
+const RELAXED_CONVERTED = new Set(["fetch", "test"]);
+const RAW_HANDLERS = {
+  worker: new Set(["connect"]),
+  durableObject: new Set(["alarm", "connect", "webSocketMessage", "webSocketClose", "webSocketError"]),
+};
+// Handlers whose exceptions nobody else reports: workerd logs them as uncaught.
+const LOGGED_FAILURES = {
+  worker: new Set(["fetch", "scheduled", "queue"]),
+  durableObject: new Set(["alarm"]),
+};
+// Python names that would clash with the JavaScript class itself.
+const NOT_FORWARDED = new Set(["constructor", "then", "ctx", "env"]);
+
+function callMode(kind, name) {
+  if (RELAXED_CONVERTED.has(name)) {
+    return { relaxed: true, convert: true };
+  }
+  if (RAW_HANDLERS[kind].has(name)) {
+    return { relaxed: true, convert: false };
+  }
+  return { relaxed: false, convert: true };
+}
+
+const pythonInstances = new WeakMap();
+
+function callPython(wrapper, name, mode, args) {
+  beforeRequest();
+  const instance = pythonInstances.get(wrapper);
+  return invoke.callWithOptions(
+    { promising: true },
+    instance,
+    name,
+    mode.relaxed,
+    mode.convert,
+    ...args,
+  );
+}
+
+function forwardingClass(Base, kind, className) {
+  const pythonClass = bridge.entrypoint_class(className);
+  const wrapper = class extends Base {
+    constructor(ctx, env) {
+      super(ctx, env);
+      pythonInstances.set(this, pythonClass(ctx, env));
+    }
+  };
+  Object.defineProperty(wrapper, "name", { value: className });
+  for (const name of classes[className]) {
+    if (NOT_FORWARDED.has(name)) {
+      continue;
+    }
+    const mode = callMode(kind, name);
+    const logFailure = LOGGED_FAILURES[kind].has(name);
+    Object.defineProperty(wrapper.prototype, name, {
+      value: async function (...args) {
+        try {
+          return await callPython(this, name, mode, args);
+        } catch (error) {
+          if (logFailure) {
+            console.error(`Uncaught exception in ${className}.${name}:\n${error?.message ?? error}`);
+          }
+          throw error;
+        }
+      },
+      configurable: true,
+      writable: true,
+    });
+  }
+  return wrapper;
+}
+
+/** The `default` export: the Python `Default(WorkerEntrypoint)`. */
+export const entrypoint = (() => {
+  const forwarding = forwardingClass(WorkerEntrypoint, "worker", "Default");
+  const pythonFetch = forwarding.prototype.fetch;
+  // The warm-up request of launch.mjs carries a token only it knows; it runs the per-isolate
+  // work of the first request and never reaches the Python Worker.
+  forwarding.prototype.fetch = function (request) {
+    if (config.warmupToken && request.headers.get(WARMUP_HEADER) === config.warmupToken) {
+      beforeRequest();
+      return new Response(null, { status: 204 });
+    }
+    if (pythonFetch === undefined) {
+      throw new TypeError("The Python class Default defines no fetch method");
+    }
+    return pythonFetch.call(this, request);
+  };
+  return forwarding;
+})();
+
+/** The export for the Python Durable Object class `className`. */
+export function durableObjectClass(className) {
+  return forwardingClass(DurableObject, "durableObject", className);
+}
+
+async function hangForever() {
+  // A pending timer keeps workerd from cancelling the call as hung.
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, 60_000));
+  }
+}
+
+/**
+ * TEST ONLY: a Durable Object class that answers every RPC method of the project's Durable
+ * Objects (and fetch, alarm) by throwing (mode "throw") or never answering (mode "hang").
+ */
+export function brokenDurableObjectClass(bindingName, mode) {
+  if (mode !== "throw" && mode !== "hang") {
+    throw new TypeError(`brokenDurableObjects.${bindingName}: mode must be "throw" or "hang"`);
+  }
+  const broken = class extends DurableObject {};
+  Object.defineProperty(broken, "name", { value: `Broken_${bindingName}` });
+  const names = new Set(["fetch", "alarm"]);
+  for (const className of config.durableObjectClasses) {
+    for (const name of classes[className]) {
+      if (!NOT_FORWARDED.has(name)) {
+        names.add(name);
+      }
+    }
+  }
+  for (const name of names) {
+    Object.defineProperty(broken.prototype, name, {
+      value:
+        mode === "throw"
+          ? async () => {
+              throw new Error(
+                `local runtime: Durable Object binding ${bindingName} is broken on purpose ` +
+                  `(brokenDurableObjects: "throw"), call ${name}()`,
+              );
+            }
+          : hangForever,
+      configurable: true,
+      writable: true,
+    });
+  }
+  return broken;
+}

@@ -1,0 +1,337 @@
+#!/usr/bin/env node
+// Runs the project's Python Worker on real local workerd through the Miniflare API.
+//
+//   node scripts/local_runtime/launch.mjs SPEC.json
+//
+// SPEC.json fields (only workerDir is required):
+//   workerDir            built Python Worker dir: <mainModule>.py plus its packages
+//   mainModule           "entry"               the main module's name, without ".py"
+//   host                 "127.0.0.1"
+//   port                 0                     0 picks a free port
+//   persistDir           (none)                Durable Object (SQLite) and KV state live under
+//                                              it; omitted: in memory, gone on exit
+//   vars                 {}                    env vars; objects become JSON bindings
+//   durableObjects       {"RATE_LIMITER": "RateLimiter"}   binding name -> Python class name
+//   kvNamespaces         ["CACHE"]
+//   compatibilityDate    "2026-04-01"
+//   compatibilityFlags   []                    extra workerd flags for the host Worker
+//   pythonCompatFlags    (from the date)       values of the SDK's _cloudflare_compat_flags
+//   sdkDir               .venv site-packages   directory holding the `workers` SDK package
+//   cf                   Miniflare placeholder request.cf when the client sends no MF-CF-Blob
+//                                              header (country US, continent NA); never fetched
+//   brokenDurableObjects {}                    TEST ONLY: {binding: "throw" | "hang"} binds a
+//                                              binding to a host class that throws on / never
+//                                              answers every call
+//   exitOnStdinEnd       false                 exit when stdin closes (the parent died)
+//
+// Prints exactly one line on stdout, `READY http://127.0.0.1:<port>`, once a first request has
+// been served (Pyodide boots while workerd loads the Worker; a warm-up request then runs the
+// per-isolate first-request work). Everything else (workerd, the Worker's console, Miniflare)
+// goes to stderr. SIGTERM/SIGINT dispose Miniflare (which stops workerd) and exit 0.
+
+import { randomUUID } from "node:crypto";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { crc32 } from "node:zlib";
+import { Log, LogLevel, Miniflare } from "miniflare";
+import { compiledStdlib } from "./stdlib_cache.mjs";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const REPO = path.resolve(HERE, "..", "..");
+const PYODIDE_DIR = path.join(REPO, "node_modules", "pyodide");
+const CACHE_DIR = path.join(REPO, "node_modules", ".cache", "edge-limiter-local-runtime");
+const WARMUP_HEADER = "x-edge-local-runtime-warmup";
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+// Dates from workerd's compatibility-date.capnp for the SDK's two flags.
+const PYTHON_FLAG_DATES = {
+  python_request_headers_preserve_commas: "2026-02-17",
+  python_workflows_implicit_dependencies: "2026-02-25",
+};
+
+function fail(message) {
+  process.stderr.write(`launch.mjs: ${message}\n`);
+  process.exit(2);
+}
+
+function readSpec(specPath) {
+  if (!specPath) {
+    fail("usage: node scripts/local_runtime/launch.mjs SPEC.json");
+  }
+  const raw = JSON.parse(readFileSync(specPath, "utf8"));
+  const spec = {
+    mainModule: "entry",
+    host: "127.0.0.1",
+    port: 0,
+    persistDir: undefined,
+    vars: {},
+    durableObjects: { RATE_LIMITER: "RateLimiter" },
+    kvNamespaces: ["CACHE"],
+    compatibilityDate: "2026-04-01",
+    compatibilityFlags: [],
+    pythonCompatFlags: undefined,
+    sdkDir: undefined,
+    brokenDurableObjects: {},
+    exitOnStdinEnd: false,
+    ...raw,
+  };
+  if (!spec.workerDir) {
+    fail("spec.workerDir is required");
+  }
+  spec.workerDir = path.resolve(path.dirname(specPath), spec.workerDir);
+  if (!existsSync(path.join(spec.workerDir, `${spec.mainModule}.py`))) {
+    fail(`${spec.workerDir} has no ${spec.mainModule}.py (build the Worker first)`);
+  }
+  for (const [binding, className] of Object.entries(spec.durableObjects)) {
+    if (!IDENTIFIER.test(binding) || !IDENTIFIER.test(className)) {
+      fail(`durableObjects: ${binding} -> ${className} must both be identifiers`);
+    }
+  }
+  for (const [binding, mode] of Object.entries(spec.brokenDurableObjects)) {
+    if (!(binding in spec.durableObjects)) {
+      fail(`brokenDurableObjects.${binding}: no such binding in durableObjects`);
+    }
+    if (mode !== "throw" && mode !== "hang") {
+      fail(`brokenDurableObjects.${binding}: mode must be "throw" or "hang", not ${mode}`);
+    }
+  }
+  spec.pythonCompatFlags ??= Object.fromEntries(
+    Object.entries(PYTHON_FLAG_DATES).map(([flag, date]) => [flag, spec.compatibilityDate >= date]),
+  );
+  spec.sdkDir = path.resolve(spec.sdkDir ?? findVenvSitePackages());
+  if (!existsSync(path.join(spec.sdkDir, "workers", "__init__.py"))) {
+    fail(`${spec.sdkDir} holds no workers/ package (run scripts/bootstrap)`);
+  }
+  return spec;
+}
+
+function findVenvSitePackages() {
+  const lib = path.join(REPO, ".venv", "lib");
+  const candidates = existsSync(lib) ? readdirSync(lib).filter((d) => d.startsWith("python")) : [];
+  for (const dir of candidates) {
+    const sitePackages = path.join(lib, dir, "site-packages");
+    if (existsSync(path.join(sitePackages, "workers"))) {
+      return sitePackages;
+    }
+  }
+  fail("cannot find the workers-runtime-sdk in .venv; pass spec.sdkDir or run scripts/bootstrap");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A stored (uncompressed) zip: Python's zipfile reads it without zlib; building it takes ms.
+// ---------------------------------------------------------------------------------------------
+
+function listFiles(root, relative = "") {
+  const files = [];
+  for (const name of readdirSync(path.join(root, relative)).sort()) {
+    if (name.startsWith(".") || name === "__pycache__" || name.endsWith(".pyc")) {
+      continue;
+    }
+    const rel = relative ? `${relative}/${name}` : name;
+    if (statSync(path.join(root, rel)).isDirectory()) {
+      files.push(...listFiles(root, rel));
+    } else {
+      files.push(rel);
+    }
+  }
+  return files;
+}
+
+function storedZip(entries) {
+  const locals = [];
+  const centrals = [];
+  let offset = 0;
+  const dosDate = (1 << 5) | 1; // 1980-01-01: byte-identical zips for identical input
+  for (const { name, data } of entries) {
+    const nameBytes = Buffer.from(name, "utf8");
+    const crc = crc32(data);
+    const local = Buffer.alloc(30);
+    local.writeUInt32LE(0x04034b50, 0);
+    local.writeUInt16LE(20, 4); // version needed
+    local.writeUInt16LE(0x0800, 6); // UTF-8 names
+    local.writeUInt16LE(0, 8); // stored
+    local.writeUInt16LE(0, 10); // time
+    local.writeUInt16LE(dosDate, 12);
+    local.writeUInt32LE(crc, 14);
+    local.writeUInt32LE(data.length, 18);
+    local.writeUInt32LE(data.length, 22);
+    local.writeUInt16LE(nameBytes.length, 26);
+    local.writeUInt16LE(0, 28);
+    const central = Buffer.alloc(46);
+    central.writeUInt32LE(0x02014b50, 0);
+    central.writeUInt16LE(20, 4); // version made by
+    central.writeUInt16LE(20, 6); // version needed
+    central.writeUInt16LE(0x0800, 8);
+    central.writeUInt16LE(0, 10);
+    central.writeUInt16LE(0, 12);
+    central.writeUInt16LE(dosDate, 14);
+    central.writeUInt32LE(crc, 16);
+    central.writeUInt32LE(data.length, 20);
+    central.writeUInt32LE(data.length, 24);
+    central.writeUInt16LE(nameBytes.length, 28);
+    central.writeUInt32LE(offset, 42); // bytes 30..41 (extra, comment, disk, attributes) stay 0
+    locals.push(local, nameBytes, data);
+    centrals.push(central, nameBytes);
+    offset += local.length + nameBytes.length + data.length;
+  }
+  const centralSize = centrals.reduce((sum, part) => sum + part.length, 0);
+  const end = Buffer.alloc(22);
+  end.writeUInt32LE(0x06054b50, 0);
+  end.writeUInt16LE(entries.length, 8);
+  end.writeUInt16LE(entries.length, 10);
+  end.writeUInt32LE(centralSize, 12);
+  end.writeUInt32LE(offset, 16);
+  return Buffer.concat([...locals, ...centrals, end]);
+}
+
+function zipDirectory(root, include = () => true) {
+  const entries = listFiles(root)
+    .filter(include)
+    .map((name) => ({ name, data: readFileSync(path.join(root, name)) }));
+  return storedZip(entries);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Miniflare configuration
+// ---------------------------------------------------------------------------------------------
+
+function entryModule(spec, brokenBindings) {
+  const lines = [
+    'import * as host from "./host.mjs";',
+    "export default host.entrypoint;",
+  ];
+  for (const className of new Set(Object.values(spec.durableObjects))) {
+    lines.push(`export const ${className} = host.durableObjectClass(${JSON.stringify(className)});`);
+  }
+  for (const [binding, exportName] of Object.entries(brokenBindings)) {
+    const mode = JSON.stringify(spec.brokenDurableObjects[binding]);
+    lines.push(
+      `export const ${exportName} = host.brokenDurableObjectClass(${JSON.stringify(binding)}, ${mode});`,
+    );
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+function miniflareOptions(spec, warmupToken, stdlib) {
+  const brokenBindings = Object.fromEntries(
+    Object.keys(spec.brokenDurableObjects).map((binding) => [binding, `LocalRuntimeBroken_${binding}`]),
+  );
+  const config = {
+    mainModule: spec.mainModule,
+    durableObjectClasses: [...new Set(Object.values(spec.durableObjects))],
+    pythonCompatFlags: spec.pythonCompatFlags,
+    warmupToken,
+  };
+  const file = (name) => path.join(HERE, name);
+  const pyodideFile = (name) => readFileSync(path.join(PYODIDE_DIR, name));
+  const sdkTopLevel = new Set(["workers", "asgi.py"]);
+  const modules = [
+    { type: "ESModule", path: file("entry.mjs"), contents: entryModule(spec, brokenBindings) },
+    { type: "ESModule", path: file("host.mjs"), contents: readFileSync(file("host.mjs")) },
+    { type: "ESModule", path: file("prelude.mjs"), contents: readFileSync(file("prelude.mjs")) },
+    { type: "ESModule", path: file("config.mjs"), contents: `export default ${JSON.stringify(config)};\n` },
+    { type: "Text", path: file("host_bridge.py"), contents: readFileSync(file("host_bridge.py"), "utf8") },
+    { type: "ESModule", path: file("pyodide/pyodide.asm.js"), contents: pyodideFile("pyodide.asm.js") },
+    { type: "ESModule", path: file("pyodide/pyodide.mjs"), contents: pyodideFile("pyodide.mjs") },
+    { type: "CompiledWasm", path: file("pyodide/pyodide.asm.wasm"), contents: pyodideFile("pyodide.asm.wasm") },
+    { type: "Data", path: file("pyodide/python_stdlib.zip"), contents: stdlib },
+    { type: "Text", path: file("pyodide/pyodide-lock.json"), contents: pyodideFile("pyodide-lock.json").toString("utf8") },
+    { type: "Data", path: file("bundle/app.zip"), contents: zipDirectory(spec.workerDir) },
+    {
+      type: "Data",
+      path: file("bundle/sdk.zip"),
+      contents: zipDirectory(spec.sdkDir, (name) => sdkTopLevel.has(name.split("/")[0])),
+    },
+  ];
+  const durableObjects = Object.fromEntries(
+    Object.entries(spec.durableObjects).map(([binding, className]) => [
+      binding,
+      { className: brokenBindings[binding] ?? className, useSQLite: true },
+    ]),
+  );
+  const options = {
+    modules,
+    modulesRoot: HERE,
+    compatibilityDate: spec.compatibilityDate,
+    compatibilityFlags: spec.compatibilityFlags,
+    bindings: spec.vars,
+    durableObjects,
+    kvNamespaces: spec.kvNamespaces,
+    host: spec.host,
+    port: spec.port,
+    // A plain object or false: Miniflare would otherwise download a cf object from the internet.
+    cf: spec.cf ?? false,
+    log: new Log(LogLevel.WARN),
+    logRequests: false,
+    handleRuntimeStdio(stdout, stderr) {
+      stdout.pipe(process.stderr);
+      stderr.pipe(process.stderr);
+    },
+  };
+  // Never `unsafeEphemeralDurableObjects`: it silently drops SQLite storage. Without a persist
+  // directory Miniflare keeps state in memory for the life of the process.
+  if (spec.persistDir) {
+    options.durableObjectsPersist = path.join(path.resolve(spec.persistDir), "do");
+    options.kvPersist = path.join(path.resolve(spec.persistDir), "kv");
+  }
+  return options;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+// ---------------------------------------------------------------------------------------------
+
+// Miniflare's own Log writes through console.log: keep stdout for the READY line only.
+console.log = console.error;
+console.info = console.error;
+
+const spec = readSpec(process.argv[2]);
+const warmupToken = randomUUID();
+const started = performance.now();
+const stdlib = await compiledStdlib(PYODIDE_DIR, CACHE_DIR, (line) =>
+  process.stderr.write(`launch.mjs: ${line}\n`),
+);
+const mf = new Miniflare(miniflareOptions(spec, warmupToken, stdlib));
+
+let stopping;
+function shutdown(code) {
+  stopping ??= (async () => {
+    const timer = setTimeout(() => process.exit(code || 1), 15_000);
+    try {
+      await mf.dispose();
+    } catch (error) {
+      process.stderr.write(`launch.mjs: dispose failed: ${error?.stack ?? error}\n`);
+    }
+    clearTimeout(timer);
+    process.exit(code);
+  })();
+  return stopping;
+}
+// Miniflare's own SIGTERM/SIGINT hooks SIGKILL workerd and exit at once (code 143/130),
+// before workerd is reaped; replace them with a full dispose, then exit 0.
+for (const signal of ["SIGTERM", "SIGINT"]) {
+  process.removeAllListeners(signal);
+  process.on(signal, () => shutdown(0));
+}
+if (spec.exitOnStdinEnd) {
+  process.stdin.on("end", () => shutdown(0));
+  process.stdin.on("error", () => shutdown(0));
+  process.stdin.resume();
+}
+
+try {
+  const url = await mf.ready;
+  const origin = url.origin;
+  const warmup = await mf.dispatchFetch(origin, { headers: { [WARMUP_HEADER]: warmupToken } });
+  await warmup.arrayBuffer();
+  if (warmup.status !== 204) {
+    throw new Error(`warm-up request answered ${warmup.status}, expected 204`);
+  }
+  const seconds = ((performance.now() - started) / 1000).toFixed(2);
+  process.stderr.write(`launch.mjs: ready in ${seconds} s at ${origin}\n`);
+  process.stdout.write(`READY ${origin}\n`);
+} catch (error) {
+  process.stderr.write(`launch.mjs: the local runtime failed to start: ${error?.stack ?? error}\n`);
+  await shutdown(1);
+}
