@@ -67,7 +67,9 @@ def test_a_denied_request_consumes_nothing_from_any_limit(clock: FakeClock) -> N
     assert result.states == states
     assert result.decisions[0].allowed  # what the bucket alone says ...
     assert limits[0].peek(result.states[0], clock.now, 10).allowed  # ... and still can
-    assert result.decisions == peek_all(limits, states, clock.now, 10).decisions
+    # ... and reports what it still holds: nothing was taken from it.
+    assert result.decisions[0].remaining == 10
+    assert result.decisions[1] == peek_all(limits, states, clock.now, 10).decisions[1]
 
 
 def test_combined_denial_waits_for_the_slowest_limit(clock: FakeClock) -> None:
@@ -214,13 +216,21 @@ def test_a_rule_admits_exactly_when_every_limit_alone_would(
     for now, cost in requests:
         alone = [limit.check(state, now, cost) for limit, state in zip(limits, states, strict=True)]
         result = check_all(limits, states, now, cost)
-        assert result.decisions == tuple(decision for decision, _ in alone)
         assert result.decision.allowed == all(decision.allowed for decision, _ in alone)
         if result.decision.allowed:
+            assert result.decisions == tuple(decision for decision, _ in alone)
             assert result.states == tuple(state for _, state in alone)
             assert result.decision.remaining == min(d.remaining for d in result.decisions)
         else:
             assert result.states == states
+            # Denying limits report their own verdict; the others what they still hold.
+            for limit, state, (alone_decision, _), reported in zip(
+                limits, states, alone, result.decisions, strict=True
+            ):
+                expected = (
+                    alone_decision if not alone_decision.allowed else limit.peek(state, now, 0)
+                )
+                assert reported == expected
             waits = [d.retry_after for d in result.decisions if not d.allowed]
             assert result.decision.retry_after == max(waits)
             assert len(result.violated) == len(waits)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from .rates import Rate
 
 
-class Reason(str, Enum):
+class Reason(StrEnum):
     """Why a decision came out the way it did (``None`` on a plain allow)."""
 
     LIMITED = "limited"

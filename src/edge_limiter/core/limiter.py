@@ -90,7 +90,13 @@ def check_all(
     combined = combine(decisions)
     if combined.allowed:
         return RuleResult(combined, decisions, tuple(state for _, state in checked))
-    return RuleResult(combined, decisions, tuple(states))
+    # Denied: nothing is consumed, so a limit that would have admitted the request reports
+    # what it still has (a cost-0 peek), not what it would have had after this request.
+    unconsumed = tuple(
+        decision if not decision.allowed else algorithm.peek(state, now, 0)
+        for decision, algorithm, state in zip(decisions, algorithms, states, strict=True)
+    )
+    return RuleResult(combined, unconsumed, tuple(states))
 
 
 def peek_all(
