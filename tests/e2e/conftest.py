@@ -52,6 +52,8 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             route("keyed", "/keyed", "2/hour", key="header:x-api-key"),
             route("tenant", "/t/{tenant}/*", "2/hour", key=["path:tenant"]),
             route("persist", "/persist", "3/hour", algorithm="sliding_log"),
+            route("idle", "/idle", "5/second", algorithm="fixed_window"),
+            route("geo", "/geo", "2/hour", key="country"),
             route("open", "/open", "100/hour"),
             route("closed", "/closed", "100/hour", on_store_error="closed"),
         ],
@@ -95,12 +97,14 @@ def origin() -> Iterator[DemoOrigin]:
 
 
 @pytest.fixture(scope="session")
-def gateway(
-    worker_dir: Path,
-    origin: DemoOrigin,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[LocalGateway]:
-    persist = tmp_path_factory.mktemp("persist")
+def persist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the main gateway's Durable Object (SQLite) and KV state live."""
+    return tmp_path_factory.mktemp("persist")
+
+
+@pytest.fixture(scope="session")
+def gateway(worker_dir: Path, origin: DemoOrigin, persist_dir: Path) -> Iterator[LocalGateway]:
+    persist = persist_dir
     gw = _start(
         LocalGateway(worker_dir, {"EDGE_LIMITER": gateway_config(origin.url)}, persist_dir=persist)
     )
