@@ -8,6 +8,7 @@ Worker and runs it on real local workerd with persisted Durable Object and KV st
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -56,7 +57,8 @@ def main() -> int:
     if not isinstance(config, dict):
         print(f"{args.config} has no [vars.EDGE_LIMITER] table", file=sys.stderr)
         return 2
-    persist = ROOT / ".local" / "dev"
+    # EDGE_LIMITER_DEV_STATE lets tests keep their state out of the project's .local/.
+    persist = Path(os.environ.get("EDGE_LIMITER_DEV_STATE") or ROOT / ".local" / "dev")
     if args.fresh:
         shutil.rmtree(persist, ignore_errors=True)
     worker_dir = ROOT / "build" / "worker"
@@ -71,7 +73,7 @@ def main() -> int:
         print(f"\nedge-limiter is running on {url} (local workerd, Pyodide 0.28.2)")
         for original, demo in origins.items():
             print(f"  origin {original} -> demo origin {demo.url}")
-        print(f"  counters persist in {persist.relative_to(ROOT)}/ (--fresh forgets them)\n")
+        print(f"  counters persist in {persist}/ (--fresh forgets them)\n")
         print("Try:")
         print(
             f"  curl -i -X POST {url}/v1/login            # 5/minute per IP (sliding_log); 6th is 429"

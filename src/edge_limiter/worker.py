@@ -26,7 +26,9 @@ CONFIG_VAR = "EDGE_LIMITER"
 STORE_BINDING = "RATE_LIMITER"
 PROBLEM_JSON = "application/problem+json"
 
-_config_cache: tuple[str, Config | ConfigError] | None = None
+# Vars are fixed for the life of an isolate (a deploy starts new isolates), so the config
+# is parsed on the first request and the result, or the error, is kept.
+_config: Config | ConfigError | None = None
 _seeded = False
 
 
@@ -51,27 +53,24 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def load_config(env: Any) -> Config:
-    """Parse the config once per isolate (re-parse only if the var's text changes)."""
-    global _config_cache  # noqa: PLW0603 - one parsed config per isolate, on purpose
+def load_config(env: Any) -> Config | ConfigError:
+    """The parsed config, or why it is invalid: parsed once per isolate."""
+    global _config  # noqa: PLW0603 - one parsed config per isolate, on purpose
+    if _config is None:
+        _config = _parse_env_config(env)
+    return _config
+
+
+def _parse_env_config(env: Any) -> Config | ConfigError:
     raw = getattr(env, CONFIG_VAR, None)
     if raw is None:
-        raise ConfigError([f"config: the {CONFIG_VAR} var is not set (see wrangler.toml [vars])"])
+        return ConfigError([f"config: the {CONFIG_VAR} var is not set (see wrangler.toml [vars])"])
     try:
-        data = _plain(raw)
+        return parse_config(_plain(raw))
     except (TypeError, ValueError) as exc:
-        raise ConfigError([f"config: the {CONFIG_VAR} var is not valid JSON: {exc}"]) from exc
-    text = json.dumps(data, sort_keys=True)
-    if _config_cache is None or _config_cache[0] != text:
-        try:
-            parsed: Config | ConfigError = parse_config(data)
-        except ConfigError as exc:
-            parsed = exc
-        _config_cache = (text, parsed)
-    cached = _config_cache[1]
-    if isinstance(cached, ConfigError):
-        raise cached
-    return cached
+        if isinstance(exc, ConfigError):
+            return exc
+        return ConfigError([f"config: the {CONFIG_VAR} var is not valid JSON: {exc}"])
 
 
 def _text(value: Any) -> str:
@@ -150,16 +149,15 @@ async def handle_fetch(request: Any, env: Any) -> Any:
         random.seed(os.urandom(32))
         _seeded = True
     js_request = getattr(request, "js_object", request)
-    try:
-        config = load_config(env)
-    except ConfigError as exc:
-        print(log_line({"event": "config_error", "problems": exc.problems}))
+    config = load_config(env)
+    if isinstance(config, ConfigError):
+        print(log_line({"event": "config_error", "problems": config.problems}))
         body = {
             "type": "about:blank",
             "title": "Gateway Misconfigured",
             "status": 503,
             "detail": "The edge-limiter config is invalid; nothing is forwarded until it is fixed.",
-            "problems": exc.problems,
+            "problems": config.problems,
         }
         return json_response(503, body, [])
     gateway = Gateway(config, DurableObjectStore(getattr(env, STORE_BINDING)))

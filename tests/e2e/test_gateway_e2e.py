@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from demo_origin import DemoOrigin
 from local_gateway import LocalGateway
 
 from .conftest import fresh_ip, track
@@ -221,3 +222,20 @@ def test_fail_open_and_fail_closed(request: pytest.FixtureRequest, fixture: str)
     assert time.monotonic() - started < 10
     # Unmatched requests never touch the store.
     assert get(gw, "/elsewhere", fresh_ip()).status_code == 200
+
+
+def test_an_invalid_config_is_a_clear_503_naming_route_and_field(
+    worker_dir: Path, origin: DemoOrigin
+) -> None:
+    bad = {
+        "origin": origin.url,
+        "routes": [{"name": "login", "match": {"path": "/v1/login"}, "limits": "5/fortnight"}],
+    }
+    with LocalGateway(worker_dir, {"EDGE_LIMITER": bad}) as gw:
+        track(gw)
+        answer = get(gw, "/v1/login", fresh_ip())
+        assert answer.status_code == 503
+        assert answer.headers["content-type"] == "application/problem+json"
+        (problem,) = answer.json()["problems"]
+        assert problem.startswith("route 'login'.limits:") and "'5/fortnight'" in problem
+        assert ("GET", "/v1/login") not in origin.hits  # nothing was forwarded
