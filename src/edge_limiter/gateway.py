@@ -15,9 +15,10 @@ from typing import Any, Protocol
 
 from .core.config import Config, Route
 from .core.decision import Decision, Reason
+from .core.errors import ProtocolError
 from .core.headers import REASON_HEADER, problem_body, rate_limit_headers, unavailable_body
 from .core.keys import object_name
-from .core.protocol import ProtocolError, StoreRequest, StoreResponse
+from .core.protocol import StoreRequest, StoreResponse
 from .core.request import RequestView
 
 logger = logging.getLogger("edge_limiter")

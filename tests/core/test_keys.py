@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from edge_limiter.core.errors import KeySpecError
 from edge_limiter.core.keys import (
     KeyPart,
     KeySpec,
-    KeySpecError,
     aggregate_ip,
     object_name,
     parse_key_part,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edge_limiter.core.matching import PathPattern, PatternError, host_matches, parse_host_pattern
+from edge_limiter.core.errors import PatternError
+from edge_limiter.core.matching import PathPattern, host_matches, parse_host_pattern
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from edge_limiter.core.errors import ProtocolError
 from edge_limiter.core.protocol import (
-    ProtocolError,
     StoreRequest,
     StoreResponse,
     apply,

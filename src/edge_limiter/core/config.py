@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import ConfigError, RateParseError
-from .keys import KeyPart, KeySpec, KeySpecError, parse_key_part
-from .matching import PathPattern, PatternError, host_matches, parse_host_pattern
+from .algorithms import ALGORITHMS
+from .errors import ConfigError, KeySpecError, PatternError, RateParseError
+from .keys import KeyPart, KeySpec, parse_key_part
+from .matching import PathPattern, host_matches, parse_host_pattern
 from .rates import Rate, parse_rate, parse_rates
 
-ALGORITHM_NAMES = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
+ALGORITHM_NAMES = tuple(ALGORITHMS)
 BUCKET_ALGORITHMS = ("token_bucket", "gcra")
 DEFAULT_ALGORITHM = "sliding_window"
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

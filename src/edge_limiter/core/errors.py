@@ -27,3 +27,15 @@ class ConfigError(EdgeLimiterError, ValueError):
 
 class StateError(EdgeLimiterError, ValueError):
     """Stored limiter state could not be decoded (e.g. written by an incompatible version)."""
+
+
+class PatternError(EdgeLimiterError, ValueError):
+    """A route's path or host pattern is malformed."""
+
+
+class KeySpecError(EdgeLimiterError, ValueError):
+    """A rate-limit key part such as ``"header:x-api-key"`` is malformed."""
+
+
+class ProtocolError(EdgeLimiterError, ValueError):
+    """A request to, or an answer from, the Durable Object is malformed."""

@@ -25,6 +25,7 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from .errors import KeySpecError
 from .request import RequestView
 
 KINDS_WITH_NAME = ("header", "cookie", "query", "path")
@@ -33,10 +34,6 @@ KINDS_PLAIN = ("ip", "country", "asn", "global")
 #: Object names longer than this, or with characters outside the safe set, are hashed.
 MAX_PLAIN_NAME = 128
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:|=%/")
-
-
-class KeySpecError(ValueError):
-    """A key spec is malformed (raised by :func:`parse_key_part`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,11 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .errors import PatternError
+
 _PARAM_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-
-
-class PatternError(ValueError):
-    """A path or host pattern is malformed."""
 
 
 @dataclass(frozen=True, slots=True)

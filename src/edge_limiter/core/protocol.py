@@ -19,15 +19,11 @@ from typing import Any
 from .algorithms import ALGORITHMS, make_algorithm
 from .algorithms.base import Algorithm
 from .decision import Decision, Reason
-from .errors import StateError
+from .errors import ProtocolError, StateError
 from .limiter import check_all, peek_all, refund_all
 from .rates import Rate
 
 OPS = ("check", "peek", "refund", "reset")
-
-
-class ProtocolError(ValueError):
-    """A store request or response is malformed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,9 +74,13 @@ class Algorithm(ABC, Generic[S]):
         denied request consumes nothing).
         """
 
-    @abstractmethod
     def peek(self, state: S | None, now: int, cost: int = 1) -> Decision:
-        """What :meth:`check` would decide, without consuming anything."""
+        """What :meth:`check` would decide, without consuming anything.
+
+        ``check`` is pure (it returns a new state and never mutates ``state``), so its
+        decision is the peek: the state it returns is simply not stored.
+        """
+        return self.check(state, now, cost)[0]
 
     @abstractmethod
     def refund(self, state: S | None, now: int, cost: int = 1) -> S | None:

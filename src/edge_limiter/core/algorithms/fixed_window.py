@@ -61,10 +61,6 @@ class FixedWindow(Algorithm[FixedWindowState]):
             index, count
         )
 
-    def peek(self, state: FixedWindowState | None, now: int, cost: int = 1) -> Decision:
-        """What :meth:`check` would decide, without counting anything."""
-        return self.check(state, now, cost)[0]
-
     def refund(
         self, state: FixedWindowState | None, now: int, cost: int = 1
     ) -> FixedWindowState | None:

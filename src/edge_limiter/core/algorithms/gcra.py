@@ -69,10 +69,6 @@ class GCRA(Algorithm[GCRAState]):
         remaining = max(0, (self._tolerance - backlog) // window)
         return self._denied(remaining, reset_after, retry_after), state
 
-    def peek(self, state: GCRAState | None, now: int, cost: int = 1) -> Decision:
-        """What :meth:`check` would decide, without moving the TAT."""
-        return self.check(state, now, cost)[0]
-
     def refund(self, state: GCRAState | None, now: int, cost: int = 1) -> GCRAState | None:
         """Move the TAT back by ``cost`` (a TAT not after ``now`` is the fresh state)."""
         validate_cost(cost)

@@ -84,10 +84,6 @@ class SlidingLog(Algorithm[SlidingLogState]):
                     break
         return self._denied(max(0, quota - used), reset_after, retry_after), self._wrap(live)
 
-    def peek(self, state: SlidingLogState | None, now: int, cost: int = 1) -> Decision:
-        """What :meth:`check` would decide, without logging anything."""
-        return self.check(state, now, cost)[0]
-
     def refund(
         self, state: SlidingLogState | None, now: int, cost: int = 1
     ) -> SlidingLogState | None:

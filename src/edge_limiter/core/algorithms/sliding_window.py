@@ -122,10 +122,6 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
             return None
         return SlidingWindowState(index, current, previous)
 
-    def peek(self, state: SlidingWindowState | None, now: int, cost: int = 1) -> Decision:
-        """What :meth:`check` would decide, without counting anything."""
-        return self.check(state, now, cost)[0]
-
     def refund(
         self, state: SlidingWindowState | None, now: int, cost: int = 1
     ) -> SlidingWindowState | None:

@@ -84,10 +84,6 @@ class TokenBucket(Algorithm[TokenBucketState]):
         retry_after = reset_after if cost > self.burst else lag + self._until_level(level, need)
         return self._denied(level // window, reset_after, retry_after), state
 
-    def peek(self, state: TokenBucketState | None, now: int, cost: int = 1) -> Decision:
-        """What :meth:`check` would decide, without taking anything."""
-        return self.check(state, now, cost)[0]
-
     def refund(
         self, state: TokenBucketState | None, now: int, cost: int = 1
     ) -> TokenBucketState | None:
