@@ -214,6 +214,8 @@ def test_fail_open_and_fail_closed(request: pytest.FixtureRequest, fixture: str)
     assert opened.status_code == 200
     assert opened.headers["x-edgelimiter-reason"] == "store_unavailable"
     assert opened.json()["origin"] == "e2e-origin"
+    # ... and the log says so (the Worker's console reaches the runtime's stderr).
+    assert '"event":"store_unavailable","route":"open"' in gw.stderr_tail(200)
     closed = get(gw, "/closed", fresh_ip())
     assert closed.status_code == 503
     assert closed.headers["x-edgelimiter-reason"] == "store_unavailable"
