@@ -8,16 +8,29 @@ exactly the Worker's Python modules into one module root:
     build/worker/entry.py
     build/worker/edge_limiter/...
     build/worker/durable_objects/...
+
+Before that it validates the gateway config (``[vars.EDGE_LIMITER]`` and every
+``[env.NAME.vars.EDGE_LIMITER]`` of the wrangler config): an invalid config fails the
+build, so ``wrangler deploy`` never ships a gateway that could only answer 503.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "worker"
+CONFIG_VAR = "EDGE_LIMITER"
+
+sys.path.insert(0, str(ROOT / "src"))
+
+from edge_limiter.core.config import parse_config  # noqa: E402
+from edge_limiter.core.errors import ConfigError  # noqa: E402
 
 
 def _copy_python(src: Path, dest: Path) -> list[Path]:
@@ -41,9 +54,45 @@ def build(out: Path = OUT) -> list[Path]:
     return modules
 
 
-if __name__ == "__main__":
-    target = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else OUT
-    written = build(target)
-    print(
-        f"build_worker: {len(written)} modules -> {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}"
+def config_problems(wrangler_toml: Path) -> list[str]:
+    """Every problem of every gateway config in ``wrangler_toml`` (empty when all are valid)."""
+    try:
+        data = tomllib.loads(wrangler_toml.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return [f"{wrangler_toml}: {exc}"]
+    sections: list[tuple[str, dict[str, Any]]] = [("vars", data.get("vars") or {})]
+    for env_name, env in (data.get("env") or {}).items():
+        if isinstance(env, dict) and "vars" in env:
+            sections.append((f"env.{env_name}.vars", env.get("vars") or {}))
+    problems: list[str] = []
+    for where, variables in sections:
+        if CONFIG_VAR not in variables:
+            problems.append(f"[{where}] has no {CONFIG_VAR} table")
+            continue
+        try:
+            parse_config(variables[CONFIG_VAR])
+        except ConfigError as exc:
+            problems += [f"[{where}.{CONFIG_VAR}] {problem}" for problem in exc.problems]
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=Path, default=OUT, help="module root to write")
+    parser.add_argument(
+        "--config", type=Path, default=ROOT / "wrangler.toml", help="wrangler config to validate"
     )
+    args = parser.parse_args(argv)
+    problems = config_problems(args.config)
+    if problems:
+        print(f"build_worker: invalid edge-limiter config in {args.config}:", file=sys.stderr)
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    written = build(args.out.resolve())
+    print(f"build_worker: config valid; {len(written)} modules -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
