@@ -59,12 +59,13 @@ class RateLimiter(DurableObject):  # type: ignore[misc]
             )
         for rid in result.deletes:
             self.sql.exec("DELETE FROM limits WHERE id = ?", rid)
-        if result.writes:
+        if result.writes and self.alarm_at is None:
+            # Storage stays bounded: the alarm deletes the rows once they are idle. One
+            # alarm per cycle, not one write per request: rows that are written again
+            # later are still busy when it fires, and it re-arms itself for them.
             latest = max(idle_at for _, idle_at in result.writes.values())
-            if self.alarm_at is None or latest > self.alarm_at:
-                # Storage stays bounded: the alarm deletes the rows once they are idle.
-                self.alarm_at = latest
-                await self.ctx.storage.setAlarm(latest)
+            self.alarm_at = latest
+            await self.ctx.storage.setAlarm(latest)
         return result.response.to_json()
 
     async def alarm(self, *_args: Any) -> None:
