@@ -51,22 +51,20 @@ def _t_seconds(decision: Decision) -> int:
 
 def policy_header(decisions: Sequence[Decision]) -> str:
     """The ``RateLimit-Policy`` field value."""
-    items = []
-    for d in decisions:
-        if d.rate is None:
-            continue
-        items.append(f"{sf_string(d.rate.name)};q={d.rate.quota};w={d.rate.window_seconds}")
-    return ", ".join(items)
+    return ", ".join(
+        f"{sf_string(d.rate.name)};q={d.rate.quota};w={d.rate.window_seconds}"
+        for d in decisions
+        if d.rate is not None
+    )
 
 
 def ratelimit_header(decisions: Sequence[Decision]) -> str:
     """The ``RateLimit`` field value."""
-    items = []
-    for d in decisions:
-        if d.rate is None:
-            continue
-        items.append(f"{sf_string(d.rate.name)};r={d.remaining};t={_t_seconds(d)}")
-    return ", ".join(items)
+    return ", ".join(
+        f"{sf_string(d.rate.name)};r={d.remaining};t={_t_seconds(d)}"
+        for d in decisions
+        if d.rate is not None
+    )
 
 
 def rate_limit_headers(combined: Decision, decisions: Sequence[Decision]) -> list[tuple[str, str]]:
