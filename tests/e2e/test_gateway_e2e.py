@@ -195,10 +195,12 @@ def _limit_rows(persist_dir: Path, row: str) -> int:
 
 
 def test_idle_state_is_deleted_by_the_alarm(gateway: LocalGateway, persist_dir: Path) -> None:
-    row = "fixed_window::5/1000"  # only the "idle" route stores this row
+    # Only the "idle" route stores this row. A sliding log is idle exactly one window after
+    # its last entry, so the row is certainly still there right after the request.
+    row = "sliding_log::5/1000"
     assert get(gateway, "/idle", fresh_ip()).status_code == 200
     assert _limit_rows(persist_dir, row) == 1
-    # The row is idle one window (1 s) after the request; workerd's own clock fires the
+    # The row is idle 1 s after the request; workerd's own clock fires the
     # alarm, which cannot be injected here, so poll with a deadline.
     deadline = time.monotonic() + 20
     while _limit_rows(persist_dir, row) and time.monotonic() < deadline:
