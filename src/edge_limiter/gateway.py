@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .core.config import Config, Route
-from .core.decision import Decision, Reason
+from .core.decision import Reason
 from .core.errors import ProtocolError
 from .core.headers import REASON_HEADER, problem_body, rate_limit_headers, unavailable_body
 from .core.keys import object_name
@@ -83,7 +83,7 @@ class Gateway:
 
         decision = response.decision
         if not decision.allowed and route.shadow:
-            decision = _with_reason(decision, Reason.SHADOW, allowed=True)
+            decision = replace(decision, allowed=True, retry_after=0, reason=Reason.SHADOW)
             headers = rate_limit_headers(decision, response.decisions)
             log = {"event": "shadow_limited", "route": route.name, "key": key}
             return Verdict("forward", origin=origin, route=route, headers=headers, log=log)
@@ -134,18 +134,6 @@ class Gateway:
         return Verdict(
             "respond", 503, route=route, headers=headers, body=unavailable_body(route.name), log=log
         )
-
-
-def _with_reason(decision: Decision, reason: Reason, *, allowed: bool) -> Decision:
-    return Decision(
-        allowed=allowed,
-        limit=decision.limit,
-        remaining=decision.remaining,
-        reset_after=decision.reset_after,
-        retry_after=0 if allowed else decision.retry_after,
-        reason=reason,
-        rate=decision.rate,
-    )
 
 
 def log_line(record: dict[str, Any]) -> str:

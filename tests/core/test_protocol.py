@@ -96,4 +96,4 @@ def test_malformed_requests(text: str) -> None:
 
 def test_malformed_response() -> None:
     with pytest.raises(ProtocolError):
-        StoreResponse.from_json('{"d":[true,1,1,1,0],"ds":[]}', RATES)
+        StoreResponse.from_json('{"ds":[[true,1,1,1,0]]}', RATES)  # one limit short

@@ -20,7 +20,7 @@ from .algorithms import ALGORITHMS, make_algorithm
 from .algorithms.base import Algorithm
 from .decision import Decision, Reason
 from .errors import ProtocolError, StateError
-from .limiter import check_all, peek_all, refund_all
+from .limiter import check_all, combine, peek_all, refund_all
 from .rates import Rate
 
 OPS = ("check", "peek", "refund", "reset")
@@ -82,19 +82,19 @@ def _decision_to_list(d: Decision) -> list[Any]:
 
 @dataclass(frozen=True, slots=True)
 class StoreResponse:
-    """What the Durable Object answers: the combined decision and one per limit."""
+    """What the Durable Object answers: one decision per limit, in the request's order."""
 
-    decision: Decision
     decisions: tuple[Decision, ...]
+
+    @property
+    def decision(self) -> Decision:
+        """The rule's combined decision, derived as the core combines it."""
+        return combine(self.decisions)
 
     def to_json(self) -> str:
         """Compact JSON text for the RPC answer."""
         return json.dumps(
-            {
-                "d": _decision_to_list(self.decision),
-                "ds": [_decision_to_list(d) for d in self.decisions],
-            },
-            separators=(",", ":"),
+            {"ds": [_decision_to_list(d) for d in self.decisions]}, separators=(",", ":")
         )
 
     @classmethod
@@ -102,13 +102,12 @@ class StoreResponse:
         """Parse an answer for a request over ``rates``; raises :class:`ProtocolError`."""
         try:
             data = json.loads(text)
-            decisions = tuple(
-                _decision_from_list(item, rate)
-                for item, rate in zip(data["ds"], rates, strict=True)
+            return cls(
+                tuple(
+                    _decision_from_list(item, rate)
+                    for item, rate in zip(data["ds"], rates, strict=True)
+                )
             )
-            combined_rate = _rate_for(data["d"], decisions)
-            combined = _decision_from_list(data["d"], combined_rate)
-            return cls(combined, decisions)
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc
 
@@ -124,14 +123,6 @@ def _decision_from_list(item: list[Any], rate: Rate | None) -> Decision:
         reason=None if allowed else Reason.LIMITED,
         rate=rate,
     )
-
-
-def _rate_for(item: list[Any], decisions: tuple[Decision, ...]) -> Rate | None:
-    """The rate of the per-limit decision the combined one was taken from."""
-    for d in decisions:
-        if _decision_to_list(d) == list(item):
-            return d.rate
-    return None
 
 
 def row_id(algorithm: str, burst: int | None, rate: Rate) -> str:
@@ -171,19 +162,17 @@ def apply(request: StoreRequest, rows: dict[str, list[int]], now: int) -> StoreR
     if request.op == "check":
         result = check_all(algorithms, states, now, request.cost)
         new_states: list[Any] = list(result.states)
-        response = StoreResponse(result.decision, result.decisions)
-    elif request.op == "peek":
-        result = peek_all(algorithms, states, now, request.cost)
-        new_states = list(states)
-        response = StoreResponse(result.decision, result.decisions)
-    elif request.op == "refund":
-        new_states = list(refund_all(algorithms, states, now, request.cost))
-        result = peek_all(algorithms, new_states, now, 1)
-        response = StoreResponse(result.decision, result.decisions)
-    else:  # reset
-        new_states = [algorithm.reset() for algorithm in algorithms]
-        result = peek_all(algorithms, new_states, now, 1)
-        response = StoreResponse(result.decision, result.decisions)
+    else:
+        # peek answers for the request's cost; refund and reset for the next single request.
+        peek_cost = 1
+        if request.op == "peek":
+            new_states, peek_cost = list(states), request.cost
+        elif request.op == "refund":
+            new_states = list(refund_all(algorithms, states, now, request.cost))
+        else:  # reset
+            new_states = [algorithm.reset() for algorithm in algorithms]
+        result = peek_all(algorithms, new_states, now, peek_cost)
+    response = StoreResponse(result.decisions)
 
     writes: dict[str, tuple[list[int], int]] = {}
     deletes: list[str] = []
