@@ -25,6 +25,10 @@ class ConfigError(EdgeLimiterError, ValueError):
         super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
 
 
+class DurationError(EdgeLimiterError, ValueError):
+    """A duration such as ``"30s"`` or ``"5m"`` could not be parsed or is out of range."""
+
+
 class StateError(EdgeLimiterError, ValueError):
     """Stored limiter state could not be decoded (e.g. written by an incompatible version)."""
 

@@ -1,0 +1,96 @@
+"""Collecting config problems, so one error names every one of them with its place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .durations import parse_duration
+from .errors import DurationError
+
+
+class Problems:
+    """Problems found so far, each ``"<where>: <message>"``; warnings beside them."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.warnings: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        """Record a problem at ``where`` (e.g. ``"route 'login'.cache.ttl"``)."""
+        self.items.append(f"{where}: {message}")
+
+    def warn(self, where: str, message: str) -> None:
+        """Record something legal but probably not meant."""
+        self.warnings.append(f"{where}: {message}")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def is_int(value: object) -> bool:
+    """An int that is not a bool (TOML and JSON both have real booleans)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def unknown_fields(
+    raw: Mapping[str, Any], known: tuple[str, ...], where: str, problems: Problems
+) -> None:
+    """Report every field of ``raw`` that is not in ``known``."""
+    for name in sorted(set(raw) - set(known), key=str):
+        problems.add(f"{where}.{name}", f"unknown field (known: {', '.join(known)})")
+
+
+def table(value: object, where: str, problems: Problems) -> Mapping[str, Any] | None:
+    """``value`` if it is a table, else a problem and ``None``."""
+    if isinstance(value, Mapping):
+        return value
+    problems.add(where, f"must be a table, got {value!r}")
+    return None
+
+
+def boolean(raw: Mapping[str, Any], name: str, default: bool, where: str, problems: Problems) -> bool:
+    """The bool field ``name`` of ``raw``, or ``default``."""
+    value = raw.get(name, default)
+    if isinstance(value, bool):
+        return value
+    problems.add(f"{where}.{name}", f"must be true or false, got {value!r}")
+    return default
+
+
+def integer(
+    raw: Mapping[str, Any],
+    name: str,
+    default: int,
+    where: str,
+    problems: Problems,
+    *,
+    minimum: int,
+    maximum: int,
+) -> int:
+    """The int field ``name`` of ``raw`` within ``[minimum, maximum]``, or ``default``."""
+    value = raw.get(name, default)
+    if is_int(value) and minimum <= value <= maximum:
+        return int(value)
+    problems.add(f"{where}.{name}", f"must be an integer {minimum}..{maximum}, got {value!r}")
+    return default
+
+
+def duration(
+    raw: Mapping[str, Any],
+    name: str,
+    default_ms: int,
+    where: str,
+    problems: Problems,
+    *,
+    minimum_ms: int = 0,
+    maximum_ms: int | None = None,
+) -> int:
+    """The duration field ``name`` of ``raw`` (``"30s"``) in ms, or ``default_ms``."""
+    if name not in raw:
+        return default_ms
+    try:
+        return parse_duration(raw[name], minimum_ms=minimum_ms, maximum_ms=maximum_ms)
+    except DurationError as exc:
+        problems.add(f"{where}.{name}", str(exc))
+        return default_ms
