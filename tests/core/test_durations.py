@@ -38,7 +38,7 @@ def test_parses(text: str, ms: int) -> None:
         ("1.5s", "cannot parse"),
         ("30m1h", "larger units first"),
         ("1s1s", "larger units first"),
-        ("５s", "cannot parse"),  # fullwidth digit
+        ("\uff15s", "cannot parse"),  # fullwidth digit five
         (30, "must be a duration string"),
         (None, "must be a duration string"),
     ],
