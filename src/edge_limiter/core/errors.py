@@ -43,3 +43,7 @@ class KeySpecError(EdgeLimiterError, ValueError):
 
 class ProtocolError(EdgeLimiterError, ValueError):
     """A request to, or an answer from, the Durable Object is malformed."""
+
+
+class BulkheadError(EdgeLimiterError, RuntimeError):
+    """A bulkhead slot was released that was never acquired (a bug in the caller)."""

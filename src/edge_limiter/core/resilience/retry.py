@@ -1,0 +1,124 @@
+"""When to retry a call to an origin, and how often: settings, their parser, idempotency.
+
+Only a request that is safe to send twice is retried: one whose method is idempotent
+(RFC 9110 section 9.2.2), or one that holds an ``Idempotency-Key`` claim, which makes the
+gateway answer a duplicate from its record instead of running it again. A POST or PATCH
+without a claim is never retried: the first attempt may have taken effect even though its
+answer was lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import isfinite
+
+from ..validation import Problems, integer, table, unknown_fields
+from ..validation import duration as duration_field
+from .budget import DEFAULT_BUCKET_MS, DEFAULT_WINDOW_MS, RetryBudget
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+
+DEFAULT_ATTEMPTS = 3
+DEFAULT_BASE_MS = 100
+DEFAULT_CAP_MS = 2_000
+DEFAULT_BUDGET_RATIO = 0.2
+DEFAULT_MIN_PER_SECOND = 1
+
+MAX_ATTEMPTS = 10
+MAX_BACKOFF_MS = 60_000
+MAX_BUDGET_WINDOW_MS = 300_000
+MAX_MIN_PER_SECOND = 1_000
+
+_FIELDS = ("attempts", "base", "cap", "budget", "min_per_second", "budget_window")
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySettings:
+    """How a pool retries. ``attempts`` counts every attempt, the first included (1: never retry)."""
+
+    attempts: int = DEFAULT_ATTEMPTS
+    base_ms: int = DEFAULT_BASE_MS
+    cap_ms: int = DEFAULT_CAP_MS
+    budget_ratio: float = DEFAULT_BUDGET_RATIO
+    min_per_second: int = DEFAULT_MIN_PER_SECOND
+    budget_window_ms: int = DEFAULT_WINDOW_MS
+
+    def budget(self) -> RetryBudget:
+        """The retry budget these settings describe (buckets of one second)."""
+        return RetryBudget(
+            self.budget_ratio, self.min_per_second, self.budget_window_ms, DEFAULT_BUCKET_MS
+        )
+
+
+def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
+    """The retry table at ``where`` (``None``: all defaults); problems are recorded, never raised.
+
+    ``retry = { attempts = 3, base = "100ms", cap = "2s", budget = 0.2, min_per_second = 1,
+    budget_window = "10s" }``. A bad field is reported and replaced by its default.
+    """
+    if raw is None:
+        return RetrySettings()
+    fields = table(raw, where, problems)
+    if fields is None:
+        return RetrySettings()
+    unknown_fields(fields, _FIELDS, where, problems)
+    attempts = integer(
+        fields, "attempts", DEFAULT_ATTEMPTS, where, problems, minimum=1, maximum=MAX_ATTEMPTS
+    )
+    base = duration_field(
+        fields, "base", DEFAULT_BASE_MS, where, problems, minimum_ms=1, maximum_ms=MAX_BACKOFF_MS
+    )
+    cap = duration_field(
+        fields,
+        "cap",
+        max(DEFAULT_CAP_MS, base),
+        where,
+        problems,
+        minimum_ms=base,
+        maximum_ms=MAX_BACKOFF_MS,
+    )
+    ratio = fields.get("budget", DEFAULT_BUDGET_RATIO)
+    if (
+        isinstance(ratio, bool)
+        or not isinstance(ratio, (int, float))
+        or not isfinite(ratio)
+        or not 0 <= ratio <= 1
+    ):
+        problems.add(
+            f"{where}.budget",
+            f"must be a number 0..1 (the share of requests that may be retried), got {ratio!r}",
+        )
+        ratio = DEFAULT_BUDGET_RATIO
+    min_per_second = integer(
+        fields,
+        "min_per_second",
+        DEFAULT_MIN_PER_SECOND,
+        where,
+        problems,
+        minimum=0,
+        maximum=MAX_MIN_PER_SECOND,
+    )
+    window = duration_field(
+        fields,
+        "budget_window",
+        DEFAULT_WINDOW_MS,
+        where,
+        problems,
+        minimum_ms=DEFAULT_BUCKET_MS,
+        maximum_ms=MAX_BUDGET_WINDOW_MS,
+    )
+    if window % DEFAULT_BUCKET_MS:
+        problems.add(
+            f"{where}.budget_window", f"must be whole seconds, got {fields['budget_window']!r}"
+        )
+        window = DEFAULT_WINDOW_MS
+    return RetrySettings(attempts, base, cap, float(ratio), min_per_second, window)
+
+
+def is_idempotent(method: str, holds_idempotency_claim: bool) -> bool:
+    """Whether a request may be sent to the origin again after a failed attempt.
+
+    True for GET, HEAD, OPTIONS, PUT, DELETE and TRACE, and for any request holding an
+    ``Idempotency-Key`` claim; a POST, PATCH or other method without a claim never.
+    """
+    return holds_idempotency_claim or method.upper() in IDEMPOTENT_METHODS
