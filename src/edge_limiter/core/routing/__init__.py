@@ -1,0 +1,10 @@
+"""Routing to origins: pools of origins (and their parser) and the per-client order.
+
+============  ================================================================
+``origins``   ``Origin``, ``Pool``, ``HealthCheck`` and ``parse_pools``
+``geo``       ``ClientLocation`` and ``order_origins`` (country, continent,
+              distance, priority, name)
+============  ================================================================
+"""
+
+from __future__ import annotations
