@@ -47,3 +47,23 @@ class ProtocolError(EdgeLimiterError, ValueError):
 
 class BulkheadError(EdgeLimiterError, RuntimeError):
     """A bulkhead slot was released that was never acquired (a bug in the caller)."""
+
+
+class CacheEntryError(EdgeLimiterError, ValueError):
+    """A cached entry could not be encoded or decoded; the caller treats it as a miss."""
+
+
+class IdempotencyKeyError(EdgeLimiterError, ValueError):
+    """A request's ``Idempotency-Key`` header is missing or unusable.
+
+    ``code`` says which (``"missing"``, ``"empty"``, ``"too_long"``, ``"not_printable"``,
+    ``"malformed"``) so the gateway can answer a 400 whose detail is the message.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class IdempotencyRecordError(EdgeLimiterError, ValueError):
+    """A stored idempotency record could not be decoded (or encoded)."""

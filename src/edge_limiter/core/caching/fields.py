@@ -1,0 +1,75 @@
+"""HTTP field lists as plain data: ``(name, value)`` pairs looked up without regard to case.
+
+A response can carry a field more than once (``Set-Cookie`` above all), so responses are
+kept as ordered pairs. A request's fields may come as a mapping (as
+:class:`~edge_limiter.core.request.RequestView` has them) or as pairs; both are accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+#: A field's name or value as the platform gives them.
+FieldPairs = tuple[tuple[str, str], ...]
+#: What the functions here accept: a mapping (names in any case) or ``(name, value)`` pairs.
+Fields = Mapping[str, str] | Iterable[tuple[str, str]]
+
+#: RFC 9110 ``token``: the syntax of field names, methods and directive names.
+TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+#: RFC 9110 section 7.6.1: fields that describe one connection, never a stored response.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+
+def field_pairs(fields: Fields) -> FieldPairs:
+    """``fields`` as a tuple of ``(name, value)`` pairs, in their order."""
+    items = fields.items() if isinstance(fields, Mapping) else fields
+    return tuple((str(name), str(value)) for name, value in items)
+
+
+def field_values(fields: Fields, name: str) -> list[str]:
+    """Every value of the field ``name`` (case-insensitive), in order."""
+    wanted = name.lower()
+    return [value for key, value in field_pairs(fields) if key.lower() == wanted]
+
+
+def field_value(fields: Fields, name: str) -> str | None:
+    """The field ``name`` as one value (repeated lines joined with ``", "``), or ``None``."""
+    values = field_values(fields, name)
+    return ", ".join(values) if values else None
+
+
+def list_items(value: str | None) -> list[str]:
+    """The items of a comma-separated field value, whitespace trimmed, empty items dropped."""
+    if value is None:
+        return []
+    return [item.strip(" \t") for item in value.split(",") if item.strip(" \t")]
+
+
+def is_token(text: str) -> bool:
+    """Whether ``text`` is an RFC 9110 token (a valid field name or method)."""
+    return TOKEN_RE.match(text) is not None
+
+
+def without_hop_by_hop(fields: Fields) -> FieldPairs:
+    """``fields`` less the hop-by-hop fields and every field ``Connection`` names."""
+    pairs = field_pairs(fields)
+    named = {item.lower() for item in list_items(field_value(pairs, "connection"))}
+    return tuple(
+        (name, value)
+        for name, value in pairs
+        if name.lower() not in HOP_BY_HOP and name.lower() not in named
+    )

@@ -1,0 +1,310 @@
+"""When to read the cache, when to store a response, and for how long.
+
+The gateway asks :func:`lookup_decision` before it reads KV (and before rate limiting: a
+hit consumes no quota unless ``count_hits``), then :func:`store_decision` when the origin
+has answered a request that may be stored. Both only decide; the gateway does the I/O.
+
+This is a shared cache in front of one origin (RFC 9111) with two deliberate limits: it
+never revalidates (a response that must be revalidated is simply not stored) and it
+stores whole responses only (Range requests pass through). The route's ``ttl`` caps every
+lifetime: an origin can shorten how long a response is served, never lengthen it.
+
+KV is eventually consistent (writes reach other locations within about 60 s) and takes
+one write per second per key, so a store that fails is not an error: the next miss
+stores again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+
+from .cache_control import delta_seconds, parse_cache_control
+from .entry import Entry, storable_fields, vary_manifest
+from .fields import Fields, field_value, field_values, is_token, list_items
+from .keys import CACHEABLE_METHODS, normalize_vary
+from .limits import KV_MIN_EXPIRATION_TTL_S, MAX_STORED_FIELD_BYTES
+from .settings import CacheSettings
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class LookupReason(StrEnum):
+    """Why a request is (or is not) answered from, and stored into, the cache."""
+
+    CACHEABLE = "cacheable"
+    """Read the cache; a miss may be stored."""
+    CLIENT_NO_CACHE_IGNORED = "client_no_cache_ignored"
+    """The client asked to skip the cache, which the route does not allow: read as usual."""
+    HEAD = "head"
+    """Answered from the GET entry; a HEAD response has no body, so it is never stored."""
+    CLIENT_NO_STORE = "client_no_store"
+    """Read the cache, but the client asked that nothing be stored (``no-store``)."""
+    CLIENT_NO_CACHE = "client_no_cache"
+    """The client skipped the cache (the route allows it): a miss, rate limited like one."""
+    METHOD = "method"
+    """Only GET and HEAD are cached."""
+    AUTHORIZATION = "authorization"
+    """A request with credentials never meets a public entry."""
+    COOKIE = "cookie"
+    """A request with cookies never meets a public entry."""
+    RANGE = "range"
+    """Range requests go to the origin: entries are whole responses."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What to do with the cache for one request."""
+
+    read: bool
+    """Look the request up in KV."""
+    write: bool
+    """A response to it may be stored (subject to :func:`store_decision`)."""
+    reason: LookupReason
+
+    @property
+    def bypass(self) -> bool:
+        """Neither read nor written: the request goes straight on."""
+        return not self.read and not self.write
+
+
+def lookup_decision(method: str, request_headers: Fields, settings: CacheSettings) -> Lookup:
+    """Whether to read the cache for a request, and whether its response may be stored."""
+    method = method.upper()
+    if method not in CACHEABLE_METHODS:
+        return Lookup(False, False, LookupReason.METHOD)
+    if settings.scope == "public":
+        # A shared entry must never carry, or be handed to, one user's credentials.
+        if field_value(request_headers, "authorization") is not None:
+            return Lookup(False, False, LookupReason.AUTHORIZATION)
+        if field_value(request_headers, "cookie") is not None:
+            return Lookup(False, False, LookupReason.COOKIE)
+    if field_value(request_headers, "range") is not None:
+        return Lookup(False, False, LookupReason.RANGE)
+    head = method == "HEAD"
+    cache_control = field_value(request_headers, "cache-control")
+    directives = parse_cache_control(cache_control)
+    no_store = directives.no_store
+    wants_fresh = directives.no_cache or directives.max_age == 0
+    if cache_control is None:
+        # RFC 9111 section 5.4: Pragma counts only when Cache-Control is absent.
+        pragma = field_value(request_headers, "pragma")
+        wants_fresh = any(item.lower() == "no-cache" for item in list_items(pragma))
+    if wants_fresh and settings.allow_client_no_cache:
+        return Lookup(False, not head and not no_store, LookupReason.CLIENT_NO_CACHE)
+    if no_store:
+        return Lookup(True, False, LookupReason.CLIENT_NO_STORE)
+    if head:
+        return Lookup(True, False, LookupReason.HEAD)
+    if wants_fresh:
+        return Lookup(True, True, LookupReason.CLIENT_NO_CACHE_IGNORED)
+    return Lookup(True, True, LookupReason.CACHEABLE)
+
+
+class StoreReason(StrEnum):
+    """Why a response is (or is not) stored."""
+
+    STORED = "stored"
+    MEASURE_BODY = "measure_body"
+    """Store it if the body, once read, is at most ``max_bytes``."""
+    STATUS = "status"
+    NO_STORE = "no_store"
+    PRIVATE = "private"
+    NO_CACHE = "no_cache"
+    """``no-cache`` (or a bare ``Pragma: no-cache``): it must be revalidated, which we never do."""
+    SET_COOKIE = "set_cookie"
+    VARY_STAR = "vary_star"
+    VARY_INVALID = "vary_invalid"
+    NOT_FRESH = "not_fresh"
+    """The lifetime left after the origin's ``Age`` is zero or less."""
+    FIELDS_TOO_LARGE = "fields_too_large"
+    TOO_LARGE = "too_large"
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Whether to store a response, and until when to serve it."""
+
+    store: bool
+    reason: StoreReason
+    fresh_until: int = 0
+    stale_until: int = 0
+    initial_age_s: int = 0
+    vary: tuple[str, ...] = ()
+    """Request fields the response varies on: store a manifest and a variant."""
+    must_measure: bool = False
+    """The body's length is not known yet: store only if :func:`body_fits`."""
+
+
+def store_decision(
+    status: int,
+    response_headers: Fields,
+    body_length: int | None,
+    settings: CacheSettings,
+    now_ms: int,
+) -> Store:
+    """Whether the origin's response may be stored, and its fresh and stale deadlines.
+
+    ``body_length`` is ``None`` when the body has not been read; ``Content-Length`` then
+    decides, or the answer says the body must be measured first.
+    """
+    if status not in settings.statuses:
+        return Store(False, StoreReason.STATUS)
+    cache_control = field_value(response_headers, "cache-control")
+    directives = parse_cache_control(cache_control)
+    if directives.no_store:
+        return Store(False, StoreReason.NO_STORE)
+    if directives.private:
+        return Store(False, StoreReason.PRIVATE)
+    if directives.no_cache or (cache_control is None and _pragma_no_cache(response_headers)):
+        return Store(False, StoreReason.NO_CACHE)
+    if field_values(response_headers, "set-cookie"):
+        return Store(False, StoreReason.SET_COOKIE)
+
+    vary_items = list_items(field_value(response_headers, "vary"))
+    if "*" in vary_items:
+        return Store(False, StoreReason.VARY_STAR)
+    if not all(is_token(item) for item in vary_items):
+        return Store(False, StoreReason.VARY_INVALID)
+
+    age_s = _age(response_headers)
+    lifetime_ms = settings.ttl_ms
+    origin_ms = _origin_lifetime_ms(
+        directives.s_maxage, directives.max_age, response_headers, now_ms
+    )
+    if origin_ms is not None:
+        lifetime_ms = min(lifetime_ms, origin_ms - age_s * 1000)
+    if lifetime_ms <= 0:
+        return Store(False, StoreReason.NOT_FRESH)
+
+    stale_ms = settings.stale_if_error_ms
+    if directives.must_revalidate or directives.proxy_revalidate:
+        stale_ms = 0
+    elif directives.stale_if_error is not None:
+        # The origin's own stale-if-error (RFC 5861) narrows the route's window.
+        stale_ms = min(stale_ms, directives.stale_if_error * 1000)
+    elif directives.s_maxage is not None:
+        # RFC 9111 section 5.2.2.10: s-maxage means proxy-revalidate for a shared cache.
+        stale_ms = 0
+
+    fields = storable_fields(response_headers)
+    if len(json.dumps([list(pair) for pair in fields])) > MAX_STORED_FIELD_BYTES:
+        return Store(False, StoreReason.FIELDS_TOO_LARGE)
+
+    fresh_until = now_ms + lifetime_ms
+    decided = Store(
+        True,
+        StoreReason.STORED,
+        fresh_until=fresh_until,
+        stale_until=fresh_until + stale_ms,
+        initial_age_s=age_s,
+        vary=normalize_vary(vary_items),
+    )
+    length = body_length if body_length is not None else _content_length(response_headers)
+    if length is None:
+        return replace(decided, reason=StoreReason.MEASURE_BODY, must_measure=True)
+    if not body_fits(length, settings):
+        return Store(False, StoreReason.TOO_LARGE)
+    return decided
+
+
+def body_fits(length: int, settings: CacheSettings) -> bool:
+    """Whether a body of ``length`` bytes may be stored on this route."""
+    return 0 <= length <= settings.max_bytes
+
+
+def kv_expiration_ttl(stale_until: int, now_ms: int) -> int:
+    """The ``expirationTtl`` (seconds) to store an entry with.
+
+    It covers the fresh lifetime and the stale-if-error window, and is never below KV's
+    60 s minimum: a shorter freshness is enforced by the entry's own ``fresh_until``.
+    """
+    remaining_s = -(-(stale_until - now_ms) // 1000)
+    return max(KV_MIN_EXPIRATION_TTL_S, remaining_s)
+
+
+def response_entry(
+    store: Store, status: int, response_headers: Fields, body: bytes, now_ms: int
+) -> Entry:
+    """The entry to store for a response ``store`` allowed (fields filtered for storage)."""
+    if not store.store:
+        raise ValueError(f"the response is not to be stored ({store.reason})")
+    return Entry(
+        status=status,
+        headers=storable_fields(response_headers),
+        body=body,
+        stored_at=now_ms,
+        fresh_until=store.fresh_until,
+        stale_until=store.stale_until,
+        initial_age_s=store.initial_age_s,
+        vary=store.vary,
+    )
+
+
+def manifest_entry(store: Store, now_ms: int) -> Entry:
+    """The vary manifest to store at the base key with a response that varies.
+
+    It lives as long as the variant stored with it; once it is gone, the next miss stores
+    both again.
+    """
+    if not store.vary:
+        raise ValueError("a response without Vary needs no manifest")
+    return vary_manifest(store.vary, now_ms, store.fresh_until, store.stale_until)
+
+
+def _pragma_no_cache(headers: Fields) -> bool:
+    return any(item.lower() == "no-cache" for item in list_items(field_value(headers, "pragma")))
+
+
+def _age(headers: Fields) -> int:
+    """The origin's ``Age`` in seconds: its first member, or 0 when invalid (RFC 9111 5.1)."""
+    items = list_items(field_value(headers, "age"))
+    return delta_seconds(items[0]) if items else 0
+
+
+def _origin_lifetime_ms(
+    s_maxage: int | None, max_age: int | None, headers: Fields, now_ms: int
+) -> int | None:
+    """The origin's freshness lifetime: s-maxage, else max-age, else Expires less Date.
+
+    Without a valid ``Date`` the lifetime runs from ``now_ms``. An invalid ``Expires``
+    (such as ``"0"``) means already expired (RFC 9111 section 5.3).
+    """
+    if s_maxage is not None:
+        return s_maxage * 1000
+    if max_age is not None:
+        return max_age * 1000
+    expires = field_value(headers, "expires")
+    if expires is None:
+        return None
+    expires_ms = _http_date_ms(expires)
+    if expires_ms is None:
+        return 0
+    date_ms = _http_date_ms(field_value(headers, "date") or "")
+    # Expires less Date is immune to skew between the origin's clock and ours.
+    return expires_ms - (date_ms if date_ms is not None else now_ms)
+
+
+def _http_date_ms(value: str) -> int | None:
+    """An HTTP-date in epoch milliseconds, or ``None`` when it cannot be parsed."""
+    try:
+        parsed = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return (parsed - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _content_length(headers: Fields) -> int | None:
+    """``Content-Length`` when it is one valid number (repeats must agree), else ``None``."""
+    items = set(list_items(field_value(headers, "content-length")))
+    if len(items) != 1:
+        return None
+    (value,) = items
+    if not value.isascii() or not value.isdigit() or len(value) > 15:
+        return None
+    return int(value)

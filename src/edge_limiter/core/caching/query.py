@@ -1,0 +1,86 @@
+"""Canonical query strings: two queries an origin must read alike give the same text.
+
+A query is split on ``&`` into parameters and each parameter on its first ``=`` into a
+name and a value. ``?a`` and ``?a=`` stay apart (the value is absent in one and empty in the
+other), empty parameters (``a=1&&b=2``) are dropped and repeated parameters are kept.
+
+Each name and value is normalised only in ways RFC 3986 section 6.2.2 calls equivalent:
+hex digits of an escape are upper-cased, escapes of unreserved characters are decoded
+(``%41`` is ``A``), and characters a URL parser would escape anyway (spaces, non-ASCII) are
+escaped as UTF-8. Everything an origin may read differently stays apart: ``+`` and ``%2B``
+and ``%20``, ``=`` and ``%3D``, ``'`` and ``%27``. A part with a malformed escape (``%zz``) is
+kept exactly as sent; normalised parts never contain one, so the two kinds never meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .settings import ALL_PARAMS
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# What a WHATWG URL parser leaves unescaped in a query: unreserved, sub-delims, ":@/?".
+_RAW_OK = _UNRESERVED | frozenset("!$&'()*+,;=:@/?")
+_HEX = frozenset("0123456789ABCDEFabcdef")
+
+#: One parameter: its normalised name and value (``None``: no ``=`` at all).
+Param = tuple[str, str | None]
+
+
+def normalize_part(text: str) -> str:
+    """One name or value in normal form (see the module docstring)."""
+    if not _well_formed(text):
+        return text
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "%":
+            pair = text[index + 1 : index + 3]
+            decoded = chr(int(pair, 16))
+            out.append(decoded if decoded in _UNRESERVED else "%" + pair.upper())
+            index += 3
+            continue
+        if char in _RAW_OK:
+            out.append(char)
+        else:
+            out.extend(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+        index += 1
+    return "".join(out)
+
+
+def query_params(query: str) -> list[Param]:
+    """The parameters of ``query`` (without the leading ``?``), normalised, in their order."""
+    params: list[Param] = []
+    for item in query.split("&"):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        params.append((normalize_part(name), normalize_part(value) if sep else None))
+    return params
+
+
+def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
+    """``query`` normalised, without the ``ignore``d names, sorted by name then value.
+
+    ``ignore`` names are compared in normal form, so ``utm_source`` also drops
+    ``utm%5Fsource``; ``"*"`` among them drops the whole query.
+    """
+    ignored = {normalize_part(name) for name in ignore}
+    if ALL_PARAMS in ignored:
+        return ""
+    kept = [param for param in query_params(query) if param[0] not in ignored]
+    # An absent value sorts before an empty one: the two must stay distinct, and ordered.
+    kept.sort(key=lambda param: (param[0], param[1] is not None, param[1] or ""))
+    return "&".join(name if value is None else f"{name}={value}" for name, value in kept)
+
+
+def _well_formed(text: str) -> bool:
+    """Whether every ``%`` in ``text`` starts an escape of two hex digits."""
+    index = text.find("%")
+    while index != -1:
+        pair = text[index + 1 : index + 3]
+        if len(pair) != 2 or not set(pair) <= _HEX:
+            return False
+        index = text.find("%", index + 3)
+    return True

@@ -1,0 +1,320 @@
+"""Cache decisions: when to read, when to store, and lifetimes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge_limiter.core.caching.entry import decode_entry, encode_entry
+from edge_limiter.core.caching.policy import (
+    Lookup,
+    LookupReason,
+    Store,
+    StoreReason,
+    body_fits,
+    kv_expiration_ttl,
+    lookup_decision,
+    manifest_entry,
+    response_entry,
+    store_decision,
+)
+from edge_limiter.core.caching.settings import CacheSettings
+
+NOW = 1_700_000_000_000
+PUBLIC = CacheSettings(ttl_ms=300_000)
+KEYED = CacheSettings(ttl_ms=300_000, scope="key")
+ALLOWING = CacheSettings(ttl_ms=300_000, allow_client_no_cache=True)
+STALE = CacheSettings(ttl_ms=300_000, stale_if_error_ms=600_000)
+
+
+# --- lookup ------------------------------------------------------------------------------
+
+
+def test_plain_get_reads_and_may_store() -> None:
+    assert lookup_decision("GET", {}, PUBLIC) == Lookup(True, True, LookupReason.CACHEABLE)
+    assert lookup_decision("get", {"accept": "*/*"}, PUBLIC).reason == LookupReason.CACHEABLE
+
+
+def test_head_reads_the_get_entry_but_never_stores() -> None:
+    assert lookup_decision("HEAD", {}, PUBLIC) == Lookup(True, False, LookupReason.HEAD)
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "QUERY"])
+def test_other_methods_bypass(method: str) -> None:
+    lookup = lookup_decision(method, {}, PUBLIC)
+    assert lookup.bypass and lookup.reason == LookupReason.METHOD
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({"Authorization": "Bearer x"}, LookupReason.AUTHORIZATION),
+        ({"authorization": ""}, LookupReason.AUTHORIZATION),
+        ({"Cookie": "session=1"}, LookupReason.COOKIE),
+        ([("cookie", "a=1"), ("cookie", "b=2")], LookupReason.COOKIE),
+    ],
+)
+def test_credentials_never_meet_a_public_entry(headers: object, reason: LookupReason) -> None:
+    lookup = lookup_decision("GET", headers, PUBLIC)  # type: ignore[arg-type]
+    assert lookup.bypass and lookup.reason == reason
+    assert lookup_decision("HEAD", headers, PUBLIC).bypass  # type: ignore[arg-type]
+
+
+def test_credentials_are_fine_with_a_keyed_entry() -> None:
+    headers = {"authorization": "Bearer x", "cookie": "a=1"}
+    assert lookup_decision("GET", headers, KEYED) == Lookup(True, True, LookupReason.CACHEABLE)
+
+
+def test_range_requests_pass_through() -> None:
+    lookup = lookup_decision("GET", {"range": "bytes=0-99"}, PUBLIC)
+    assert lookup.bypass and lookup.reason == LookupReason.RANGE
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"cache-control": "no-cache"},
+        {"Cache-Control": "max-age=0"},
+        {"cache-control": "NO-CACHE, max-stale"},
+        {"pragma": "no-cache"},
+    ],
+)
+def test_client_no_cache_is_ignored_unless_allowed(headers: dict[str, str]) -> None:
+    assert lookup_decision("GET", headers, PUBLIC) == Lookup(
+        True, True, LookupReason.CLIENT_NO_CACHE_IGNORED
+    )
+    assert lookup_decision("GET", headers, ALLOWING) == Lookup(
+        False, True, LookupReason.CLIENT_NO_CACHE
+    )
+    assert lookup_decision("HEAD", headers, ALLOWING) == Lookup(
+        False, False, LookupReason.CLIENT_NO_CACHE
+    )
+
+
+def test_pragma_counts_only_without_cache_control() -> None:
+    headers = {"pragma": "no-cache", "cache-control": "max-age=60"}
+    assert lookup_decision("GET", headers, ALLOWING).reason == LookupReason.CACHEABLE
+
+
+def test_a_client_max_age_above_zero_is_not_a_bypass() -> None:
+    lookup = lookup_decision("GET", {"cache-control": "max-age=10"}, ALLOWING)
+    assert lookup.reason == LookupReason.CACHEABLE
+
+
+def test_client_no_store_reads_but_stores_nothing() -> None:
+    headers = {"cache-control": "no-store"}
+    assert lookup_decision("GET", headers, PUBLIC) == Lookup(
+        True, False, LookupReason.CLIENT_NO_STORE
+    )
+    both = {"cache-control": "no-store, no-cache"}
+    assert lookup_decision("GET", both, ALLOWING) == Lookup(
+        False, False, LookupReason.CLIENT_NO_CACHE
+    )
+
+
+# --- store -------------------------------------------------------------------------------
+
+
+def decide(
+    headers: list[tuple[str, str]] | dict[str, str],
+    status: int = 200,
+    length: int | None = 10,
+    cache: CacheSettings = PUBLIC,
+) -> Store:
+    return store_decision(status, headers, length, cache, NOW)
+
+
+def test_plain_200_is_stored_for_the_route_ttl() -> None:
+    store = decide({"content-type": "text/plain"})
+    assert store == Store(True, StoreReason.STORED, NOW + 300_000, NOW + 300_000)
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({"cache-control": "no-store"}, StoreReason.NO_STORE),
+        ({"cache-control": "public, max-age=60, no-store"}, StoreReason.NO_STORE),
+        ({"cache-control": "private"}, StoreReason.PRIVATE),
+        ({"cache-control": 'private="x-user"'}, StoreReason.PRIVATE),
+        ({"cache-control": "no-cache"}, StoreReason.NO_CACHE),
+        ({"cache-control": 'no-cache="set-cookie"'}, StoreReason.NO_CACHE),
+        ({"pragma": "no-cache"}, StoreReason.NO_CACHE),
+        ({"set-cookie": "a=1"}, StoreReason.SET_COOKIE),
+        ({"Set-Cookie": ""}, StoreReason.SET_COOKIE),
+        ({"vary": "*"}, StoreReason.VARY_STAR),
+        ({"vary": "accept, *"}, StoreReason.VARY_STAR),
+        ({"vary": "accept, bad header"}, StoreReason.VARY_INVALID),
+        ({"cache-control": "max-age=0"}, StoreReason.NOT_FRESH),
+        ({"cache-control": "max-age=bogus"}, StoreReason.NOT_FRESH),
+        ({"cache-control": "max-age=60", "age": "60"}, StoreReason.NOT_FRESH),
+        ({"cache-control": "s-maxage=0, max-age=60"}, StoreReason.NOT_FRESH),
+        ({"expires": "0"}, StoreReason.NOT_FRESH),
+        ({"expires": "Thu, 01 Jan 1970 00:00:00 GMT"}, StoreReason.NOT_FRESH),
+        ({"content-length": "2000000"}, StoreReason.TOO_LARGE),
+        ({"x-big": "x" * 30_000}, StoreReason.FIELDS_TOO_LARGE),
+    ],
+)
+def test_not_stored(headers: dict[str, str], reason: StoreReason) -> None:
+    store = decide(headers, length=None)
+    assert not store.store
+    assert store.reason == reason
+
+
+def test_pragma_is_ignored_when_cache_control_is_present() -> None:
+    assert decide({"pragma": "no-cache", "cache-control": "max-age=60"}).store
+
+
+@pytest.mark.parametrize("status", [201, 202, 206, 302, 304, 400, 404, 500, 503])
+def test_statuses_outside_the_route_list_are_not_stored(status: int) -> None:
+    store = decide({}, status=status)
+    assert not store.store and store.reason == StoreReason.STATUS
+
+
+def test_error_statuses_are_stored_when_listed() -> None:
+    cache = CacheSettings(ttl_ms=60_000, statuses=(200, 404))
+    assert decide({}, status=404, cache=cache).store
+
+
+def test_origin_max_age_shortens_the_ttl_but_never_lengthens_it() -> None:
+    assert decide({"cache-control": "max-age=60"}).fresh_until == NOW + 60_000
+    assert decide({"cache-control": "max-age=86400"}).fresh_until == NOW + 300_000
+
+
+def test_s_maxage_wins_over_max_age() -> None:
+    store = decide({"cache-control": "max-age=10, s-maxage=100"})
+    assert store.fresh_until == NOW + 100_000
+    store = decide({"cache-control": "max-age=100, s-maxage=10"})
+    assert store.fresh_until == NOW + 10_000
+
+
+def test_the_origin_age_is_subtracted_and_carried() -> None:
+    store = decide({"cache-control": "max-age=100", "age": "30"})
+    assert store.fresh_until == NOW + 70_000
+    assert store.initial_age_s == 30
+
+
+def test_an_invalid_age_is_ignored_and_a_list_uses_its_first_member() -> None:
+    assert decide({"cache-control": "max-age=100", "age": "soon"}).fresh_until == NOW + 100_000
+    assert decide({"cache-control": "max-age=100", "age": "10, 50"}).fresh_until == NOW + 90_000
+
+
+def test_expires_is_honoured_without_max_age() -> None:
+    headers = {"date": "Sun, 06 Nov 1994 08:49:37 GMT", "expires": "Sun, 06 Nov 1994 08:50:37 GMT"}
+    assert decide(headers).fresh_until == NOW + 60_000
+    headers["cache-control"] = "max-age=120"
+    assert decide(headers).fresh_until == NOW + 120_000
+
+
+def test_expires_without_date_counts_from_now() -> None:
+    # NOW is 2023-11-14T22:13:20Z.
+    store = decide({"expires": "Tue, 14 Nov 2023 22:14:20 GMT"})
+    assert store.fresh_until == NOW + 60_000
+
+
+def test_stale_if_error_window() -> None:
+    store = decide({}, cache=STALE)
+    assert (store.fresh_until, store.stale_until) == (NOW + 300_000, NOW + 900_000)
+    narrowed = decide({"cache-control": "max-age=60, stale-if-error=30"}, cache=STALE)
+    assert narrowed.stale_until == NOW + 90_000
+    for forbids in ("max-age=60, must-revalidate", "max-age=60, proxy-revalidate", "s-maxage=60"):
+        store = decide({"cache-control": forbids}, cache=STALE)
+        assert store.stale_until == store.fresh_until == NOW + 60_000
+    allowed = decide({"cache-control": "s-maxage=60, stale-if-error=100"}, cache=STALE)
+    assert allowed.stale_until == NOW + 160_000
+
+
+def test_vary_names_are_normalised() -> None:
+    store = decide({"vary": "Accept-Language, accept-encoding,ACCEPT-LANGUAGE"})
+    assert store.store and store.vary == ("accept-encoding", "accept-language")
+
+
+def test_body_length_decides_then_content_length_then_measuring() -> None:
+    small = CacheSettings(ttl_ms=60_000, max_bytes=100)
+    assert decide({}, length=100, cache=small).store
+    assert decide({}, length=101, cache=small).reason == StoreReason.TOO_LARGE
+    assert decide({"content-length": "100"}, length=None, cache=small).store
+    assert decide({"content-length": "101"}, length=None, cache=small).reason == (
+        StoreReason.TOO_LARGE
+    )
+    for unknown in ({}, {"content-length": "ten"}, {"content-length": "1, 2"}):
+        store = decide(unknown, length=None, cache=small)
+        assert store.store and store.must_measure and store.reason == StoreReason.MEASURE_BODY
+    assert decide({"content-length": "5, 5"}, length=None, cache=small).reason == (
+        StoreReason.STORED
+    )
+    # A known body length wins over a Content-Length that disagrees.
+    assert decide({"content-length": "5000"}, length=10, cache=small).store
+    assert body_fits(100, small) and not body_fits(101, small)
+
+
+def test_kv_expiration_covers_fresh_and_stale_and_is_at_least_a_minute() -> None:
+    assert kv_expiration_ttl(NOW + 1_000, NOW) == 60
+    assert kv_expiration_ttl(NOW + 60_001, NOW) == 61
+    assert kv_expiration_ttl(NOW + 900_000, NOW) == 900
+    assert kv_expiration_ttl(NOW - 5_000, NOW) == 60
+
+
+def test_entries_built_from_a_decision() -> None:
+    headers = [
+        ("Content-Type", "text/plain"),
+        ("Vary", "Accept"),
+        ("Age", "3"),
+        ("Connection", "close, x-trace"),
+        ("X-Trace", "abc"),
+        ("Transfer-Encoding", "chunked"),
+        ("Content-Length", "5"),
+    ]
+    store = decide(headers, length=5, cache=STALE)
+    entry = response_entry(store, 200, headers, b"hello", NOW)
+    assert entry.headers == (("Content-Type", "text/plain"), ("Vary", "Accept"))
+    # Without an origin lifetime the route's ttl runs from now; Age is carried, not subtracted.
+    assert (entry.stored_at, entry.fresh_until, entry.stale_until) == (
+        NOW,
+        NOW + 300_000,
+        NOW + 900_000,
+    )
+    assert entry.initial_age_s == 3 and entry.vary == ("accept",)
+    manifest = manifest_entry(store, NOW)
+    assert manifest.manifest and manifest.vary == ("accept",) and manifest.body == b""
+    assert decode_entry(encode_entry(entry)) == entry
+    assert decode_entry(encode_entry(manifest)) == manifest
+    with pytest.raises(ValueError, match="not to be stored"):
+        response_entry(decide({"cache-control": "no-store"}), 200, {}, b"", NOW)
+    with pytest.raises(ValueError, match="no manifest"):
+        manifest_entry(decide({}), NOW)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    max_age=st.one_of(st.none(), st.integers(0, 10**7)),
+    s_maxage=st.one_of(st.none(), st.integers(0, 10**7)),
+    age=st.one_of(st.none(), st.integers(0, 10**7)),
+    ttl_s=st.integers(1, 10**5),
+    stale_s=st.integers(0, 10**5),
+)
+def test_lifetime_is_never_longer_than_the_ttl_or_the_origin_allows(
+    max_age: int | None, s_maxage: int | None, age: int | None, ttl_s: int, stale_s: int
+) -> None:
+    directives = []
+    if max_age is not None:
+        directives.append(f"max-age={max_age}")
+    if s_maxage is not None:
+        directives.append(f"s-maxage={s_maxage}")
+    headers = {"cache-control": ", ".join(directives)} if directives else {}
+    if age is not None:
+        headers["age"] = str(age)
+    cache = CacheSettings(ttl_ms=ttl_s * 1000, stale_if_error_ms=stale_s * 1000)
+    store = decide(headers, cache=cache)
+    origin = s_maxage if s_maxage is not None else max_age
+    remaining = None if origin is None else origin - (age or 0)
+    if remaining is not None and remaining <= 0:
+        assert not store.store and store.reason == StoreReason.NOT_FRESH
+        return
+    assert store.store
+    lifetime = store.fresh_until - NOW
+    assert 0 < lifetime <= ttl_s * 1000
+    if remaining is not None:
+        assert lifetime == min(ttl_s, remaining) * 1000
+    assert store.fresh_until <= store.stale_until <= store.fresh_until + stale_s * 1000
+    assert kv_expiration_ttl(store.stale_until, NOW) * 1000 >= store.stale_until - NOW
