@@ -293,7 +293,7 @@ def identity(inputs: KeyInput) -> tuple[object, ...]:
 @PROPERTY
 @given(st.lists(key_inputs, min_size=2, max_size=8))
 def test_base_keys_are_injective(inputs: list[KeyInput]) -> None:
-    keys = {}
+    keys: dict[tuple[object, ...], set[str]] = {}
     for item in inputs:
         made = make_key(item)
         assert len(made.encode("utf-8")) <= 512

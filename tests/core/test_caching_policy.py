@@ -145,6 +145,7 @@ def test_plain_200_is_stored_for_the_route_ttl() -> None:
         ({"vary": "*"}, StoreReason.VARY_STAR),
         ({"vary": "accept, *"}, StoreReason.VARY_STAR),
         ({"vary": "accept, bad header"}, StoreReason.VARY_INVALID),
+        ({"vary": "accept\n"}, StoreReason.VARY_INVALID),
         ({"cache-control": "max-age=0"}, StoreReason.NOT_FRESH),
         ({"cache-control": "max-age=bogus"}, StoreReason.NOT_FRESH),
         ({"cache-control": "max-age=60", "age": "60"}, StoreReason.NOT_FRESH),

@@ -16,7 +16,7 @@ FieldPairs = tuple[tuple[str, str], ...]
 Fields = Mapping[str, str] | Iterable[tuple[str, str]]
 
 #: RFC 9110 ``token``: the syntax of field names, methods and directive names.
-TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 #: RFC 9110 section 7.6.1: fields that describe one connection, never a stored response.
 HOP_BY_HOP = frozenset(
@@ -61,7 +61,7 @@ def list_items(value: str | None) -> list[str]:
 
 def is_token(text: str) -> bool:
     """Whether ``text`` is an RFC 9110 token (a valid field name or method)."""
-    return TOKEN_RE.match(text) is not None
+    return TOKEN_RE.fullmatch(text) is not None
 
 
 def without_hop_by_hop(fields: Fields) -> FieldPairs:
