@@ -1,0 +1,55 @@
+"""The fingerprint of a request: what must match for a retry to replay a stored response.
+
+A key reused with a different request is a client error (422 in the IETF draft), so the
+fingerprint covers the method, path, query (parameters in canonical order, as the cache
+orders them), the body's SHA-256 and the values of the route's ``fingerprint_headers``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+
+from ..caching.query import canonical_query
+
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+_OWS = " \t"
+
+
+def fingerprint(
+    method: str,
+    path: str,
+    query: str,
+    body_sha256_hex: str,
+    *,
+    headers: Mapping[str, str],
+    names: Iterable[str],
+) -> str:
+    """The hex SHA-256 of an unambiguous (JSON) encoding of the request's identity.
+
+    ``query`` is the raw query without ``?``. ``names`` are the header names to include
+    (any case); a header that is absent is encoded apart from one that is empty, and
+    values are trimmed of surrounding whitespace.
+    """
+    if not _SHA256_HEX.fullmatch(body_sha256_hex):
+        raise ValueError(f"body_sha256_hex must be 64 hex digits, got {body_sha256_hex!r}")
+    lowered = {str(name).lower(): str(value) for name, value in headers.items()}
+    fields: list[list[str | None]] = []
+    for name in sorted({name.lower() for name in names}):
+        value = lowered.get(name)
+        fields.append([name, None if value is None else value.strip(_OWS)])
+    encoded = json.dumps(
+        [
+            "fp-v1",
+            method.upper(),
+            path,
+            canonical_query(query),
+            body_sha256_hex.lower(),
+            fields,
+        ],
+        ensure_ascii=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(encoded.encode("ascii")).hexdigest()

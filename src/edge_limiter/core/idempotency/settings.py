@@ -1,0 +1,173 @@
+"""A route's idempotency settings, and their strict parser.
+
+In the config a route honours ``Idempotency-Key`` with a table::
+
+    idempotency = { mode = "required", retention = "24h", lock_timeout = "30s",
+                    fingerprint_headers = ["content-type"], methods = ["POST", "PATCH"],
+                    store_5xx = false, max_bytes = 1048576 }
+
+Every field is optional. The parser records every problem in a
+:class:`~edge_limiter.core.validation.Problems` and never raises; a bad field takes its
+default, so the rest of the route is still checked in the same pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..caching.fields import is_token
+from ..validation import Problems, boolean, duration, integer, table, unknown_fields
+
+MIB = 1024 * 1024
+MODES = ("required", "optional")
+DEFAULT_MODE = "optional"
+DEFAULT_RETENTION_MS = 24 * 3_600_000
+DEFAULT_LOCK_TIMEOUT_MS = 30_000
+DEFAULT_METHODS = ("PATCH", "POST")
+DEFAULT_MAX_BYTES = 1 * MIB
+#: A record lives in one row of a SQLite-backed Durable Object (at most 2 MB) with its body
+#: in base64 (4 bytes per 3): 1.25 MiB of body leaves room for the fields.
+MAX_BODY_BYTES = MIB + MIB // 4
+MIN_RETENTION_MS = 60_000
+MAX_RETENTION_MS = 30 * 86_400_000
+MIN_LOCK_TIMEOUT_MS = 1_000
+MAX_LOCK_TIMEOUT_MS = 15 * 60_000
+#: Safe methods change nothing, so a key on them protects nothing.
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
+
+_FIELDS = (
+    "mode",
+    "retention",
+    "lock_timeout",
+    "fingerprint_headers",
+    "methods",
+    "store_5xx",
+    "max_bytes",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencySettings:
+    """How one route treats ``Idempotency-Key``."""
+
+    mode: str = DEFAULT_MODE
+    """``"required"``: a request without a key is refused (400); ``"optional"``: passed on."""
+    retention_ms: int = DEFAULT_RETENTION_MS
+    """How long a completed response is replayed for its key."""
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+    """How long a claim holds before another request may take it over.
+
+    Set it above the origin's timeout: a holder whose lock has run out cannot store its
+    response any more.
+    """
+    fingerprint_headers: tuple[str, ...] = ()
+    """Request fields (lower case) that, with method, path, query and body, identify a request."""
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    """The methods the key applies to (upper case)."""
+    store_5xx: bool = False
+    """Whether a 5xx from the origin is stored and replayed (else the claim is released)."""
+    max_bytes: int = DEFAULT_MAX_BYTES
+    """The largest body stored; a larger one is recorded as too large, without the body."""
+
+    @property
+    def required(self) -> bool:
+        """Whether a request without a key is refused."""
+        return self.mode == "required"
+
+    def applies_to(self, method: str) -> bool:
+        """Whether requests with ``method`` are subject to the key."""
+        return method.upper() in self.methods
+
+    def stores_status(self, status: int) -> bool:
+        """Whether a response with ``status`` completes the record (else: release the claim)."""
+        return self.store_5xx or not 500 <= status <= 599
+
+
+def parse_idempotency(raw: object, where: str, problems: Problems) -> IdempotencySettings | None:
+    """The settings in ``raw`` (a route's ``idempotency`` table), or ``None`` when absent.
+
+    ``where`` names the table in problems, e.g. ``"route 'payments'.idempotency"``.
+    """
+    if raw is None:
+        return None
+    data = table(raw, where, problems)
+    if data is None:
+        return None
+    unknown_fields(data, _FIELDS, where, problems)
+
+    mode = data.get("mode", DEFAULT_MODE)
+    if mode not in MODES:
+        problems.add(f"{where}.mode", f"must be 'required' or 'optional', got {mode!r}")
+        mode = DEFAULT_MODE
+
+    return IdempotencySettings(
+        mode=mode,
+        retention_ms=duration(
+            data,
+            "retention",
+            DEFAULT_RETENTION_MS,
+            where,
+            problems,
+            minimum_ms=MIN_RETENTION_MS,
+            maximum_ms=MAX_RETENTION_MS,
+        ),
+        lock_timeout_ms=duration(
+            data,
+            "lock_timeout",
+            DEFAULT_LOCK_TIMEOUT_MS,
+            where,
+            problems,
+            minimum_ms=MIN_LOCK_TIMEOUT_MS,
+            maximum_ms=MAX_LOCK_TIMEOUT_MS,
+        ),
+        fingerprint_headers=_names(
+            data.get("fingerprint_headers", []),
+            f"{where}.fingerprint_headers",
+            problems,
+            kind="header name",
+            default=(),
+        ),
+        methods=_names(
+            data.get("methods", list(DEFAULT_METHODS)),
+            f"{where}.methods",
+            problems,
+            kind="method",
+            default=DEFAULT_METHODS,
+        ),
+        store_5xx=boolean(data, "store_5xx", False, where, problems),
+        max_bytes=integer(
+            data,
+            "max_bytes",
+            DEFAULT_MAX_BYTES,
+            where,
+            problems,
+            minimum=1,
+            maximum=MAX_BODY_BYTES,
+        ),
+    )
+
+
+def _names(
+    value: object, where: str, problems: Problems, *, kind: str, default: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A list of header names (lower-cased) or methods (upper-cased), sorted, each once."""
+    if not isinstance(value, list):
+        problems.add(where, f"must be a list of {kind}s, got {value!r}")
+        return default
+    names: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not is_token(item):
+            problems.add(f"{where}[{index}]", f"must be a {kind} (an HTTP token), got {item!r}")
+            continue
+        name = item.upper() if kind == "method" else item.lower()
+        if name in names:
+            problems.warn(f"{where}[{index}]", f"names {name!r} twice")
+            continue
+        if kind == "method" and name in SAFE_METHODS:
+            problems.warn(f"{where}[{index}]", f"{name} is a safe method: a key protects nothing")
+        names.append(name)
+    if kind == "method" and not value:
+        problems.add(where, "must name at least one method")
+    if kind == "method" and not names:
+        return default
+    return tuple(sorted(names))
