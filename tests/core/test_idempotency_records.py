@@ -17,8 +17,8 @@ from edge_limiter.core.idempotency.records import (
     decode_record,
     encode_record,
     idle_at,
-    inspect,
     is_live,
+    peek,
     release,
     stored_response,
 )
@@ -161,15 +161,15 @@ def test_a_deleted_record_starts_again_above_every_earlier_token(clock: FakeCloc
     assert second.token > first.token
 
 
-def test_inspect(clock: FakeClock) -> None:
-    assert inspect(None, clock.now) == ClaimResult(Outcome.ABSENT)
+def test_peek(clock: FakeClock) -> None:
+    assert peek(None, clock.now) == ClaimResult(Outcome.ABSENT)
     first, record = claim(None, "fp", clock.now, LOCK)
-    assert inspect(record, clock.now + 1) == ClaimResult(
+    assert peek(record, clock.now + 1) == ClaimResult(
         Outcome.IN_FLIGHT, first.token, retry_after_ms=LOCK - 1
     )
-    assert inspect(record, clock.now + LOCK).outcome == Outcome.ABSENT
+    assert peek(record, clock.now + LOCK).outcome == Outcome.ABSENT
     _, done = complete(record, first.token, OK, clock.now, RETAIN)
-    assert inspect(done, clock.now) == ClaimResult(Outcome.COMPLETED, first.token, response=OK)
+    assert peek(done, clock.now) == ClaimResult(Outcome.COMPLETED, first.token, response=OK)
 
 
 def test_bad_durations_are_programming_errors(clock: FakeClock) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-#: A field's name or value as the platform gives them.
+#: Fields as ordered ``(name, value)`` pairs, repeats kept.
 FieldPairs = tuple[tuple[str, str], ...]
 #: What the functions here accept: a mapping (names in any case) or ``(name, value)`` pairs.
 Fields = Mapping[str, str] | Iterable[tuple[str, str]]

@@ -25,7 +25,7 @@ from .records import (
     decode_record,
     encode_record,
     idle_at,
-    inspect,
+    peek,
     release,
     response_from_json,
     response_to_json,
@@ -172,7 +172,7 @@ def apply_call(call: IdempotencyCall, record: Record | None, now: int) -> tuple[
         done, new = release(record, call.token, now)
         answer = _from_result(done)
     else:  # get
-        answer, new = _from_claim(inspect(record, now)), record
+        answer, new = _from_claim(peek(record, now)), record
     return answer.to_json(), new
 
 

@@ -23,8 +23,8 @@ new claim's token is ``max(previous token + 1, now)``. Within a record that make
 strictly increasing, and it keeps them increasing across a deletion too: a record is only
 deletable once ``now`` has passed its token (``idle_at`` is at least ``token + 1``), so a
 fresh record's first token (``now`` or later) is above every token the deleted one gave
-out, and an old holder's token can never match a later claim. (This assumes the Durable
-Object's clock does not step back by more than the time between two claims of a key.)
+out, and an old holder's token can never match a later claim. (Across a deletion this
+relies on the Durable Object's clock not stepping back.)
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ Record = InFlight | Completed
 
 
 class Outcome(StrEnum):
-    """What a step did, or what :func:`inspect` found."""
+    """What a step did, or what :func:`peek` found."""
 
     CLAIMED = "claimed"
     """The caller holds the claim: forward the request, then complete or release."""
@@ -87,13 +87,13 @@ class Outcome(StrEnum):
     REPLAY = "replay"
     """Answer with the stored response."""
     COMPLETED = "completed"
-    """The response is stored (or, from :func:`inspect`, a response is stored)."""
+    """The response is stored (or, from :func:`peek`, a response is stored)."""
     RELEASED = "released"
     """The claim was given back; the next request with the key is forwarded."""
     REFUSED = "refused"
     """The caller's token is not the live claim's: nothing changed."""
     ABSENT = "absent"
-    """No live record (from :func:`inspect`)."""
+    """No live record (from :func:`peek`)."""
 
 
 #: The status to answer a request whose claim came back with this outcome.
@@ -183,7 +183,7 @@ def release(record: Record | None, token: int, now: int) -> tuple[Result, Record
     return Result(Outcome.RELEASED), InFlight(held.fingerprint, token, now, held.created_at)
 
 
-def inspect(record: Record | None, now: int) -> ClaimResult:
+def peek(record: Record | None, now: int) -> ClaimResult:
     """What a request would find, without claiming: ``ABSENT``, ``IN_FLIGHT`` or ``COMPLETED``."""
     if record is None or not is_live(record, now):
         return ClaimResult(Outcome.ABSENT)
