@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from workers import DurableObject  # type: ignore[import-not-found]
+from workers import DurableObject
 
 from edge_limiter.core.protocol import StoreRequest, apply, row_id
 
@@ -46,7 +46,7 @@ class RateLimiter(DurableObject):  # type: ignore[misc]
     async def decide(self, payload: str) -> str:
         """Run one store request (check, peek, refund or reset) and answer it."""
         request = StoreRequest.from_json(str(payload))
-        ids = [row_id(request.algorithm, request.burst, rate) for rate in request.rates]
+        ids = [row_id(request.algorithm, limit) for limit in request.limits]
         rows = self._rows(ids)
         result = apply(request, rows, _now_ms())
         for rid, (state, idle_at) in result.writes.items():

@@ -13,7 +13,6 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from urllib.parse import urlsplit
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -25,18 +24,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
-        url = urlsplit(self.path)
+        # The request target exactly as received: never parsed as a URL, so "//x" stays a path.
+        path, _, query = self.path.partition("?")
         status = 200
-        parts = url.path.strip("/").split("/")
+        parts = path.strip("/").split("/")
         if len(parts) == 2 and parts[0] == "status" and parts[1].isdigit():
             status = int(parts[1])
-        self.server.record(self.command, url.path)
+        self.server.record(self.command, path)
         payload = json.dumps(
             {
                 "origin": self.server.name,
                 "method": self.command,
-                "path": url.path,
-                "query": url.query,
+                "path": path,
+                "query": query,
                 "headers": {k.lower(): v for k, v in self.headers.items()},
                 "body_bytes": len(body),
             }
@@ -57,6 +57,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _OriginServer(ThreadingHTTPServer):
     daemon_threads = True
+    # One thread per connection; a deep listen backlog so bursts of hundreds of new
+    # connections never wait for SYN retransmits (the default backlog is 5).
+    request_queue_size = 1024
 
     def __init__(self, name: str, port: int) -> None:
         super().__init__(("127.0.0.1", port), _Handler)

@@ -1,8 +1,16 @@
-"""``scripts/dev``: the gateway on localhost, in front of local demo origins.
+"""``scripts/dev``: the gateway on localhost, on real local workerd.
 
-Reads the example config from ``wrangler.toml`` (``[vars.EDGE_LIMITER]``), points every
-origin it names at a demo origin on loopback (one per distinct origin URL), builds the
-Worker and runs it on real local workerd with persisted Durable Object and KV state.
+By default it runs the project's own config (``edge-limiter.toml``, or the
+``EDGE_LIMITER`` var of ``wrangler.toml``) with the compatibility date, flags, vars and
+bindings ``wrangler.toml`` gives production, in front of local demo origins (one echo
+server per origin URL the config names). Your own config in front of your own backend::
+
+    scripts/dev --config my-limits.toml --origin https://api.example.com=http://127.0.0.1:3000
+    scripts/dev --env staging --origin default=http://localhost:8080
+
+``--origin NAME=URL`` sends the origin NAME (its URL as written in the config, its host,
+or ``default`` for the top-level ``origin``) to URL; origins not mapped go to demo origins.
+Counters persist under ``.local/dev/`` (``--fresh`` forgets them).
 """
 
 from __future__ import annotations
@@ -12,73 +20,179 @@ import os
 import shutil
 import signal
 import sys
-import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from build_worker import build  # noqa: E402
+from build_worker import BUNDLED_MODULE, build  # noqa: E402
 from demo_origin import DemoOrigin  # noqa: E402
 from local_gateway import LocalGateway  # noqa: E402
+from project_config import (  # noqa: E402
+    CONFIG_VAR,
+    ProjectConfigError,
+    bundled_module,
+    check_project,
+    config_file,
+    deployment,
+    read_toml,
+)
 
 
-def local_config(config: dict[str, Any], origins: dict[str, DemoOrigin]) -> dict[str, Any]:
-    """``config`` with each origin URL replaced by its demo origin's loopback URL."""
+def rewrite_origins(document: Any, local: Callable[[str, bool], str]) -> Any:
+    """``document`` (a config, with any ``env`` tables) with every origin URL replaced.
 
-    def demo_for(url: str) -> str:
-        if url not in origins:
-            origins[url] = DemoOrigin(name=url)
-        return origins[url].url
-
-    out = dict(config)
-    if "origin" in out:
-        out["origin"] = demo_for(out["origin"])
-    routes = []
-    for raw_route in out.get("routes", []):
-        route = dict(raw_route)
-        if "origin" in route:
-            route["origin"] = demo_for(route["origin"])
-        routes.append(route)
-    out["routes"] = routes
+    ``local(url, is_default)`` gives the URL to use instead.
+    """
+    if not isinstance(document, dict):
+        return document
+    out = dict(document)
+    if isinstance(out.get("origin"), str):
+        out["origin"] = local(out["origin"], True)
+    if isinstance(out.get("routes"), list):
+        out["routes"] = [
+            {**route, "origin": local(route["origin"], False)}
+            if isinstance(route, dict) and isinstance(route.get("origin"), str)
+            else route
+            for route in out["routes"]
+        ]
+    if isinstance(out.get("env"), dict):
+        out["env"] = {name: rewrite_origins(table, local) for name, table in out["env"].items()}
     return out
+
+
+def parse_mappings(values: list[str]) -> dict[str, str]:
+    """``NAME=URL`` pairs; raises SystemExit with a clear message on a malformed one."""
+    mappings: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        parts = urlsplit(url)
+        if not sep or not name or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SystemExit(
+                f"--origin {value!r}: expected NAME=URL, e.g. default=http://127.0.0.1:3000"
+            )
+        mappings[name] = url.rstrip("/")
+    return mappings
+
+
+class OriginMap:
+    """Decides where each configured origin goes locally: a mapping, or a demo origin."""
+
+    def __init__(self, mappings: dict[str, str]) -> None:
+        self.mappings = mappings
+        self.used: set[str] = set()
+        self.demos: dict[str, DemoOrigin] = {}
+        self.routes: dict[str, str] = {}
+
+    def __call__(self, url: str, is_default: bool) -> str:
+        host = urlsplit(url).netloc
+        for name in (url, url.rstrip("/"), host, "default" if is_default else None):
+            if name is not None and name in self.mappings:
+                self.used.add(name)
+                self.routes[url] = self.mappings[name]
+                return self.mappings[name]
+        if url not in self.demos:
+            self.demos[url] = DemoOrigin(name=url)
+        self.routes[url] = self.demos[url].url
+        return self.demos[url].url
+
+    def stop(self) -> None:
+        for demo in self.demos.values():
+            demo.stop()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8787, help="gateway port (default 8787)")
-    parser.add_argument("--config", default=str(ROOT / "wrangler.toml"), help="wrangler config")
+    parser.add_argument(
+        "--wrangler", type=Path, default=ROOT / "wrangler.toml", help="wrangler config"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="gateway config file (default: edge-limiter.toml beside the wrangler config)",
+    )
+    parser.add_argument("--env", default=None, help="a wrangler environment, as --env for wrangler")
+    parser.add_argument(
+        "--origin",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="send origin NAME (URL, host or 'default') to URL; repeatable",
+    )
     parser.add_argument("--fresh", action="store_true", help="forget persisted counters first")
     args = parser.parse_args()
+    mappings = parse_mappings(args.origin)
 
-    wrangler = tomllib.loads(Path(args.config).read_text())
-    config = wrangler.get("vars", {}).get("EDGE_LIMITER")
-    if not isinstance(config, dict):
-        print(f"{args.config} has no [vars.EDGE_LIMITER] table", file=sys.stderr)
+    check = check_project(args.wrangler, args.config)
+    for warning in check.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if check.problems:
+        print("the config is invalid:", file=sys.stderr)
+        for problem in check.problems:
+            print(f"  - {problem}", file=sys.stderr)
         return 2
+    try:
+        dep = deployment(read_toml(args.wrangler), args.env)
+        file = config_file(args.wrangler, args.config)
+    except ProjectConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
     # EDGE_LIMITER_DEV_STATE lets tests keep their state out of the project's .local/.
     persist = Path(os.environ.get("EDGE_LIMITER_DEV_STATE") or ROOT / ".local" / "dev")
     if args.fresh:
         shutil.rmtree(persist, ignore_errors=True)
-    worker_dir = ROOT / "build" / "worker"
-    build(worker_dir)
+    worker_dir = ROOT / "build" / "dev-worker"
+    origins = OriginMap(mappings)
+    overrides: dict[str, Any] = {}
+    try:
+        build(worker_dir)
+        if file is not None:
+            # The same path as production: the config file bundled as a module.
+            document = rewrite_origins(read_toml(file), origins)
+            (worker_dir / BUNDLED_MODULE).write_text(bundled_module(document, file.name))
+        else:
+            overrides[CONFIG_VAR] = rewrite_origins(dep.vars[CONFIG_VAR], origins)
+        unused = sorted(set(mappings) - origins.used)
+        if unused:
+            print(f"--origin: the config names no origin {', '.join(unused)}", file=sys.stderr)
+            return 2
+        gateway = LocalGateway(
+            worker_dir, overrides, deployment=dep, persist_dir=persist, port=args.port
+        )
+        return serve(gateway, origins, persist, file)
+    finally:
+        origins.stop()
 
-    origins: dict[str, DemoOrigin] = {}
-    vars_ = {"EDGE_LIMITER": local_config(config, origins)}
-    gateway = LocalGateway(worker_dir, vars_, persist_dir=persist, port=args.port)
+
+def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path | None) -> int:
     try:
         gateway.start()
         url = gateway.url
-        print(f"\nedge-limiter is running on {url} (local workerd, Pyodide 0.28.2)")
-        for original, demo in origins.items():
-            print(f"  origin {original} -> demo origin {demo.url}")
+        where = file.name if file is not None else f"vars.{CONFIG_VAR}"
+        print(
+            f"\nedge-limiter is running on {url} (local workerd, Pyodide 0.28.2, config: {where})"
+        )
+        env = gateway.deployment.env
+        print(
+            f"  compatibility date {gateway.runtime.get('compatibilityDate')}"
+            + (f", env {env}" if env else "")
+        )
+        for original, local in origins.routes.items():
+            kind = "demo origin" if original in origins.demos else "your origin"
+            print(f"  origin {original} -> {kind} {local}")
         print(f"  counters persist in {persist}/ (--fresh forgets them)\n")
-        print("Try:")
+        print("Try (with the example config):")
         print(
             f"  curl -i -X POST {url}/v1/login            # 5/minute per IP (sliding_log); 6th is 429"
         )
-        print(f"  curl -i -H 'x-api-key: k1' {url}/v1/search   # token bucket, burst 20, 10/s")
+        print(f"  curl -i -X POST {url}//v1/%6cogin         # the same route: paths are canonical")
+        print(f"  curl -i -H 'x-api-key: k1' {url}/v1/search   # token bucket: 20 at once, 10/s")
         print(f"  curl -i {url}/v1/tenants/acme/items         # gcra keyed on tenant + IP")
         print(f"  curl -i -X POST {url}/v1/reports          # cost 10 of 60/minute")
         print(f"  curl -i {url}/v1/catalog/shoes             # shadow: counted, never blocked")
@@ -93,8 +207,6 @@ def main() -> int:
         print("\nstopping", file=sys.stderr)
     finally:
         gateway.stop()
-        for origin in origins.values():
-            origin.stop()
     return 0
 
 

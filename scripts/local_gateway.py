@@ -7,6 +7,11 @@ waits for its `READY <url>` line, and stops it (and workerd with it) on exit::
         httpx.get(gateway.url + "/...")
         gateway.restart()  # same persist dir and port: state survives
 
+The runtime gets what production gets: the compatibility date and flags, the vars and the
+Durable Object and KV bindings of the project's ``wrangler.toml`` (or of the ``deployment``
+given, e.g. ``deployment(read_toml(path), "staging")``); ``vars`` are laid over the
+deployment's. ``gateway.runtime`` then holds what the Worker saw from inside.
+
 Standard library only; runs under CPython 3.11+.
 """
 
@@ -29,10 +34,19 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+from project_config import Deployment, deployment, read_toml  # noqa: E402
+
 LAUNCHER = REPO / "scripts" / "local_runtime" / "launch.mjs"
 DEFAULT_WORKER_DIR = REPO / "build" / "worker"
 
 BrokenMode = Literal["throw", "hang"]
+
+
+def project_deployment(env: str | None = None) -> Deployment:
+    """The settings of the project's own wrangler.toml (``env``: one of its environments)."""
+    return deployment(read_toml(REPO / "wrangler.toml"), env)
 
 
 class LocalGatewayError(RuntimeError):
@@ -44,14 +58,16 @@ class LocalGateway:
 
     Args:
         worker_dir: the built Worker dir (entry.py, edge_limiter/, durable_objects/).
-        vars: env vars of the Worker; dicts and lists become JSON bindings.
+        vars: env vars laid over the deployment's; dicts and lists become JSON bindings.
+        deployment: the wrangler settings to run with; default: the top level of the
+            project's wrangler.toml.
         persist_dir: where Durable Object (SQLite) and KV state persist; None keeps it in
             memory for the life of one start.
         port: 0 picks a free port on the first start; restart() keeps the port.
-        durable_objects: {binding: Python class}; default {"RATE_LIMITER": "RateLimiter"}.
-        kv_namespaces: default ["CACHE"].
+        durable_objects: {binding: Python class}; default: the deployment's.
+        kv_namespaces: default: the deployment's.
         broken_durable_objects: TEST ONLY, {binding: "throw" | "hang"}.
-        compatibility_date: the date workerd runs the host Worker with; None: launch.mjs default.
+        compatibility_date: default: the deployment's.
         extra_spec: further launch.mjs spec fields (see its header), merged last.
         boot_timeout: seconds to wait for READY.
         echo_stderr: copy the runtime's stderr (the Worker's console) to this stderr.
@@ -62,6 +78,7 @@ class LocalGateway:
         worker_dir: str | os.PathLike[str] = DEFAULT_WORKER_DIR,
         vars: Mapping[str, Any] | None = None,
         *,
+        deployment: Deployment | None = None,
         persist_dir: str | os.PathLike[str] | None = None,
         port: int = 0,
         host: str = "127.0.0.1",
@@ -74,23 +91,25 @@ class LocalGateway:
         echo_stderr: bool = False,
         node: str | None = None,
     ) -> None:
+        dep = deployment if deployment is not None else project_deployment()
+        self.deployment = dep
         self._spec: dict[str, Any] = {
             "workerDir": str(Path(worker_dir).resolve()),
             "host": host,
             "port": port,
-            "vars": dict(vars or {}),
+            "compatibilityDate": compatibility_date or dep.compatibility_date,
+            "compatibilityFlags": list(dep.compatibility_flags),
+            "vars": {**dep.vars, **(vars or {})},
+            "durableObjects": dict(
+                durable_objects if durable_objects is not None else dep.durable_objects
+            ),
+            "kvNamespaces": list(kv_namespaces if kv_namespaces is not None else dep.kv_namespaces),
             "exitOnStdinEnd": True,
         }
         if persist_dir is not None:
             self._spec["persistDir"] = str(Path(persist_dir).resolve())
-        if durable_objects is not None:
-            self._spec["durableObjects"] = dict(durable_objects)
-        if kv_namespaces is not None:
-            self._spec["kvNamespaces"] = list(kv_namespaces)
         if broken_durable_objects:
             self._spec["brokenDurableObjects"] = dict(broken_durable_objects)
-        if compatibility_date is not None:
-            self._spec["compatibilityDate"] = compatibility_date
         self._spec.update(extra_spec or {})
         self._boot_timeout = boot_timeout
         self._echo_stderr = echo_stderr
@@ -102,6 +121,8 @@ class LocalGateway:
         self._readers: list[threading.Thread] = []
         self._spec_dir: str | None = None
         self.boot_seconds: float | None = None
+        self.runtime: dict[str, Any] = {}
+        """What the Worker was given, as seen from inside it (launch.mjs's RUNTIME line)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -214,7 +235,10 @@ class LocalGateway:
         assert self._process is not None and self._process.stdout is not None
         for line in self._process.stdout:
             text = line.rstrip("\n")
-            if not self._ready.is_set() and text.startswith("READY "):
+            if text.startswith("RUNTIME "):
+                with contextlib.suppress(ValueError):
+                    self.runtime = json.loads(text.removeprefix("RUNTIME "))
+            elif not self._ready.is_set() and text.startswith("READY "):
                 self._url = text.removeprefix("READY ").strip().rstrip("/")
                 self._ready.set()
             else:

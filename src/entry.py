@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers import WorkerEntrypoint  # type: ignore[import-not-found]
+from workers import WorkerEntrypoint
 
 from durable_objects.rate_limiter import RateLimiter
-from edge_limiter.worker import handle_fetch
+from edge_limiter.platform.worker import handle_fetch
 
 __all__ = ["Default", "RateLimiter"]
 
 
 class Default(WorkerEntrypoint):  # type: ignore[misc]
-    """The gateway: every request goes through :func:`edge_limiter.worker.handle_fetch`."""
+    """The gateway: every request goes through :func:`edge_limiter.platform.worker.handle_fetch`."""
 
     async def fetch(self, request: Any) -> Any:
-        return await handle_fetch(request, self.env)
+        return await handle_fetch(request, self.env, self.ctx)

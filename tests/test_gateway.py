@@ -1,9 +1,5 @@
-"""The gateway flow on CPython, with an in-memory store that runs the real protocol.
-
-The store below does what the Durable Object does (load rows, ``apply``, write back) with
-an injected clock, so routing, keys, shadow mode and failure policies are checked here
-without the runtime; tests/e2e runs the same flow on real workerd.
-"""
+"""The gateway's whole request path on CPython: canonical paths, routing, the rate-limit
+stage, failure policies and the origin, over fakes of every port."""
 
 from __future__ import annotations
 
@@ -12,56 +8,20 @@ from typing import Any
 
 import pytest
 
-from edge_limiter.core.config import parse_config
-from edge_limiter.core.protocol import StoreRequest, apply
-from edge_limiter.core.request import RequestView
-from edge_limiter.gateway import Gateway, Verdict
+from edge_limiter.core.http.messages import Headers, Response
+from edge_limiter.gateway import OriginRequest
 
-
-class MemoryStore:
-    """Durable Objects in a dict: one row table per object name."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000
-        self.objects: dict[str, dict[str, list[int]]] = {}
-        self.calls: list[str] = []
-
-    async def call(self, name: str, payload: str) -> str:
-        self.calls.append(name)
-        rows = self.objects.setdefault(name, {})
-        result = apply(StoreRequest.from_json(payload), rows, self.now)
-        for rid, (state, _idle) in result.writes.items():
-            rows[rid] = state
-        for rid in result.deletes:
-            rows.pop(rid, None)
-        return result.response.to_json()
-
-
-class FailingStore:
-    async def call(self, name: str, payload: str) -> str:
-        raise RuntimeError("Durable Object reset")
-
-
-class HangingStore:
-    async def call(self, name: str, payload: str) -> str:
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
-
-def gateway(store: Any, *routes: dict[str, Any], **top: Any) -> Gateway:
-    raw = {"origin": "http://origin.test", "routes": list(routes), **top}
-    return Gateway(parse_config(raw), store)
-
-
-def req(
-    path: str = "/v1/x", method: str = "GET", ip: str = "198.51.100.7", **kw: Any
-) -> RequestView:
-    return RequestView(method=method, path=path, host="api.test", client_ip=ip, **kw)
-
-
-def decide(gw: Gateway, request: RequestView) -> Verdict:
-    return asyncio.run(gw.decide(request))
-
+from .fakes import (
+    FailingStore,
+    FakeOrigin,
+    HangingStore,
+    body_json,
+    hanging,
+    harness,
+    request,
+    timing_out,
+    unreachable,
+)
 
 ROUTE = {
     "name": "api",
@@ -69,92 +29,204 @@ ROUTE = {
     "limits": "3/minute",
     "algorithm": "sliding_log",
 }
+LOGIN = {
+    "name": "login",
+    "match": {"path": "/v1/login", "methods": ["POST"]},
+    "limits": "3/hour",
+    "algorithm": "sliding_log",
+}
+
+
+def headers_of(response: Response) -> dict[str, str]:
+    return dict(response.headers.items())
 
 
 def test_allows_up_to_the_limit_then_429_with_headers_and_problem_body() -> None:
-    store = MemoryStore()
-    gw = gateway(store, ROUTE)
-    verdicts = [decide(gw, req()) for _ in range(4)]
-    assert [v.action for v in verdicts] == ["forward", "forward", "forward", "respond"]
-    assert [dict(v.headers)["X-RateLimit-Remaining"] for v in verdicts] == ["2", "1", "0", "0"]
-    denied = verdicts[-1]
-    assert denied.status == 429
-    headers = dict(denied.headers)
-    assert headers["Retry-After"] == "60"
-    assert headers["RateLimit-Policy"] == '"3-per-minute";q=3;w=60'
-    assert denied.body is not None
-    assert denied.body["violated-policies"] == ["3-per-minute"]
-    store.now += 60_000
-    assert decide(gw, req()).action == "forward"
+    h = harness(ROUTE)
+    answers = [h.send(request()) for _ in range(4)]
+    assert [a.status for a in answers] == [200, 200, 200, 429]
+    remaining = [a.headers.get("x-ratelimit-remaining") for a in answers]
+    assert remaining == ["2", "1", "0", "0"]
+    denied = answers[-1]
+    headers = headers_of(denied)
+    assert headers["content-type"] == "application/problem+json"
+    assert headers["retry-after"] == "60"
+    assert headers["ratelimit-policy"] == '"3-per-minute";q=3;w=60'
+    body = body_json(denied)
+    assert body["violated-policies"] == ["3-per-minute"]
+    assert body["code"] == "rate_limited" and body["instance"] == "/v1/x"
+    assert len(h.origin.sent) == 3  # the denied request never reached the origin
+    h.clock.advance(60_000)
+    assert h.send(request()).status == 200
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["//v1/login", "///v1/login", "/v1/%6cogin", "/v1/log%69n", "/v1/./login", "/v1/x/../login"],
+)
+def test_no_spelling_of_a_path_dodges_its_route(spelling: str) -> None:
+    h = harness(LOGIN, ROUTE)
+    for _ in range(3):
+        assert h.send(request("/v1/login", "POST")).status == 200
+    answer = h.send(request(spelling, "POST"))
+    assert answer.status == 429
+    assert {sent.path for sent in h.origin.sent} == {"/v1/login"}
+
+
+def test_the_origin_gets_exactly_the_canonical_path_it_was_counted_on() -> None:
+    h = harness(LOGIN, ROUTE)
+    h.send(request("//v1/%6cogin", "POST", query="a=1&b=%2F"))
+    (sent,) = h.origin.sent
+    assert sent.url == "http://origin.test/v1/login?a=1&b=%2F"
+    assert sent.method == "POST"
+
+
+@pytest.mark.parametrize("path", ["/v1/a%2fb", "/v1/a%5Cb", "/v1/%00", "/v1/%zz", "/../v1/x"])
+def test_paths_without_a_canonical_form_get_400_and_are_never_forwarded(path: str) -> None:
+    h = harness(ROUTE)
+    answer = h.send(request(path))
+    assert answer.status == 400
+    body = body_json(answer)
+    assert body["code"] == "bad_path" and "canonical form" in body["detail"]
+    assert h.origin.sent == [] and h.store.calls == []
+
+
+def test_path_parameters_key_on_the_decoded_canonical_segment() -> None:
+    tenant = {
+        "name": "tenant",
+        "match": {"path": "/t/{tenant}/*"},
+        "limits": "2/hour",
+        "key": "path:tenant",
+    }
+    h = harness(tenant)
+    assert h.send(request("/t/acme/x")).status == 200
+    assert h.send(request("/t/%61cme/y")).status == 200
+    assert h.send(request("//t/acme/z")).status == 429
+    assert h.send(request("/t/other/z")).status == 200
+
+
+def test_a_trailing_dot_or_default_port_does_not_skip_a_host_route() -> None:
+    hosted = {**LOGIN, "match": {**LOGIN["match"], "host": "api.example.test"}}
+    h = harness(hosted)
+    hosts = ["api.example.test", "api.example.test.", "API.Example.Test:443", "api.example.test"]
+    statuses = [h.send(request("/v1/login", "POST", host=host)).status for host in hosts]
+    assert statuses == [200, 200, 200, 429]
+
+
+def test_case_insensitive_routes_share_one_counter() -> None:
+    folded = {**LOGIN, "match": {**LOGIN["match"], "case_insensitive": True}}
+    h = harness(folded)
+    for path in ("/v1/login", "/V1/LOGIN", "/v1/Login"):
+        assert h.send(request(path, "POST")).status == 200
+    assert h.send(request("/V1/login", "POST")).status == 429
+    # The origin sees the path as sent (canonical, case kept): it folds case itself.
+    assert [sent.path for sent in h.origin.sent] == ["/v1/login", "/V1/LOGIN", "/v1/Login"]
+
+
+def test_matrix_parameters_stripped_when_configured_and_never_forwarded() -> None:
+    h = harness(LOGIN, paths={"matrix_params": "strip"})
+    for _ in range(3):
+        h.send(request("/v1/login;jsessionid=abc", "POST"))
+    assert h.send(request("/v1/login", "POST")).status == 429
+    assert {sent.path for sent in h.origin.sent} == {"/v1/login"}
+    rejecting = harness(LOGIN, paths={"matrix_params": "reject"})
+    assert rejecting.send(request("/v1/login;x", "POST")).status == 400
 
 
 def test_keys_are_independent_and_forwarded_for_is_ignored() -> None:
-    store = MemoryStore()
-    gw = gateway(store, ROUTE)
+    h = harness(ROUTE)
     for _ in range(3):
-        decide(gw, req(headers={"x-forwarded-for": "10.0.0.1"}))
-    spoofed = decide(gw, req(headers={"x-forwarded-for": "10.9.9.9"}))
-    assert spoofed.status == 429
-    assert decide(gw, req(ip="198.51.100.8")).action == "forward"
-    assert len(set(store.calls)) == 2
+        h.send(request(headers={"x-forwarded-for": "10.0.0.1"}))
+    assert h.send(request(headers={"x-forwarded-for": "10.9.9.9"})).status == 429
+    assert h.send(request(ip="198.51.100.8")).status == 200
+    assert len(set(h.store.calls)) == 2
+
+
+def test_an_ambiguous_key_value_is_a_400_naming_it() -> None:
+    keyed = {**ROUTE, "key": "query:api_key"}
+    h = harness(keyed)
+    answer = h.send(request(query="api_key=victim&api_key=mine"))
+    assert answer.status == 400
+    body = body_json(answer)
+    assert body["code"] == "ambiguous_key" and "'api_key'" in body["detail"]
+    assert h.origin.sent == []
 
 
 def test_unmatched_requests_pass_without_a_store_call() -> None:
-    store = MemoryStore()
-    verdict = decide(gateway(store, ROUTE), req(path="/health"))
-    assert verdict.action == "forward" and verdict.origin == "http://origin.test"
-    assert verdict.headers == [] and store.calls == []
+    h = harness(ROUTE)
+    answer = h.send(request("/health"))
+    assert answer.status == 200 and "x-ratelimit-limit" not in answer.headers
+    assert h.store.calls == [] and h.origin.sent[0].url == "http://origin.test/health"
 
 
 def test_unmatched_without_default_origin_is_a_clear_404() -> None:
-    route = {**ROUTE, "origin": "http://only.test"}
-    verdict = decide(Gateway(parse_config({"routes": [route]}), MemoryStore()), req(path="/x"))
-    assert verdict.status == 404 and verdict.body is not None
-    assert "No route matches GET /x" in verdict.body["detail"]
+    h = harness({**ROUTE, "origin": "http://only.test"}, origin=None)
+    answer = h.send(request("/x"))
+    assert answer.status == 404
+    assert "No route matches GET /x" in body_json(answer)["detail"]
+    assert h.send(request("/v1/x")).status == 200
+    assert h.origin.sent[0].url == "http://only.test/v1/x"
 
 
 def test_shadow_route_counts_but_never_blocks() -> None:
-    store = MemoryStore()
-    gw = gateway(store, {**ROUTE, "shadow": True})
-    verdicts = [decide(gw, req()) for _ in range(5)]
-    assert all(v.action == "forward" for v in verdicts)
-    last = dict(verdicts[-1].headers)
-    assert last["X-EdgeLimiter-Reason"] == "shadow"
-    assert last["X-RateLimit-Remaining"] == "0"
-    assert "Retry-After" not in last
-    assert verdicts[-1].log is not None and verdicts[-1].log["event"] == "shadow_limited"
+    h = harness({**ROUTE, "shadow": True})
+    answers = [h.send(request()) for _ in range(5)]
+    assert all(a.status == 200 for a in answers)
+    last = headers_of(answers[-1])
+    assert last["x-edgelimiter-reason"] == "shadow"
+    assert last["x-ratelimit-remaining"] == "0"
+    assert "retry-after" not in last
+    assert len(h.events("shadow_limited")) == 2
 
 
 def test_multiple_limits_and_cost() -> None:
-    store = MemoryStore()
     route = {**ROUTE, "limits": "4/second; 6/minute", "algorithm": "fixed_window", "cost": 2}
-    gw = gateway(store, route)
-    assert [decide(gw, req()).action for _ in range(3)] == ["forward", "forward", "respond"]
-    store.now += 1_000  # the second limit (4/s) refills, the minute one does not
-    third = decide(gw, req())
-    assert third.action == "forward"
-    assert dict(third.headers)["X-RateLimit-Remaining"] == "0"
-    fourth = decide(gw, req())
-    assert fourth.status == 429 and fourth.body is not None
-    assert fourth.body["violated-policies"] == ["6-per-minute"]
+    h = harness(route)
+    assert [h.send(request()).status for _ in range(3)] == [200, 200, 429]
+    h.clock.advance(1_000)  # the 4/s limit starts again, the minute one does not
+    third = h.send(request())
+    assert third.status == 200 and third.headers.get("x-ratelimit-remaining") == "0"
+    fourth = h.send(request())
+    assert fourth.status == 429
+    assert body_json(fourth)["violated-policies"] == ["6-per-minute"]
+
+
+def test_headers_describe_what_each_limit_really_admits() -> None:
+    search = {
+        "name": "search",
+        "match": {"path": "/v1/search"},
+        "limits": "10/second; 1000/hour",
+        "algorithm": "token_bucket",
+        "burst": 20,
+    }
+    h = harness(search)
+    first = headers_of(h.send(request("/v1/search")))
+    assert first["x-ratelimit-limit"] == "20"
+    assert first["x-ratelimit-remaining"] == "19"
+    assert first["ratelimit-policy"] == (
+        '"10-per-second-burst-20";q=20;w=2, "1000-per-hour";q=1000;w=3600'
+    )
+    assert first["ratelimit"].endswith('"1000-per-hour";r=999;t=4')
 
 
 @pytest.mark.parametrize("store", [FailingStore(), HangingStore()])
 def test_fail_open_forwards_with_a_signal(store: Any) -> None:
-    gw = gateway(store, ROUTE, store_timeout_ms=20)
-    verdict = decide(gw, req())
-    assert verdict.action == "forward"
-    assert dict(verdict.headers)["X-EdgeLimiter-Reason"] == "store_unavailable"
-    assert verdict.log is not None and verdict.log["event"] == "store_unavailable"
+    h = harness(ROUTE, store=store, store_timeout_ms=20)
+    answer = h.send(request())
+    assert answer.status == 200
+    assert answer.headers.get("x-edgelimiter-reason") == "store_unavailable"
+    assert h.events("store_unavailable")[0]["policy"] == "open"
 
 
 @pytest.mark.parametrize("store", [FailingStore(), HangingStore()])
 def test_fail_closed_answers_503(store: Any) -> None:
-    gw = gateway(store, {**ROUTE, "on_store_error": "closed"}, store_timeout_ms=20)
-    verdict = decide(gw, req())
-    assert verdict.status == 503
-    assert verdict.body is not None and "fail closed" in verdict.body["detail"]
-    assert dict(verdict.headers)["X-EdgeLimiter-Reason"] == "store_unavailable"
+    h = harness({**ROUTE, "on_store_error": "closed"}, store=store, store_timeout_ms=20)
+    answer = h.send(request())
+    assert answer.status == 503
+    assert "fail closed" in body_json(answer)["detail"]
+    assert answer.headers.get("x-edgelimiter-reason") == "store_unavailable"
+    assert answer.headers.get("retry-after") == "1"
+    assert h.origin.sent == []
 
 
 def test_garbage_from_the_store_follows_the_failure_policy() -> None:
@@ -162,6 +234,50 @@ def test_garbage_from_the_store_follows_the_failure_policy() -> None:
         async def call(self, name: str, payload: str) -> str:
             return "not json"
 
-    verdict = decide(gateway(Garbage(), {**ROUTE, "on_store_error": "closed"}), req())
-    assert verdict.status == 503
-    assert verdict.log is not None and verdict.log["cause"].startswith("protocol")
+    h = harness({**ROUTE, "on_store_error": "closed"}, store=Garbage())
+    assert h.send(request()).status == 503
+    assert h.events("store_unavailable")[0]["cause"].startswith("protocol")
+
+
+def test_an_origin_timeout_is_a_504_and_a_network_failure_a_502() -> None:
+    slow = harness({**ROUTE, "timeout": "3s"}, upstream=FakeOrigin(respond=timing_out))
+    answer = slow.send(request())
+    assert answer.status == 504
+    body = body_json(answer)
+    assert body["code"] == "origin_timeout" and body["timeout_ms"] == 3_000
+    assert slow.origin.sent[0].timeout_ms == 3_000
+    assert slow.events("origin_error")[0]["outcome"] == "timeout"
+    down = harness(ROUTE, upstream=FakeOrigin(respond=unreachable))
+    answer = down.send(request())
+    assert answer.status == 502
+    assert "connection refused" in body_json(answer)["detail"]
+    # The rate-limit headers are on failures too: the request was counted.
+    assert answer.headers.get("x-ratelimit-remaining") == "2"
+
+
+def test_an_origin_that_never_answers_is_cut_off_by_the_watchdog() -> None:
+    h = harness({**ROUTE, "timeout": "10ms"}, upstream=FakeOrigin(respond=hanging))
+    answer = asyncio.run(asyncio.wait_for(h.gateway.handle(request()), timeout=5))
+    assert answer.status == 504
+
+
+def test_origin_responses_pass_through_with_the_headers_added() -> None:
+    async def created(_: OriginRequest) -> Response:
+        return Response(201, Headers([("location", "/v1/x/1"), ("set-cookie", "a=1")]), b"made")
+
+    h = harness(ROUTE, upstream=FakeOrigin(respond=created))
+    answer = h.send(request(method="POST", body=b'{"x":1}'))
+    assert answer.status == 201 and answer.body == b"made"
+    assert answer.headers.get("location") == "/v1/x/1"
+    assert answer.headers.get("x-ratelimit-remaining") == "2"
+    assert h.origin.sent[0].body == b'{"x":1}'
+
+
+def test_logs_carry_a_hash_of_the_key_never_the_key() -> None:
+    keyed = {**ROUTE, "limits": "1/minute", "key": "header:x-api-key"}
+    h = harness(keyed)
+    for _ in range(2):
+        h.send(request(headers={"x-api-key": "sk_live_secret"}))
+    (limited,) = h.events("limited")
+    assert "key" not in limited and len(limited["key_hash"]) == 16
+    assert "sk_live_secret" not in repr(h.logs)

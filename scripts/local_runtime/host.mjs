@@ -3,7 +3,7 @@
 // provides JavaScript classes (extending the real WorkerEntrypoint / DurableObject) that forward
 // every call to the Python classes. launch.mjs generates the entry module that exports them.
 //
-// Why each trick exists (measured on workerd 2026-04-26, see /work/shared/notes/local-runtime.md):
+// Why each trick exists (measured on workerd 2026-04-26):
 // - Boot at global scope: inside a request workerd refuses `new WebAssembly.Module`, eval and
 //   `new Function` ("disallowed by embedder"); at global scope it allows them. The top-level
 //   await resolves through microtasks only (no timers or I/O), which workerd permits.
@@ -298,11 +298,12 @@ export const entrypoint = (() => {
   const forwarding = forwardingClass(WorkerEntrypoint, "worker", "Default");
   const pythonFetch = forwarding.prototype.fetch;
   // The warm-up request of launch.mjs carries a token only it knows; it runs the per-isolate
-  // work of the first request and never reaches the Python Worker.
+  // work of the first request, answers what the Worker was given, and never reaches the
+  // Python Worker.
   forwarding.prototype.fetch = function (request) {
     if (config.warmupToken && request.headers.get(WARMUP_HEADER) === config.warmupToken) {
       beforeRequest();
-      return new Response(null, { status: 204 });
+      return Response.json(describeRuntime(this.env));
     }
     if (pythonFetch === undefined) {
       throw new TypeError("The Python class Default defines no fetch method");
@@ -311,6 +312,31 @@ export const entrypoint = (() => {
   };
   return forwarding;
 })();
+
+/** A binding's kind as the Worker sees it: a var's JSON type, or the binding's class name. */
+function bindingKind(value) {
+  if (typeof value === "string") {
+    return "text";
+  }
+  const tag = Object.prototype.toString.call(value).slice(8, -1);
+  if (tag === "Object" && value?.constructor === Object) {
+    return "json";
+  }
+  return value?.constructor?.name && value.constructor.name !== "Object" ? value.constructor.name : tag;
+}
+
+function describeRuntime(env) {
+  const bindings = {};
+  for (const name of Object.keys(env).sort()) {
+    bindings[name] = bindingKind(env[name]);
+  }
+  return {
+    compatibilityDate: config.compatibilityDate,
+    compatibilityFlags: config.compatibilityFlags,
+    pythonCompatFlags: config.pythonCompatFlags,
+    bindings,
+  };
+}
 
 /** The export for the Python Durable Object class `className`. */
 export function durableObjectClass(className) {

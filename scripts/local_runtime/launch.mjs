@@ -13,8 +13,10 @@
 //   vars                 {}                    env vars; objects become JSON bindings
 //   durableObjects       {"RATE_LIMITER": "RateLimiter"}   binding name -> Python class name
 //   kvNamespaces         ["CACHE"]
-//   compatibilityDate    "2026-04-01"
-//   compatibilityFlags   []                    extra workerd flags for the host Worker
+//   compatibilityDate    REQUIRED              the Worker's date (wrangler.toml's); no default, so
+//                                              the local runtime never silently differs
+//   compatibilityFlags   []                    the Worker's flags; "python_workers" is implemented
+//                                              by this host and not passed to workerd
 //   pythonCompatFlags    (from the date)       values of the SDK's _cloudflare_compat_flags
 //   sdkDir               .venv site-packages   directory holding the `workers` SDK package
 //   cf                   Miniflare placeholder request.cf when the client sends no MF-CF-Blob
@@ -24,16 +26,17 @@
 //                                              answers every call
 //   exitOnStdinEnd       false                 exit when stdin closes (the parent died)
 //
-// Prints exactly one line on stdout, `READY http://127.0.0.1:<port>`, once a first request has
-// been served (Pyodide boots while workerd loads the Worker; a warm-up request then runs the
-// per-isolate first-request work). Everything else (workerd, the Worker's console, Miniflare)
+// Prints two lines on stdout once a first request has been served (Pyodide boots while workerd
+// loads the Worker; a warm-up request then runs the per-isolate first-request work):
+// `RUNTIME {json}` (the compatibility date and flags and every binding's kind, as seen from
+// inside the Worker), then `READY http://127.0.0.1:<port>`. Everything else (workerd, the Worker's console, Miniflare)
 // goes to stderr. SIGTERM/SIGINT dispose Miniflare (which stops workerd) and exit 0.
 
 import { randomUUID } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { crc32 } from "node:zlib";
+import { zipSync } from "fflate";
 import { Log, LogLevel, Miniflare } from "miniflare";
 import { compiledStdlib } from "./stdlib_cache.mjs";
 
@@ -43,6 +46,8 @@ const PYODIDE_DIR = path.join(REPO, "node_modules", "pyodide");
 const CACHE_DIR = path.join(REPO, "node_modules", ".cache", "edge-limiter-local-runtime");
 const WARMUP_HEADER = "x-edge-local-runtime-warmup";
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
+// Flags this host implements itself: it runs Pyodide inside a JavaScript Worker.
+const HOSTED_FLAGS = ["python_workers"];
 
 // Dates from workerd's compatibility-date.capnp for the SDK's two flags.
 const PYTHON_FLAG_DATES = {
@@ -68,7 +73,7 @@ function readSpec(specPath) {
     vars: {},
     durableObjects: { RATE_LIMITER: "RateLimiter" },
     kvNamespaces: ["CACHE"],
-    compatibilityDate: "2026-04-01",
+    compatibilityDate: undefined,
     compatibilityFlags: [],
     pythonCompatFlags: undefined,
     sdkDir: undefined,
@@ -79,6 +84,10 @@ function readSpec(specPath) {
   if (!spec.workerDir) {
     fail("spec.workerDir is required");
   }
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(spec.compatibilityDate ?? "")) {
+    fail(`spec.compatibilityDate is required (YYYY-MM-DD, as in wrangler.toml), got ${spec.compatibilityDate}`);
+  }
+  spec.compatibilityFlags = spec.compatibilityFlags.filter((flag) => !HOSTED_FLAGS.includes(flag));
   spec.workerDir = path.resolve(path.dirname(specPath), spec.workerDir);
   if (!existsSync(path.join(spec.workerDir, `${spec.mainModule}.py`))) {
     fail(`${spec.workerDir} has no ${spec.mainModule}.py (build the Worker first)`);
@@ -119,7 +128,7 @@ function findVenvSitePackages() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A stored (uncompressed) zip: Python's zipfile reads it without zlib; building it takes ms.
+// Zips of the Worker's code and the SDK (zipimport reads them in Pyodide)
 // ---------------------------------------------------------------------------------------------
 
 function listFiles(root, relative = "") {
@@ -138,58 +147,17 @@ function listFiles(root, relative = "") {
   return files;
 }
 
-function storedZip(entries) {
-  const locals = [];
-  const centrals = [];
-  let offset = 0;
-  const dosDate = (1 << 5) | 1; // 1980-01-01: byte-identical zips for identical input
-  for (const { name, data } of entries) {
-    const nameBytes = Buffer.from(name, "utf8");
-    const crc = crc32(data);
-    const local = Buffer.alloc(30);
-    local.writeUInt32LE(0x04034b50, 0);
-    local.writeUInt16LE(20, 4); // version needed
-    local.writeUInt16LE(0x0800, 6); // UTF-8 names
-    local.writeUInt16LE(0, 8); // stored
-    local.writeUInt16LE(0, 10); // time
-    local.writeUInt16LE(dosDate, 12);
-    local.writeUInt32LE(crc, 14);
-    local.writeUInt32LE(data.length, 18);
-    local.writeUInt32LE(data.length, 22);
-    local.writeUInt16LE(nameBytes.length, 26);
-    local.writeUInt16LE(0, 28);
-    const central = Buffer.alloc(46);
-    central.writeUInt32LE(0x02014b50, 0);
-    central.writeUInt16LE(20, 4); // version made by
-    central.writeUInt16LE(20, 6); // version needed
-    central.writeUInt16LE(0x0800, 8);
-    central.writeUInt16LE(0, 10);
-    central.writeUInt16LE(0, 12);
-    central.writeUInt16LE(dosDate, 14);
-    central.writeUInt32LE(crc, 16);
-    central.writeUInt32LE(data.length, 20);
-    central.writeUInt32LE(data.length, 24);
-    central.writeUInt16LE(nameBytes.length, 28);
-    central.writeUInt32LE(offset, 42); // bytes 30..41 (extra, comment, disk, attributes) stay 0
-    locals.push(local, nameBytes, data);
-    centrals.push(central, nameBytes);
-    offset += local.length + nameBytes.length + data.length;
-  }
-  const centralSize = centrals.reduce((sum, part) => sum + part.length, 0);
-  const end = Buffer.alloc(22);
-  end.writeUInt32LE(0x06054b50, 0);
-  end.writeUInt16LE(entries.length, 8);
-  end.writeUInt16LE(entries.length, 10);
-  end.writeUInt32LE(centralSize, 12);
-  end.writeUInt32LE(offset, 16);
-  return Buffer.concat([...locals, ...centrals, end]);
-}
+// Stored (level 0): Python's zipfile then needs no zlib, and building takes milliseconds. A
+// fixed mtime makes the zip byte-identical for identical input.
+const ZIP_OPTIONS = { level: 0, mtime: new Date(Date.UTC(1980, 0, 1)) };
 
 function zipDirectory(root, include = () => true) {
-  const entries = listFiles(root)
-    .filter(include)
-    .map((name) => ({ name, data: readFileSync(path.join(root, name)) }));
-  return storedZip(entries);
+  const files = Object.fromEntries(
+    listFiles(root)
+      .filter(include)
+      .map((name) => [name, [new Uint8Array(readFileSync(path.join(root, name))), ZIP_OPTIONS]]),
+  );
+  return zipSync(files, ZIP_OPTIONS);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -221,6 +189,8 @@ function miniflareOptions(spec, warmupToken, stdlib) {
     mainModule: spec.mainModule,
     durableObjectClasses: [...new Set(Object.values(spec.durableObjects))],
     pythonCompatFlags: spec.pythonCompatFlags,
+    compatibilityDate: spec.compatibilityDate,
+    compatibilityFlags: spec.compatibilityFlags,
     warmupToken,
   };
   const file = (name) => path.join(HERE, name);
@@ -324,10 +294,12 @@ try {
   const url = await mf.ready;
   const origin = url.origin;
   const warmup = await mf.dispatchFetch(origin, { headers: { [WARMUP_HEADER]: warmupToken } });
-  await warmup.arrayBuffer();
-  if (warmup.status !== 204) {
-    throw new Error(`warm-up request answered ${warmup.status}, expected 204`);
+  const described = await warmup.text();
+  if (warmup.status !== 200) {
+    throw new Error(`warm-up request answered ${warmup.status}, expected 200: ${described}`);
   }
+  // What the Worker got, as seen from inside it (bindings by type, flags, date).
+  process.stdout.write(`RUNTIME ${described}\n`);
   const seconds = ((performance.now() - started) / 1000).toFixed(2);
   process.stderr.write(`launch.mjs: ready in ${seconds} s at ${origin}\n`);
   process.stdout.write(`READY ${origin}\n`);

@@ -2,9 +2,10 @@
 the :class:`Algorithm` interface (peek, refund, reset, idle_at, encode/decode, retry and
 reset times) over random request sequences.
 
-Times are non-decreasing integer milliseconds; costs include 0 and costs above capacity.
-The per-step contracts share one walk per example (each is its own ``assert_*`` helper),
-which keeps the suite fast without losing what each one checks.
+Times are non-decreasing integer milliseconds, except in the tests of a clock that goes
+back; costs include 0 and costs above capacity. The per-step contracts share one walk per
+example (each is its own ``assert_*`` helper), which keeps the suite fast without losing
+what each one checks.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.algorithms import Algorithm, make_algorithm
 from edge_limiter.core.decision import Decision, Reason
-from edge_limiter.core.rates import Rate
+from edge_limiter.core.rates import Limit, Rate
 
 NAMES = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
 BUCKETS = ("token_bucket", "gcra")
@@ -80,7 +81,7 @@ def scenarios(draw: st.DrawFn, name: str) -> tuple[Algorithm[Any], list[Request]
     """An algorithm called ``name`` with a small random rate (and burst), and requests."""
     rate = Rate(draw(st.integers(1, 6)), draw(st.integers(1, 30)))
     burst = draw(st.none() | st.integers(1, 8)) if name in BUCKETS else None
-    algorithm = make_algorithm(name, rate, burst)
+    algorithm = make_algorithm(name, Limit(rate, burst))
     start = draw(st.sampled_from((0, EPOCH_MS))) + draw(st.integers(0, 3 * rate.window_ms))
     # Draw the length first: left to itself hypothesis makes most lists very short.
     size = draw(st.integers(0, 30))
@@ -124,9 +125,9 @@ by_name = pytest.mark.parametrize("name", NAMES)
 
 
 def assert_fields_consistent(alg: Algorithm[Any], cost: int, decision: Decision) -> None:
-    """limit/rate/reason/retry agree with ``allowed``; cost 0 passes, cost > capacity never."""
-    assert decision.limit == alg.rate.quota
-    assert decision.rate == alg.rate
+    """limit/policy/reason/retry agree with ``allowed``; cost 0 passes, cost > capacity never."""
+    assert decision.limit == alg.capacity
+    assert decision.policy == alg.limit
     if decision.allowed:
         assert (decision.retry_after, decision.reason) == (0, None)
     else:
@@ -139,11 +140,13 @@ def assert_fields_consistent(alg: Algorithm[Any], cost: int, decision: Decision)
         assert decision.retry_after == max(1, decision.reset_after)
 
 
-def assert_peek_agrees(alg: Algorithm[Any], before: Any, now: int, cost: int, d: Decision) -> None:
-    """peek says what check said, and leaves the state exactly as it was."""
-    snapshot = None if before is None else alg.encode(before)
-    assert alg.peek(before, now, cost) == d
-    assert (None if before is None else alg.encode(before)) == snapshot
+def assert_consumes_nothing_unless_admitted(
+    cost: int, before: Any, d: Decision, after: Any
+) -> None:
+    """A denied or free request returns the very state it got: nothing to store, and
+    nothing forgotten (not even how far the clock had got)."""
+    if not d.allowed or cost == 0:
+        assert after is before
 
 
 def assert_remaining_exact(alg: Algorithm[Any], after: Any, now: int, d: Decision) -> None:
@@ -182,7 +185,7 @@ def test_contracts_hold_at_every_step(name: str, data: st.DataObject) -> None:
     steps = list(walk(alg, reqs))
     for index, (now, cost, before, decision, after) in enumerate(steps):
         assert_fields_consistent(alg, cost, decision)
-        assert_peek_agrees(alg, before, now, cost, decision)
+        assert_consumes_nothing_unless_admitted(cost, before, decision, after)
         assert_remaining_exact(alg, after, now, decision)
         assert_retry_exact(alg, after, now, cost, decision)
         assert_reset_exact(alg, after, now, decision)
@@ -301,7 +304,7 @@ def test_bucket_matches_a_fraction_reference_and_bounds_every_interval(
 @given(data=st.data())
 def test_gcra_and_token_bucket_decide_exactly_alike(data: st.DataObject) -> None:
     bucket, reqs = data.draw(scenarios("token_bucket"))
-    gcra = make_algorithm("gcra", bucket.rate, bucket.capacity)
+    gcra = make_algorithm("gcra", bucket.limit)
     assert decisions_of(gcra, reqs) == decisions_of(bucket, reqs)
 
 
@@ -383,3 +386,59 @@ def test_fixed_window_matches_a_reference_and_resets_at_edges(data: st.DataObjec
         elif cost <= quota:
             assert decision.retry_after == (now // window + 1) * window - now
     assert all(total <= quota for total in aligned_totals(admitted, window).values())
+
+
+# --- a clock that goes back -----------------------------------------------------------------
+
+
+@st.composite
+def wobbly_scenarios(draw: st.DrawFn, name: str) -> tuple[Algorithm[Any], list[Request]]:
+    """Like :func:`scenarios`, but a quarter of the steps move the clock BACK (up to two
+    windows), as a Durable Object's clock may after a move between machines."""
+    alg, reqs = draw(scenarios(name))
+    window = alg.rate.window_ms
+    out: list[Request] = []
+    shift = 0
+    for index, (now, cost) in enumerate(reqs):
+        if index and draw(st.integers(0, 3)) == 0:
+            shift += draw(st.integers(1, 2 * window))
+        out.append((now - shift, cost))
+    return alg, out
+
+
+def effective_admissions(alg: Algorithm[Any], reqs: list[Request]) -> list[Request]:
+    """The admitted requests, each placed at its effective time: the latest of its own
+    time and the effective times of the admissions before it (what the state records)."""
+    admitted: list[Request] = []
+    latest: int | None = None
+    for now, cost, _, decision, _ in walk(alg, reqs):
+        if decision.allowed and cost:
+            latest = now if latest is None else max(latest, now)
+            admitted.append((latest, cost))
+    return admitted
+
+
+@by_name
+@PROPERTY
+@given(data=st.data())
+def test_a_clock_that_goes_back_never_admits_beyond_the_limit(
+    name: str, data: st.DataObject
+) -> None:
+    """With the clock jumping back, the limit holds over effective times: time stands
+    still for the key until the clock catches up with what it has recorded."""
+    alg, reqs = data.draw(wobbly_scenarios(name))
+    quota, window, capacity = alg.rate.quota, alg.rate.window_ms, alg.capacity
+    for _, cost, before, decision, after in walk(alg, reqs):
+        assert_consumes_nothing_unless_admitted(cost, before, decision, after)
+    admitted = effective_admissions(alg, reqs)
+    times = sorted({t for t, _ in admitted})
+    if name in BUCKETS:
+        for i, first in enumerate(times):
+            for last in times[i:]:
+                total = sum(c for t, c in admitted if first <= t <= last)
+                assert total * window <= capacity * window + quota * (last - first)
+    elif name == "sliding_log":
+        for end in times:
+            assert sum(c for t, c in admitted if end - window < t <= end) <= quota
+    else:  # the aligned counters
+        assert all(total <= quota for total in aligned_totals(admitted, window).values())

@@ -24,7 +24,7 @@ from edge_limiter.core.algorithms import (
 )
 from edge_limiter.core.decision import Decision, Reason
 from edge_limiter.core.errors import StateError
-from edge_limiter.core.rates import DAY_MS, MINUTE_MS, SECOND_MS, Rate, parse_rate
+from edge_limiter.core.rates import DAY_MS, MINUTE_MS, SECOND_MS, Limit, Rate, parse_rate
 
 from .conftest import ALGORITHM_NAMES, FakeClock, RunRequests, StateAfter
 
@@ -44,7 +44,7 @@ by_name = pytest.mark.parametrize("name", ALGORITHM_NAMES)
 
 def test_worked_example_sliding_counter_7_per_minute_at_30_percent() -> None:
     """Previous minute 5, current minute 3, 30% into the minute: estimate 6.5, allowed."""
-    counter = SlidingWindowCounter(parse_rate("7/minute"))
+    counter = SlidingWindowCounter(Limit(parse_rate("7/minute")))
     index = at(2, 1, 0) // MINUTE_MS
     state = SlidingWindowState(window_index=index, current=3, previous=5)
     now = index * MINUTE_MS + 18 * SECOND_MS  # 30% of the minute
@@ -74,20 +74,20 @@ def test_worked_example_boundary_burst_fixed_window_lets_ten_through(run: RunReq
     def admitted(algorithm: Algorithm[Any]) -> list[bool]:
         return [d.allowed for d in run(algorithm, requests, None)[0]]
 
-    assert admitted(FixedWindow(rate)) == [True] * 10
-    assert admitted(SlidingLog(rate)) == [True] * 5 + [False] * 5
-    assert admitted(SlidingWindowCounter(rate)) == [True] * 5 + [False, True] + [False] * 3
+    assert admitted(FixedWindow(Limit(rate))) == [True] * 10
+    assert admitted(SlidingLog(Limit(rate))) == [True] * 5 + [False] * 5
+    assert admitted(SlidingWindowCounter(Limit(rate))) == [True] * 5 + [False, True] + [False] * 3
 
 
 # --- token bucket ----------------------------------------------------------------------------
 
 
 def test_token_bucket_burst_then_steady_refill(clock: FakeClock, run: RunRequests) -> None:
-    bucket = TokenBucket(Rate(10, SECOND_MS))  # one token every 100 ms
+    bucket = TokenBucket(Limit(Rate(10, SECOND_MS)))  # one token every 100 ms
     decisions, state = run(bucket, [(clock.now, 1)] * 11, None)
     assert [d.allowed for d in decisions] == [True] * 10 + [False]
-    assert decisions[9] == Decision(True, 10, 0, 1000, 0, None, bucket.rate)
-    assert decisions[10] == Decision(False, 10, 0, 1000, 100, Reason.LIMITED, bucket.rate)
+    assert decisions[9] == Decision(True, 10, 0, 1000, 0, None, bucket.limit)
+    assert decisions[10] == Decision(False, 10, 0, 1000, 100, Reason.LIMITED, bucket.limit)
     assert not bucket.peek(state, clock.now + 99).allowed
     decision, state = bucket.check(state, clock.advance(100))
     assert decision.allowed
@@ -95,16 +95,17 @@ def test_token_bucket_burst_then_steady_refill(clock: FakeClock, run: RunRequest
 
 
 def test_token_bucket_burst_differs_from_quota(clock: FakeClock) -> None:
-    bucket = TokenBucket(Rate(1, SECOND_MS), burst=3)
+    bucket = TokenBucket(Limit(Rate(1, SECOND_MS), 3))
     assert bucket.capacity == 3
     state = None
     for _ in range(3):
         decision, state = bucket.check(state, clock.now)
         assert decision.allowed
     denied = bucket.peek(state, clock.now)
+    # The limit a client is told is what the bucket holds: its burst.
     assert (denied.allowed, denied.limit, denied.retry_after, denied.reset_after) == (
         False,
-        1,
+        3,
         1000,
         3000,
     )
@@ -112,7 +113,7 @@ def test_token_bucket_burst_differs_from_quota(clock: FakeClock) -> None:
 
 def test_token_bucket_fractional_refill_is_exact() -> None:
     # 3 per 1000 ms: a token every 333.33 ms, so the 4th fits at 334 ms, not at 333.
-    bucket = TokenBucket(Rate(3, 1000))
+    bucket = TokenBucket(Limit(Rate(3, 1000)))
     state = TokenBucketState(0, 0)
     assert bucket.peek(state, 0).retry_after == 334
     assert not bucket.peek(state, 333).allowed
@@ -124,7 +125,7 @@ def test_token_bucket_fractional_refill_is_exact() -> None:
 
 
 def test_gcra_spaces_requests_by_the_emission_interval(clock: FakeClock) -> None:
-    gcra = GCRA(Rate(4, SECOND_MS), burst=1)  # one every 250 ms, no burst
+    gcra = GCRA(Limit(Rate(4, SECOND_MS), 1))  # one every 250 ms, no burst
     decision, state = gcra.check(None, clock.now)
     assert decision.allowed
     assert state == GCRAState((clock.now + 250) * 4)
@@ -136,7 +137,7 @@ def test_gcra_spaces_requests_by_the_emission_interval(clock: FakeClock) -> None
 def test_scaled_states_encode_to_js_safe_ints(clock: FakeClock) -> None:
     """tat_ms * quota and tokens * window_ms pass 2**53; their encodings must not."""
     rate = Rate(1_000_000_000, DAY_MS)
-    algorithms: list[Algorithm[Any]] = [GCRA(rate), TokenBucket(rate)]
+    algorithms: list[Algorithm[Any]] = [GCRA(Limit(rate)), TokenBucket(Limit(rate))]
     for algorithm in algorithms:
         _, state = algorithm.check(None, clock.now, 12_345)
         encoded = algorithm.encode(state)
@@ -147,8 +148,10 @@ def test_scaled_states_encode_to_js_safe_ints(clock: FakeClock) -> None:
 # --- sliding log --------------------------------------------------------------------------
 
 
-def test_sliding_log_compacts_equal_timestamps_and_prunes_when_denied(clock: FakeClock) -> None:
-    log = SlidingLog(Rate(3, SECOND_MS))
+def test_sliding_log_compacts_equal_timestamps_and_keeps_its_log_when_denied(
+    clock: FakeClock,
+) -> None:
+    log = SlidingLog(Limit(Rate(3, SECOND_MS)))
     t0 = clock.now
     _, state = log.check(None, t0, 2)
     _, state = log.check(state, t0, 1)
@@ -157,14 +160,20 @@ def test_sliding_log_compacts_equal_timestamps_and_prunes_when_denied(clock: Fak
     assert not decision.allowed
     assert decision.retry_after == 600
     assert decision.reset_after == 600
-    # At t0 + 1000 the first entry has left: the log is pruned even though nothing new fits.
+    # A denied request changes nothing, not even pruning (no write for the Durable Object,
+    # and a clock that later goes back still sees the entries).
+    before = state
     decision, state = log.check(state, t0 + 1000, 4)
     assert not decision.allowed
-    assert state is None
+    assert state is before
+    assert not log.peek(state, t0 + 999, 1).allowed
+    # The next admitted request prunes what has left the window.
+    decision, state = log.check(state, t0 + 1000, 1)
+    assert decision.allowed and state == SlidingLogState(((t0 + 1000, 1),))
 
 
 def test_sliding_log_retry_waits_for_enough_old_entries(clock: FakeClock, run: RunRequests) -> None:
-    log = SlidingLog(Rate(5, 1000))
+    log = SlidingLog(Limit(Rate(5, 1000)))
     t0 = clock.now
     _, state = run(log, [(t0, 1), (t0 + 100, 2), (t0 + 200, 2)], None)
     decision = log.peek(state, t0 + 300, 3)
@@ -178,7 +187,7 @@ def test_sliding_log_retry_waits_for_enough_old_entries(clock: FakeClock, run: R
 
 
 def test_sliding_counter_retry_can_land_in_the_next_window() -> None:
-    counter = SlidingWindowCounter(Rate(10, 1000))
+    counter = SlidingWindowCounter(Limit(Rate(10, 1000)))
     state = SlidingWindowState(window_index=5, current=10, previous=0)
     decision = counter.peek(state, 5_500, 1)
     # In window 6 the weight of 10 drops below 10 at once: floor(10 * 999 / 1000) == 9.
@@ -189,7 +198,7 @@ def test_sliding_counter_retry_can_land_in_the_next_window() -> None:
 
 
 def test_sliding_counter_rolls_windows_forward() -> None:
-    counter = SlidingWindowCounter(Rate(4, 100))
+    counter = SlidingWindowCounter(Limit(Rate(4, 100)))
     # Window 3, half-way: floor(4 * 0.5) + 1 + 1 == 4 fits.
     decision, state = counter.check(SlidingWindowState(3, 1, 4), 350, 1)
     assert decision.allowed
@@ -207,7 +216,7 @@ def test_sliding_counter_rolls_windows_forward() -> None:
 
 
 def test_fixed_window_counts_reset_at_the_edge(clock: FakeClock) -> None:
-    window = FixedWindow(Rate(2, 1000))
+    window = FixedWindow(Limit(Rate(2, 1000)))
     start = clock.align(1000, offset=990)
     state = None
     for _ in range(2):
@@ -215,7 +224,7 @@ def test_fixed_window_counts_reset_at_the_edge(clock: FakeClock) -> None:
     denied = window.peek(state, start)
     assert (denied.allowed, denied.retry_after, denied.reset_after) == (False, 10, 10)
     decision, state = window.check(state, start + 10)
-    assert decision == Decision(True, 2, 1, 1000, 0, None, window.rate)
+    assert decision == Decision(True, 2, 1, 1000, 0, None, window.limit)
     assert state == FixedWindowState((start + 10) // 1000, 1)
 
 
@@ -223,7 +232,7 @@ def test_fixed_window_counts_reset_at_the_edge(clock: FakeClock) -> None:
 
 
 def fresh(name: str, rate: Rate | None = None) -> Algorithm[Any]:
-    return make_algorithm(name, rate or Rate(5, SECOND_MS))
+    return make_algorithm(name, Limit(rate or Rate(5, SECOND_MS)))
 
 
 @by_name
@@ -286,15 +295,6 @@ def test_refund_gives_back_what_was_taken(
 
 
 @by_name
-def test_reset_forgets_everything(name: str, clock: FakeClock, state_after: StateAfter) -> None:
-    algorithm = fresh(name)
-    state_after(algorithm, 5, clock.now)
-    state = algorithm.reset()
-    assert state is None
-    assert algorithm.peek(state, clock.now, 5).allowed
-
-
-@by_name
 def test_a_clock_that_goes_back_admits_nothing_more(
     name: str, clock: FakeClock, state_after: StateAfter
 ) -> None:
@@ -319,22 +319,37 @@ def test_registry_names_every_algorithm() -> None:
     assert tuple(ALGORITHMS) == ALGORITHM_NAMES
     for name, cls in ALGORITHMS.items():
         assert cls.name == name
-        assert isinstance(make_algorithm(name, Rate(1, 1000)), cls)
+        assert isinstance(make_algorithm(name, Limit(Rate(1, 1000))), cls)
 
 
 def test_make_algorithm_passes_the_burst_to_buckets_only() -> None:
     rate = Rate(10, SECOND_MS)
-    assert make_algorithm("token_bucket", rate, 25).capacity == 25
-    assert make_algorithm("gcra", rate).capacity == 10
+    assert make_algorithm("token_bucket", Limit(rate, 25)).capacity == 25
+    assert make_algorithm("gcra", Limit(rate)).capacity == 10
     with pytest.raises(ValueError, match="takes no burst"):
-        make_algorithm("sliding_log", rate, 25)
+        make_algorithm("sliding_log", Limit(rate, 25))
     with pytest.raises(ValueError, match="unknown algorithm 'leaky'"):
-        make_algorithm("leaky", rate)
+        make_algorithm("leaky", Limit(rate))
     for bad in (0, -1, 2_000_000_000):
         with pytest.raises(ValueError, match="burst must be between"):
-            TokenBucket(rate, bad)
-    with pytest.raises(TypeError, match="burst must be an int"):
-        GCRA(rate, True)
+            TokenBucket(Limit(rate, bad))
+
+
+def test_each_algorithm_knows_what_it_accepts() -> None:
+    """Whether a burst is accepted, and the largest quota, live with the algorithm."""
+    assert {name for name, cls in ALGORITHMS.items() if cls.takes_burst} == {"token_bucket", "gcra"}
+    assert SlidingLog.max_quota == 10_000
+    make_algorithm("sliding_log", Limit(Rate(10_000, SECOND_MS)))
+    with pytest.raises(ValueError, match="at most 10000"):
+        make_algorithm("sliding_log", Limit(Rate(10_001, SECOND_MS)))
+    make_algorithm("fixed_window", Limit(Rate(10_001, SECOND_MS)))
+
+
+def test_a_bucket_limit_reports_its_burst_as_its_capacity() -> None:
+    bucket = TokenBucket(Limit(Rate(10, SECOND_MS), 20))
+    decision, _ = bucket.check(None, 0)
+    assert (decision.limit, decision.remaining) == (20, 19)
+    assert decision.policy is not None and decision.policy.name == "10-per-second-burst-20"
 
 
 GOOD_STATES: dict[str, object] = {

@@ -29,9 +29,9 @@ def problems_of(raw: object) -> list[str]:
     return info.value.problems
 
 
-def test_example_config_in_wrangler_toml_is_valid() -> None:
-    data = tomllib.loads((ROOT / "wrangler.toml").read_text())
-    parsed = parse_config(data["vars"]["EDGE_LIMITER"])
+def test_example_config_file_is_valid() -> None:
+    data = tomllib.loads((ROOT / "edge-limiter.toml").read_text())
+    parsed = parse_config({k: v for k, v in data.items() if k != "env"})
     assert [r.name for r in parsed.routes] == [
         "login",
         "search",
@@ -41,22 +41,32 @@ def test_example_config_in_wrangler_toml_is_valid() -> None:
         "api",
     ]
     login = parsed.routes[0]
-    assert login.algorithm == "sliding_log"
-    assert not login.fail_open
-    assert [(r.quota, r.window_ms) for r in login.rates] == [(5, 60_000), (20, 3_600_000)]
+    assert login.limits.algorithm == "sliding_log"
+    assert not login.failure.fail_open
+    assert [(lim.rate.quota, lim.rate.window_ms) for lim in login.limits.limits] == [
+        (5, 60_000),
+        (20, 3_600_000),
+    ]
+    search = parsed.routes[1].limits.limits
+    assert [(lim.capacity, lim.rate.quota) for lim in search] == [(20, 10), (1000, 1000)]
+    assert parsed.warnings == ()
 
 
 def test_defaults() -> None:
     parsed = parse_config(config(route()))
     (r,) = parsed.routes
-    assert r.algorithm == "sliding_window"
-    assert r.cost == 1
-    assert r.shadow is False
-    assert r.fail_open is True
-    assert [str(p) for p in r.key.parts] == ["ip"]
-    assert r.key.ipv6_prefix == 64
-    assert r.methods is None
-    assert parsed.store_timeout_ms == 1000
+    assert r.limits.algorithm == "sliding_window"
+    assert r.limits.cost == 1
+    assert r.limits.shadow is False
+    assert r.failure.fail_open is True
+    assert r.failure.store_timeout_ms == 1000
+    assert [str(p) for p in r.limits.key.parts] == ["ip"]
+    assert r.limits.key.ipv6_prefix == 64
+    assert r.match.methods is None
+    assert r.match.path.case_insensitive is False
+    assert r.forward.origin == "https://api.example.com"
+    assert r.forward.timeout_ms == 30_000
+    assert parsed.matrix_params == "keep"
 
 
 def test_first_matching_route_wins_and_unmatched_is_none() -> None:
@@ -85,7 +95,77 @@ def test_limits_as_list_with_names() -> None:
     parsed = parse_config(
         config(route(limits=[{"rate": "10/second", "name": "burst"}, "1000/day"]))
     )
-    assert [r.name for r in parsed.routes[0].rates] == ["burst", "1000-per-day"]
+    assert [lim.name for lim in parsed.routes[0].limits.limits] == ["burst", "1000-per-day"]
+
+
+def test_burst_per_limit_and_route_burst_on_the_shortest_window() -> None:
+    per_limit = parse_config(
+        config(
+            route(
+                algorithm="token_bucket",
+                limits=[{"rate": "1000/hour", "burst": 1500}, {"rate": "10/second", "burst": 20}],
+            )
+        )
+    ).routes[0]
+    assert [(lim.rate.quota, lim.burst) for lim in per_limit.limits.limits] == [
+        (1000, 1500),
+        (10, 20),
+    ]
+    route_level = parse_config(
+        config(route(algorithm="gcra", limits="1000/hour; 10/second", burst=20))
+    ).routes[0]
+    assert [(lim.rate.quota, lim.burst) for lim in route_level.limits.limits] == [
+        (1000, None),
+        (10, 20),
+    ]
+    assert [lim.name for lim in route_level.limits.limits] == [
+        "1000-per-hour",
+        "10-per-second-burst-20",
+    ]
+
+
+def test_duplicate_names_are_reported_even_with_other_errors() -> None:
+    problems = problems_of(config(route(name="a"), route(name="a", limits="10/fortnight")))
+    assert any("route 'a'.name: is used by an earlier route" in p for p in problems)
+    assert any("route 'a'.limits" in p for p in problems)
+
+
+def test_a_route_that_can_never_match_is_a_warning_naming_both() -> None:
+    parsed = parse_config(
+        config(
+            route(name="all", match={"path": "/v1/*"}),
+            route(name="login", match={"path": "/v1/login", "methods": ["POST"]}),
+            route(name="v2", match={"path": "/v2/*"}),
+            route(name="posts", match={"path": "/v2/*", "methods": ["POST"], "host": "a.test"}),
+        )
+    )
+    assert len(parsed.warnings) == 2
+    assert "route 'login'" in parsed.warnings[0] and "'all'" in parsed.warnings[0]
+    assert "route 'posts'" in parsed.warnings[1] and "'v2'" in parsed.warnings[1]
+    narrower = parse_config(
+        config(
+            route(name="gets", match={"path": "/v1/*", "methods": ["GET"]}),
+            route(name="any", match={"path": "/v1/login"}),
+            route(name="host", match={"path": "/v1/*", "host": "a.test"}),
+            route(name="other", match={"path": "/v1/*"}),
+        )
+    )
+    assert narrower.warnings == ()
+
+
+def test_paths_settings_case_and_matrix() -> None:
+    parsed = parse_config(
+        config(
+            route(name="a", match={"path": "/V1/Login"}),
+            route(name="b", match={"path": "/x", "case_insensitive": False}),
+            paths={"case_insensitive": True, "matrix_params": "strip"},
+        )
+    )
+    assert parsed.matrix_params == "strip"
+    assert parsed.routes[0].match.path.case_insensitive
+    assert not parsed.routes[1].match.path.case_insensitive
+    assert parsed.match("GET", "h", "/v1/LOGIN")[0].name == "a"  # type: ignore[index]
+    assert parsed.match("GET", "h", "/X") is None
 
 
 def test_one_error_lists_every_problem_with_route_and_field() -> None:
@@ -93,7 +173,7 @@ def test_one_error_lists_every_problem_with_route_and_field() -> None:
         config(
             route(name="a", limits="10/fortnight", algorithm="leaky"),
             route(name="b", cost=0, shadow="yes", on_store_error="maybe", key="header:"),
-            route(name="c", match={"path": "no-slash", "methods": ["FETCH"]}, burst=5),
+            route(name="c", match={"path": "no-slash", "methods": ["GET POST"]}, burst=5),
         )
     )
     text = "\n".join(problems)
@@ -106,7 +186,7 @@ def test_one_error_lists_every_problem_with_route_and_field() -> None:
     assert "route 'c'.match.path" in text
     assert "route 'c'.match.methods" in text
     assert "route 'c'.burst" in text  # burst on the default sliding_window
-    assert len(problems) == 9
+    assert len(problems) == 9, problems
 
 
 def test_error_message_is_readable() -> None:
@@ -147,6 +227,22 @@ def test_error_message_is_readable() -> None:
         (config(route(ipv6_prefix=129)), "route 'r'.ipv6_prefix"),
         (config(route(origin="not a url")), "route 'r'.origin"),
         (config(route(cost=True)), "route 'r'.cost"),
+        (config(route(key="header:x api")), "is not a header name"),
+        (config(route(key="path:tenant")), "path:tenant names a path parameter"),
+        (config(route(name="login\n")), "routes[0].name"),
+        (config(route(timeout="0s")), "route 'r'.timeout"),
+        (config(route(timeout=30)), "route 'r'.timeout"),
+        (config(route(algorithm="token_bucket", limits=[{"rate": "1/s", "burst": 0}])), "burst"),
+        (
+            config(route(algorithm="token_bucket", limits=[{"rate": "1/s", "burst": 2}], burst=3)),
+            "set it in one place only",
+        ),
+        (config(route(limits=[{"rate": "1/s", "burst": 2}])), "only applies to token_bucket"),
+        (config(route(limits=[{"rate": "1/s", "size": 2}])), "limits[0].size: unknown field"),
+        ({"routes": [], "paths": {"matrix_params": "drop"}}, "config.paths.matrix_params"),
+        ({"routes": [], "paths": {"case": True}}, "config.paths.case: unknown field"),
+        ({"routes": [], "origin_timeout": "forever"}, "config.origin_timeout"),
+        (config(route(match={"path": "/x", "methods": ["GET POST"]})), "match.methods"),
     ],
 )
 def test_invalid_configs(raw: object, fragment: str) -> None:
@@ -154,6 +250,12 @@ def test_invalid_configs(raw: object, fragment: str) -> None:
 
 
 def test_route_origin_overrides_default() -> None:
-    parsed = parse_config({"routes": [route(origin="http://127.0.0.1:9000/")]})
-    assert parsed.origin is None
-    assert parsed.origin_for(parsed.routes[0]) == "http://127.0.0.1:9000"
+    parsed = parse_config({"routes": [route(origin="http://127.0.0.1:9000/", timeout="2s")]})
+    assert parsed.forward is None
+    assert parsed.routes[0].forward.origin == "http://127.0.0.1:9000"
+    assert parsed.routes[0].forward.timeout_ms == 2_000
+
+
+def test_methods_may_be_any_token() -> None:
+    parsed = parse_config(config(route(match={"path": "/x", "methods": ["purge", "GET"]})))
+    assert parsed.routes[0].match.methods == frozenset({"PURGE", "GET"})

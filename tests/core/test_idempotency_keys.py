@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.errors import IdempotencyKeyError
-from edge_limiter.core.headers import sf_string
+from edge_limiter.core.http.fields import sf_string
 from edge_limiter.core.idempotency.keys import parse_idempotency_key, scoped_name
 
 UUID = "8e03978e-40d5-43e8-bc93-6894a57f9324"

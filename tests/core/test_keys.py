@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edge_limiter.core.errors import KeySpecError
+from edge_limiter.core.errors import AmbiguousRequestError, KeySpecError
+from edge_limiter.core.http.messages import Client, Headers, Request
 from edge_limiter.core.keys import (
     KeyPart,
     KeySpec,
@@ -14,13 +15,23 @@ from edge_limiter.core.keys import (
     object_name,
     parse_key_part,
 )
-from edge_limiter.core.request import RequestView
 
 
-def view(**fields: object) -> RequestView:
-    base: dict[str, object] = {"method": "GET", "path": "/"}
-    base.update(fields)
-    return RequestView(**base)  # type: ignore[arg-type]
+def view(
+    client_ip: str = "",
+    headers: dict[str, str] | list[tuple[str, str]] | None = None,
+    query: str = "",
+    country: str = "",
+    asn: str = "",
+) -> Request:
+    pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+    return Request(
+        "GET",
+        "/",
+        query=query,
+        headers=Headers(pairs),
+        client=Client(ip=client_ip, country=country, asn=asn),
+    )
 
 
 def spec(*parts: str) -> KeySpec:
@@ -80,10 +91,48 @@ def test_missing_values_share_one_counter_and_cannot_forge_other_parts() -> None
     assert forged != honest
 
 
-@pytest.mark.parametrize("bad", ["", "colour", "header", "header: ", "ip:x", 5])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "colour",
+        "header",
+        "header: ",
+        "ip:x",
+        5,
+        "header:x api key",  # a space is no header name
+        "header:caf\u00e9",
+        "cookie:a;b",
+        "cookie:a=b",
+        "query:a&b",
+        "query:a=b",
+        "query:a b",
+        "path:1x",
+        "path:a-b",
+    ],
+)
 def test_bad_parts(bad: object) -> None:
     with pytest.raises(KeySpecError):
         parse_key_part(bad)
+
+
+def test_a_value_sent_twice_with_different_values_is_ambiguous() -> None:
+    """The origin might read the other one: identity must not be a guess (400)."""
+    with pytest.raises(AmbiguousRequestError, match="query parameter 'user'"):
+        spec("query:user").compute(view(query="user=a&user=b"), {})
+    with pytest.raises(AmbiguousRequestError, match="cookie 'sid'"):
+        spec("cookie:sid").compute(view(headers={"cookie": "sid=a; sid=b"}), {})
+    with pytest.raises(AmbiguousRequestError, match="cookie 'sid'"):
+        spec("cookie:sid").compute(view(headers=[("cookie", "sid=a"), ("cookie", "sid=b")]), {})
+    with pytest.raises(AmbiguousRequestError, match="header 'x-api-key'"):
+        spec("header:x-api-key").compute(
+            view(headers=[("x-api-key", "a"), ("x-api-key", "b")]), {}
+        )
+    # The same value twice is no ambiguity; percent-encoding is decoded before comparing.
+    assert spec("query:user").compute(view(query="user=a&user=%61"), {}) == "query:user=a"
+    assert spec("cookie:sid").compute(view(headers={"cookie": "sid=a; x=1; sid=a"}), {}) == (
+        "cookie:sid=a"
+    )
 
 
 def test_parse_parts() -> None:

@@ -16,24 +16,29 @@ from edge_limiter.core.algorithms import (
     TokenBucket,
     make_algorithm,
 )
+from edge_limiter.core.config import parse_config
 from edge_limiter.core.decision import Decision, Reason
+from edge_limiter.core.http.fields import violated_policies
 from edge_limiter.core.limiter import (
     RuleResult,
     check_all,
     combine,
-    idle_at_all,
     peek_all,
     refund_all,
-    violated_policies,
 )
-from edge_limiter.core.rates import HOUR_MS, SECOND_MS, Rate, parse_rates
+from edge_limiter.core.rates import HOUR_MS, SECOND_MS, Limit, Rate, parse_rates
 
 from .conftest import ALGORITHM_NAMES, FakeClock
 
 
 def rule(text: str, *classes: type[Algorithm[Any]]) -> list[Algorithm[Any]]:
     """One algorithm per rate of ``text``, of the given classes in order."""
-    return [cls(rate) for cls, rate in zip(classes, parse_rates(text), strict=True)]
+    return [cls(Limit(rate)) for cls, rate in zip(classes, parse_rates(text), strict=True)]
+
+
+def violated(result: RuleResult) -> tuple[int, ...]:
+    """The indexes of the limits that deny the request."""
+    return tuple(i for i, decision in enumerate(result.decisions) if not decision.allowed)
 
 
 def test_a_request_passes_only_if_every_limit_admits_it(clock: FakeClock) -> None:
@@ -46,8 +51,8 @@ def test_a_request_passes_only_if_every_limit_admits_it(clock: FakeClock) -> Non
     # The per-second bucket is empty: denied, and the per-minute log keeps its 2 left.
     result = check_all(limits, states, clock.now)
     assert not result.decision.allowed
-    assert result.violated == (0,)
-    assert result.violated_policies == ("3-per-second",)
+    assert violated(result) == (0,)
+    assert violated_policies(result.decisions) == ["3-per-second"]
     assert result.states == states
     assert limits[1].peek(result.states[1], clock.now, 2).allowed
 
@@ -63,7 +68,7 @@ def test_a_denied_request_consumes_nothing_from_any_limit(clock: FakeClock) -> N
     # The hour is used up; the bucket (full again) would admit 10, but must not lose them.
     result = check_all(limits, states, clock.now, cost=10)
     assert not result.decision.allowed
-    assert result.violated_policies == ("20-per-hour",)
+    assert violated_policies(result.decisions) == ["20-per-hour"]
     assert result.states == states
     assert result.decisions[0].allowed  # what the bucket alone says ...
     assert limits[0].peek(result.states[0], clock.now, 10).allowed  # ... and still can
@@ -87,18 +92,18 @@ def test_combined_denial_waits_for_the_slowest_limit(clock: FakeClock) -> None:
     assert per_hour.allowed
     assert result.decision == per_minute
     assert result.decision.retry_after == 60_000 - 1500
-    assert result.violated == (1,)
+    assert violated(result) == (1,)
 
     # Exhaust the hour too; then a cost of 2 is refused by all three limits, and the rule
     # admits again only when the slowest of them (the hour) does.
     result = check_all(limits, states, now + 60_000)
     assert result.decision.allowed
     result = check_all(limits, result.states, now + 60_001, cost=2)
-    assert result.violated == (0, 1, 2)
+    assert violated(result) == (0, 1, 2)
     assert [d.retry_after for d in result.decisions] == [999, 999, HOUR_MS - 60_001]
     assert result.decision == result.decisions[2]
     assert result.decision.reason is Reason.LIMITED
-    assert result.violated_policies == ("2-per-second", "3-per-minute", "4-per-hour")
+    assert violated_policies(result.decisions) == ["2-per-second", "3-per-minute", "4-per-hour"]
 
 
 def test_combined_allow_reports_the_tightest_limit() -> None:
@@ -116,20 +121,19 @@ def test_combine_needs_a_decision() -> None:
 
 
 def test_violated_policies_names_the_denying_limits() -> None:
-    minute, hour = parse_rates("5/minute; 100/hour")
+    minute, hour = (Limit(rate) for rate in parse_rates("5/minute; 100/hour"))
     decisions = [
         Decision(False, 5, 0, 10, 10, Reason.LIMITED, minute),
         Decision(True, 100, 50, 10, 0, None, hour),
-        Decision(False, 9, 0, 10, 10, Reason.LIMITED, None),
     ]
-    assert violated_policies(decisions) == ("5-per-minute", "9")
+    assert violated_policies(decisions) == ["5-per-minute"]
 
 
 def test_cost_above_one_limits_capacity_denies_the_rule(clock: FakeClock) -> None:
     limits = rule("5/second; 100/minute", TokenBucket, SlidingWindowCounter)
     result = check_all(limits, [None, None], clock.now, cost=6)
     assert not result.decision.allowed
-    assert result.violated == (0,)
+    assert violated(result) == (0,)
     assert result.decision.retry_after >= 1
     assert result.states == (None, None)
 
@@ -170,7 +174,9 @@ def test_reset_and_idle_at_across_limits(clock: FakeClock) -> None:
     limits = rule("1/second; 2/hour", TokenBucket, SlidingLog)
     now = clock.now
     states = check_all(limits, [None, None], now).states
-    assert idle_at_all(limits, states) == now + HOUR_MS
+    assert max(limit.idle_at(state) for limit, state in zip(limits, states, strict=True)) == (
+        now + HOUR_MS
+    )
     fresh = [limit.reset() for limit in limits]
     assert peek_all(limits, fresh, now).decision == peek_all(limits, [None, None], now).decision
 
@@ -193,7 +199,9 @@ def rules(draw: st.DrawFn) -> tuple[list[Algorithm[Any]], list[tuple[int, int]]]
     count = draw(st.integers(1, 3))
     windows = draw(st.lists(st.integers(1, 40), min_size=count, max_size=count, unique=True))
     limits = [
-        make_algorithm(draw(st.sampled_from(ALGORITHM_NAMES)), Rate(draw(st.integers(1, 5)), w))
+        make_algorithm(
+            draw(st.sampled_from(ALGORITHM_NAMES)), Limit(Rate(draw(st.integers(1, 5)), w))
+        )
         for w in windows
     ]
     size = draw(st.integers(0, 25))
@@ -233,5 +241,76 @@ def test_a_rule_admits_exactly_when_every_limit_alone_would(
                 assert reported == expected
             waits = [d.retry_after for d in result.decisions if not d.allowed]
             assert result.decision.retry_after == max(waits)
-            assert len(result.violated) == len(waits)
+            assert len(violated(result)) == len(waits)
         states = result.states
+
+
+# --- burst with several limits ----------------------------------------------------------------
+
+
+def route_limits(limits: object, burst: int | None, algorithm: str) -> list[Algorithm[Any]]:
+    """The algorithms a route's ``limits`` (and route-level ``burst``) give."""
+    raw: dict[str, object] = {"name": "r", "match": {"path": "/*"}, "limits": limits}
+    raw["algorithm"] = algorithm
+    if burst is not None:
+        raw["burst"] = burst
+    config = parse_config({"origin": "https://o.test", "routes": [raw]})
+    policy = config.routes[0].limits
+    return [make_algorithm(policy.algorithm, limit) for limit in policy.limits]
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "gcra"])
+def test_a_route_burst_sizes_only_the_shortest_limit(algorithm: str) -> None:
+    """`10/second; 1000/hour` with burst 20, at 20 requests/s for 60 s: 20 + 10/s get in."""
+    limits = route_limits("10/second; 1000/hour", 20, algorithm)
+    assert [(a.limit.rate.quota, a.capacity) for a in limits] == [(10, 20), (1000, 1000)]
+    states: tuple[object | None, ...] = (None, None)
+    admitted = 0
+    for step in range(20 * 60):
+        result = check_all(limits, states, step * 50)
+        admitted += result.decision.allowed
+        states = result.states
+        if step == 0:
+            assert result.decision.remaining == 19  # the burst, not the hour, is tightest
+    # The burst at once, then one token every 100 ms until the last request at 59.95 s.
+    assert admitted == 20 + 59_950 // 100 == 619
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_multi_limit_bucket_admits_what_its_tightest_limit_allows(data: st.DataObject) -> None:
+    """Over any interval t, the rule admits at most min over limits of
+    capacity + quota * t / window, and a route burst never shrinks a longer limit."""
+    algorithm = data.draw(st.sampled_from(["token_bucket", "gcra"]))
+    windows = sorted(data.draw(st.lists(st.integers(1, 60), min_size=2, max_size=3, unique=True)))
+    quotas = [data.draw(st.integers(1, 6)) * (i + 1) for i in range(len(windows))]
+    text = "; ".join(f"{q} per {w} seconds" for q, w in zip(quotas, windows, strict=True))
+    burst = data.draw(st.none() | st.integers(1, 12))
+    limits = route_limits(text, burst, algorithm)
+    for algo, quota in zip(limits[1:], quotas[1:], strict=True):
+        assert algo.capacity == quota  # only the shortest window takes the route's burst
+    gaps = data.draw(st.lists(st.integers(0, 3_000), min_size=1, max_size=40))
+    states: tuple[object | None, ...] = tuple(None for _ in limits)
+    now, admitted = 0, []
+    for gap in gaps:
+        now += gap
+        result = check_all(limits, states, now)
+        if result.decision.allowed:
+            admitted.append(now)
+        states = result.states
+    for i, first in enumerate(admitted):
+        for last in admitted[i:]:
+            count = sum(1 for t in admitted if first <= t <= last)
+            for algo in limits:
+                window, quota = algo.rate.window_ms, algo.rate.quota
+                assert count * window <= algo.capacity * window + quota * (last - first)
+    # While the longer limits have quota left, the rule admits exactly what its shortest
+    # limit alone admits: they never cut into its burst.
+    shortest, alone, state, now = limits[0], [], None, 0
+    for gap in gaps:
+        now += gap
+        decision, state = shortest.check(state, now)
+        if decision.allowed:
+            alone.append(now)
+    if len(alone) <= min(quotas[1:]):
+        assert admitted == alone

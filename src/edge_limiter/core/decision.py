@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .rates import Rate
+from .rates import Limit
 
 
 class Reason(StrEnum):
@@ -24,6 +24,8 @@ class Decision:
     """The outcome of one check against one limit (or the combined outcome of a rule).
 
     Times are integer milliseconds relative to the ``now`` the check was made with.
+    ``limit`` is the limit's capacity (its burst, or its quota) and ``policy`` the limit the
+    decision is about (its name and numbers go into the HTTP fields).
     ``remaining`` is what is left *after* this request; ``reset_after`` is how long until
     the limit is fully replenished; ``retry_after`` is how long until a request of the same
     cost would be admitted (0 when allowed).
@@ -35,7 +37,7 @@ class Decision:
     reset_after: int
     retry_after: int
     reason: Reason | None = None
-    rate: Rate | None = None
+    policy: Limit | None = None
 
     def __post_init__(self) -> None:
         if self.remaining < 0 or self.reset_after < 0 or self.retry_after < 0:

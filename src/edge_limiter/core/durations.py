@@ -20,7 +20,7 @@ def parse_duration(text: object, *, minimum_ms: int = 0, maximum_ms: int | None 
     """``text`` in milliseconds; raises :class:`DurationError` naming what is wrong."""
     if not isinstance(text, str):
         raise DurationError(f"must be a duration string like '30s' or '5m', got {text!r}")
-    if not _WHOLE_RE.match(text):
+    if not _WHOLE_RE.fullmatch(text):
         raise DurationError(
             f"cannot parse duration {text!r}: expected parts like '250ms', '30s', '5m', "
             "'24h', '7d' (e.g. '1h30m')"

@@ -29,6 +29,14 @@ class DurationError(EdgeLimiterError, ValueError):
     """A duration such as ``"30s"`` or ``"5m"`` could not be parsed or is out of range."""
 
 
+class PathError(EdgeLimiterError, ValueError):
+    """A request path has no canonical form (the gateway answers 400 and never forwards it)."""
+
+
+class AmbiguousRequestError(EdgeLimiterError, ValueError):
+    """A value that decides identity is sent several times with different values (400)."""
+
+
 class StateError(EdgeLimiterError, ValueError):
     """Stored limiter state could not be decoded (e.g. written by an incompatible version)."""
 

@@ -22,14 +22,26 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from .errors import KeySpecError
-from .request import RequestView
+from .http.messages import Request
 
 KINDS_WITH_NAME = ("header", "cookie", "query", "path")
 KINDS_PLAIN = ("ip", "country", "asn", "global")
+
+# Header and cookie names are RFC 9110 tokens; a query name is anything printable that
+# cannot be confused with the query's own syntax; a path name is a {param} name.
+_TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_QUERY_NAME_RE = re.compile(r"^[!-~]+$")
+_NAME_RULES = {
+    "header": (_TOKEN_RE, "a header name (letters, digits and !#$%&'*+.^_`|~-, no spaces)"),
+    "cookie": (_TOKEN_RE, "a cookie name (letters, digits and !#$%&'*+.^_`|~-, no spaces)"),
+    "query": (_QUERY_NAME_RE, "a query parameter name (printable, no spaces, '&', '=' or '#')"),
+    "path": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "a {param} name of match.path"),
+}
 
 #: Object names longer than this, or with characters outside the safe set, are hashed.
 MAX_PLAIN_NAME = 128
@@ -55,11 +67,14 @@ class KeySpec:
     ipv4_prefix: int = 32
     ipv6_prefix: int = 64
 
-    def compute(self, request: RequestView, path_params: dict[str, str]) -> str:
+    def compute(self, request: Request, path_params: dict[str, str]) -> str:
         """The key string for ``request``: parts joined by ``|``, values percent-encoded.
 
         A missing header, cookie, query parameter or geo field counts as the empty value,
-        so every request lacking it shares one counter (never a free pass).
+        so every request lacking it shares one counter (never a free pass). A header,
+        cookie or parameter sent several times with different values raises
+        :class:`~edge_limiter.core.errors.AmbiguousRequestError` (the gateway answers 400):
+        the origin might read another of them than the one counted.
         """
         values: list[str] = []
         for part in self.parts:
@@ -67,11 +82,11 @@ class KeySpec:
             values.append(f"{part}={quote(value, safe='')}")
         return "|".join(values)
 
-    def _value(self, part: KeyPart, request: RequestView, params: dict[str, str]) -> str:
+    def _value(self, part: KeyPart, request: Request, params: dict[str, str]) -> str:
         if part.kind == "ip":
-            return aggregate_ip(request.client_ip, self.ipv4_prefix, self.ipv6_prefix)
+            return aggregate_ip(request.client.ip, self.ipv4_prefix, self.ipv6_prefix)
         if part.kind == "header":
-            return request.header(part.name) or ""
+            return request.single_header(part.name) or ""
         if part.kind == "cookie":
             return request.cookie(part.name) or ""
         if part.kind == "query":
@@ -79,9 +94,9 @@ class KeySpec:
         if part.kind == "path":
             return params.get(part.name, "")
         if part.kind == "country":
-            return request.country
+            return request.client.country
         if part.kind == "asn":
-            return request.asn
+            return request.client.asn
         return ""  # global
 
 
@@ -96,9 +111,11 @@ def parse_key_part(text: object) -> KeyPart:
             raise KeySpecError(f"key part {text!r}: {kind!r} takes no name")
         return KeyPart(kind)
     if kind in KINDS_WITH_NAME:
-        if not name.strip():
+        if not name:
             raise KeySpecError(f"key part {text!r}: {kind!r} needs a name, e.g. '{kind}:x-api-key'")
-        name = name.strip()
+        pattern, what = _NAME_RULES[kind]
+        if not pattern.fullmatch(name) or (kind == "query" and any(c in name for c in "&=#")):
+            raise KeySpecError(f"key part {text!r}: {name!r} is not {what}")
         # Header names are case-insensitive; cookie, query and path names are not.
         return KeyPart(kind, name.lower() if kind == "header" else name)
     known = ", ".join([*KINDS_PLAIN, *(f"{k}:NAME" for k in KINDS_WITH_NAME)])

@@ -29,25 +29,6 @@ class RuleResult:
     decisions: tuple[Decision, ...]
     states: tuple[object | None, ...]
 
-    @property
-    def violated(self) -> tuple[int, ...]:
-        """The indexes of the limits that deny the request (empty when it is allowed)."""
-        return tuple(i for i, decision in enumerate(self.decisions) if not decision.allowed)
-
-    @property
-    def violated_policies(self) -> tuple[str, ...]:
-        """The policy names of the limits that deny it, for a 429 body's violated-policies."""
-        return violated_policies(self.decisions)
-
-
-def violated_policies(decisions: Sequence[Decision]) -> tuple[str, ...]:
-    """The policy names (``Rate.name``) of the denying decisions, in order."""
-    return tuple(
-        decision.rate.name if decision.rate is not None else str(decision.limit)
-        for decision in decisions
-        if not decision.allowed
-    )
-
 
 def combine(decisions: Sequence[Decision]) -> Decision:
     """The one decision that stands for a rule's per-limit ``decisions``.
@@ -127,12 +108,4 @@ def refund_all(
     return tuple(
         algorithm.refund(state, now, cost)
         for algorithm, state in zip(algorithms, states, strict=True)
-    )
-
-
-def idle_at_all(algorithms: Sequence[Algorithm[Any]], states: Sequence[Any | None]) -> int:
-    """When every limit's state is as good as fresh (the key's row can then be deleted)."""
-    _validate(algorithms, states)
-    return max(
-        algorithm.idle_at(state) for algorithm, state in zip(algorithms, states, strict=True)
     )

@@ -6,8 +6,8 @@ with a :class:`StoreResponse` (JSON text). Keeping this pure means the whole
 load-decide-store step is tested on CPython; the Durable Object only does the I/O.
 
 Each limit's state lives in one row keyed by :func:`row_id`, which includes the
-algorithm, burst and rate, so a config change never misreads an old row: the old row
-simply goes idle and the alarm deletes it.
+algorithm, the limit's burst and its rate, so a config change never misreads an old row:
+the old row simply goes idle and the alarm deletes it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .algorithms.base import Algorithm
 from .decision import Decision, Reason
 from .errors import ProtocolError, StateError
 from .limiter import check_all, combine, peek_all, refund_all
-from .rates import Rate
+from .rates import Limit, Rate
 
 OPS = ("check", "peek", "refund", "reset")
 
@@ -32,8 +32,7 @@ class StoreRequest:
 
     op: str
     algorithm: str
-    rates: tuple[Rate, ...]
-    burst: int | None = None
+    limits: tuple[Limit, ...]
     cost: int = 1
 
     def to_json(self) -> str:
@@ -42,9 +41,11 @@ class StoreRequest:
             {
                 "op": self.op,
                 "algorithm": self.algorithm,
-                "burst": self.burst,
                 "cost": self.cost,
-                "limits": [[r.quota, r.window_ms, r.name] for r in self.rates],
+                "limits": [
+                    [lim.rate.quota, lim.rate.window_ms, lim.name, lim.burst]
+                    for lim in self.limits
+                ],
             },
             separators=(",", ":"),
         )
@@ -57,23 +58,27 @@ class StoreRequest:
             op = data["op"]
             if op not in OPS:
                 raise ProtocolError(f"unknown op {op!r}")
-            rates = tuple(Rate(int(q), int(w), str(n)) for q, w, n in data["limits"])
-            if not rates:
+            limits = tuple(_limit_from_list(item) for item in data["limits"])
+            if not limits:
                 raise ProtocolError("no limits")
             algorithm = data["algorithm"]
             if algorithm not in ALGORITHMS:
                 raise ProtocolError(f"unknown algorithm {algorithm!r}")
-            burst = data.get("burst")
-            if burst is not None and (not isinstance(burst, int) or burst < 1):
-                raise ProtocolError(f"bad burst {burst!r}")
             cost = data.get("cost", 1)
-            if not isinstance(cost, int) or cost < 0:
+            if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0:
                 raise ProtocolError(f"bad cost {cost!r}")
-            return cls(op, algorithm, rates, burst, cost)
+            return cls(op, algorithm, limits, cost)
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store request: {exc}") from exc
+
+
+def _limit_from_list(item: list[Any]) -> Limit:
+    quota, window_ms, name, burst = item
+    if burst is not None and (not isinstance(burst, int) or isinstance(burst, bool)):
+        raise ProtocolError(f"bad burst {burst!r}")
+    return Limit(Rate(int(quota), int(window_ms)), burst, str(name))
 
 
 def _decision_to_list(d: Decision) -> list[Any]:
@@ -98,36 +103,37 @@ class StoreResponse:
         )
 
     @classmethod
-    def from_json(cls, text: str, rates: tuple[Rate, ...]) -> StoreResponse:
-        """Parse an answer for a request over ``rates``; raises :class:`ProtocolError`."""
+    def from_json(cls, text: str, limits: tuple[Limit, ...]) -> StoreResponse:
+        """Parse an answer for a request over ``limits``; raises :class:`ProtocolError`."""
         try:
             data = json.loads(text)
             return cls(
                 tuple(
-                    _decision_from_list(item, rate)
-                    for item, rate in zip(data["ds"], rates, strict=True)
+                    _decision_from_list(item, limit)
+                    for item, limit in zip(data["ds"], limits, strict=True)
                 )
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc
 
 
-def _decision_from_list(item: list[Any], rate: Rate | None) -> Decision:
-    allowed, limit, remaining, reset_after, retry_after = item
+def _decision_from_list(item: list[Any], policy: Limit | None) -> Decision:
+    allowed, capacity, remaining, reset_after, retry_after = item
     return Decision(
         allowed=bool(allowed),
-        limit=int(limit),
+        limit=int(capacity),
         remaining=int(remaining),
         reset_after=int(reset_after),
         retry_after=int(retry_after),
         reason=None if allowed else Reason.LIMITED,
-        rate=rate,
+        policy=policy,
     )
 
 
-def row_id(algorithm: str, burst: int | None, rate: Rate) -> str:
+def row_id(algorithm: str, limit: Limit) -> str:
     """The storage row of one limit's state."""
-    return f"{algorithm}:{'' if burst is None else burst}:{rate.quota}/{rate.window_ms}"
+    burst = "" if limit.burst is None else limit.burst
+    return f"{algorithm}:{burst}:{limit.rate.quota}/{limit.rate.window_ms}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +153,13 @@ def apply(request: StoreRequest, rows: dict[str, list[int]], now: int) -> StoreR
     Rows that cannot be decoded (e.g. from an incompatible version) are treated as fresh
     rather than failing every request for that key.
     """
-    algorithms: list[Algorithm[Any]] = [
-        make_algorithm(request.algorithm, rate, request.burst) for rate in request.rates
-    ]
-    ids = [row_id(request.algorithm, request.burst, rate) for rate in request.rates]
+    try:
+        algorithms: list[Algorithm[Any]] = [
+            make_algorithm(request.algorithm, limit) for limit in request.limits
+        ]
+    except ValueError as exc:  # e.g. a burst for an algorithm that takes none
+        raise ProtocolError(str(exc)) from exc
+    ids = [row_id(request.algorithm, limit) for limit in request.limits]
     states: list[Any] = []
     for algorithm, rid in zip(algorithms, ids, strict=True):
         data = rows.get(rid)
@@ -159,19 +168,19 @@ def apply(request: StoreRequest, rows: dict[str, list[int]], now: int) -> StoreR
         except StateError:
             states.append(None)
 
-    if request.op == "check":
+    new_states: list[Any]
+    if request.op in ("check", "peek"):
+        # A peek is the check's answer with nothing stored: exactly what a request of that
+        # cost would get now.
         result = check_all(algorithms, states, now, request.cost)
-        new_states: list[Any] = list(result.states)
+        new_states = list(result.states) if request.op == "check" else list(states)
     else:
-        # peek answers for the request's cost; refund and reset for the next single request.
-        peek_cost = 1
-        if request.op == "peek":
-            new_states, peek_cost = list(states), request.cost
-        elif request.op == "refund":
+        # refund and reset answer for the next single request.
+        if request.op == "refund":
             new_states = list(refund_all(algorithms, states, now, request.cost))
         else:  # reset
             new_states = [algorithm.reset() for algorithm in algorithms]
-        result = peek_all(algorithms, new_states, now, peek_cost)
+        result = peek_all(algorithms, new_states, now, 1)
     response = StoreResponse(result.decisions)
 
     writes: dict[str, tuple[list[int], int]] = {}

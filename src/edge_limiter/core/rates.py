@@ -66,6 +66,52 @@ class Rate:
         return f"{self.quota} per {describe_window(self.window_ms)}"
 
 
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One limit of a route: a :class:`Rate` and, for the bucket-shaped algorithms, a burst.
+
+    ``burst`` is the bucket size (how much may pass at once); ``None`` means the quota.
+    What the HTTP fields advertise is what the limit really admits from a fresh state:
+    ``capacity`` units, refilled completely in ``policy_window_ms``.
+    """
+
+    rate: Rate
+    burst: int | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.burst is not None and not 1 <= self.burst <= MAX_QUOTA:
+            raise RateParseError(f"burst must be between 1 and {MAX_QUOTA}, got {self.burst}")
+        if not self.name:
+            name = self.rate.name
+            if self.burst is not None and self.burst != self.rate.quota:
+                name = f"{name}-burst-{self.burst}"
+            object.__setattr__(self, "name", name)
+
+    @property
+    def capacity(self) -> int:
+        """The most that passes at one instant: the burst, or the quota."""
+        return self.rate.quota if self.burst is None else self.burst
+
+    @property
+    def policy_window_ms(self) -> int:
+        """How long a drained limit takes to admit its whole capacity again."""
+        quota, window = self.rate.quota, self.rate.window_ms
+        if self.burst is None or self.burst == quota:
+            return window
+        return -(-self.burst * window // quota)
+
+    @property
+    def policy_window_seconds(self) -> int:
+        """:attr:`policy_window_ms` in whole seconds, rounded up (at least 1)."""
+        return max(1, -(-self.policy_window_ms // SECOND_MS))
+
+    def __str__(self) -> str:
+        if self.burst is None or self.burst == self.rate.quota:
+            return str(self.rate)
+        return f"{self.rate}, burst {self.burst}"
+
+
 def describe_window(window_ms: int) -> str:
     """``60000`` -> ``"minute"``, ``600000`` -> ``"10 minutes"``, ``1500`` -> ``"1500 ms"``."""
     for unit_ms in (DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from .durations import parse_duration
 from .errors import DurationError
@@ -28,7 +28,7 @@ class Problems:
         return len(self.items)
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An int that is not a bool (TOML and JSON both have real booleans)."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..rates import Rate
+from ..rates import Limit
 from .base import Algorithm
 from .fixed_window import FixedWindow, FixedWindowState
 from .gcra import GCRA, GCRAState
@@ -42,28 +42,15 @@ ALGORITHMS: dict[str, type[Algorithm[Any]]] = {
 }
 """Every algorithm class, keyed by its ``name``."""
 
-_WITH_BURST: dict[str, type[TokenBucket] | type[GCRA]] = {
-    TokenBucket.name: TokenBucket,
-    GCRA.name: GCRA,
-}
 
+def make_algorithm(name: str, limit: Limit) -> Algorithm[Any]:
+    """Build the algorithm called ``name`` for ``limit``.
 
-def make_algorithm(name: str, rate: Rate, burst: int | None = None) -> Algorithm[Any]:
-    """Build the algorithm called ``name`` for ``rate``.
-
-    ``burst`` is only meaningful for the bucket-shaped algorithms (``token_bucket`` and
-    ``gcra``); giving it to another raises :class:`ValueError`, as does an unknown name.
+    Raises :class:`ValueError` for an unknown name, a burst given to an algorithm that
+    takes none, or a capacity above what the algorithm supports.
     """
     cls = ALGORITHMS.get(name)
     if cls is None:
         known = ", ".join(sorted(ALGORITHMS))
         raise ValueError(f"unknown algorithm {name!r}: expected one of {known}")
-    bucket = _WITH_BURST.get(name)
-    if bucket is not None:
-        return bucket(rate, burst)
-    if burst is not None:
-        raise ValueError(
-            f"algorithm {name!r} takes no burst (only {' and '.join(_WITH_BURST)} do), "
-            f"got burst={burst!r}"
-        )
-    return cls(rate)
+    return cls(limit)

@@ -1,6 +1,6 @@
 """The interface every rate-limiting algorithm implements.
 
-An algorithm instance is configured with one :class:`~edge_limiter.core.rates.Rate` (and,
+An algorithm instance is configured with one :class:`~edge_limiter.core.rates.Limit` (a rate and,
 for the bucket-shaped ones, a burst). Its state is a small frozen dataclass of ints that
 :meth:`Algorithm.encode` turns into a JSON-able list for one SQLite row. ``None`` is the
 fresh state: a key never seen, or one that was reset or cleaned up.
@@ -13,7 +13,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from ..decision import Decision, Reason
 from ..errors import StateError
-from ..rates import Rate
+from ..rates import MAX_QUOTA, Limit
 
 S = TypeVar("S")
 
@@ -37,32 +37,47 @@ def decode_ints(data: object, algorithm: str) -> list[int]:
 
 
 class Algorithm(ABC, Generic[S]):
-    """One limit's rules. Pure: every method takes ``now`` (integer ms) and never mutates."""
+    """One limit's rules. Pure: every method takes ``now`` (integer ms) and never mutates.
+
+    What configuration an algorithm accepts lives here, with the algorithm: whether it
+    takes a ``burst`` and the largest quota it supports.
+    """
 
     name: ClassVar[str]
+    takes_burst: ClassVar[bool] = False
+    """Whether a limit may set ``burst`` (a bucket size other than the quota)."""
+    max_quota: ClassVar[int] = MAX_QUOTA
+    """The largest quota (or burst) this algorithm supports."""
 
-    def __init__(self, rate: Rate) -> None:
-        self.rate = rate
+    def __init__(self, limit: Limit) -> None:
+        if limit.burst is not None and not self.takes_burst:
+            raise ValueError(f"algorithm {self.name!r} takes no burst, got burst={limit.burst!r}")
+        if limit.capacity > self.max_quota:
+            raise ValueError(
+                f"algorithm {self.name!r} supports at most {self.max_quota}, got {limit.capacity}"
+            )
+        self.limit = limit
+        self.rate = limit.rate
 
     @property
     def capacity(self) -> int:
         """The most cost that can be admitted at one instant from a fresh state."""
-        return self.rate.quota
+        return self.limit.capacity
 
     def _allowed(self, remaining: int, reset_after: int) -> Decision:
         """An allow for this limit (``retry_after`` 0, no reason)."""
-        return Decision(True, self.rate.quota, remaining, reset_after, 0, None, self.rate)
+        return Decision(True, self.capacity, remaining, reset_after, 0, None, self.limit)
 
     def _denied(self, remaining: int, reset_after: int, retry_after: int) -> Decision:
         """A deny for this limit (``retry_after`` at least 1 ms, reason ``LIMITED``)."""
         return Decision(
             False,
-            self.rate.quota,
+            self.capacity,
             remaining,
             reset_after,
             max(1, retry_after),
             Reason.LIMITED,
-            self.rate,
+            self.limit,
         )
 
     @abstractmethod
@@ -70,8 +85,8 @@ class Algorithm(ABC, Generic[S]):
         """Decide a request of ``cost`` at ``now``.
 
         Returns the decision and the state to store: the state after consuming ``cost``
-        when allowed, otherwise a state that admits exactly what the old one did (a
-        denied request consumes nothing).
+        when allowed, otherwise ``state`` itself, unchanged (a denied request consumes
+        nothing, and forgets nothing either: not even how far the clock had got).
         """
 
     def peek(self, state: S | None, now: int, cost: int = 1) -> Decision:

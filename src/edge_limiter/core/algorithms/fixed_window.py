@@ -53,13 +53,13 @@ class FixedWindow(Algorithm[FixedWindowState]):
         if count + cost <= quota:
             count += cost
             reset_after = window_end if count else 0
-            return self._allowed(quota - count, reset_after), self._wrap(index, count)
+            # A free request (cost 0) changes nothing, like a denied one.
+            new_state = self._wrap(index, count) if cost else state
+            return self._allowed(quota - count, reset_after), new_state
         reset_after = window_end if count else 0
         # A cost within the quota fits once the window ends; a larger one never does.
         retry_after = window_end if cost <= quota else reset_after
-        return self._denied(max(0, quota - count), reset_after, retry_after), self._wrap(
-            index, count
-        )
+        return self._denied(max(0, quota - count), reset_after, retry_after), state
 
     def refund(
         self, state: FixedWindowState | None, now: int, cost: int = 1

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 from ..decision import Decision
 from ..errors import StateError
-from ..rates import Rate
+from ..rates import Limit
 from .base import Algorithm, decode_ints, validate_cost
-from .token_bucket import validate_burst
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +31,12 @@ class GCRA(Algorithm[GCRAState]):
     """Up to ``burst`` at once, then one unit every ``window_ms / quota`` ms."""
 
     name = "gcra"
+    takes_burst = True
 
-    def __init__(self, rate: Rate, burst: int | None = None) -> None:
-        super().__init__(rate)
-        self.burst = validate_burst(burst, rate)
-        self._tolerance = self.burst * rate.window_ms
-
-    @property
-    def capacity(self) -> int:
-        """The burst."""
-        return self.burst
+    def __init__(self, limit: Limit) -> None:
+        super().__init__(limit)
+        self.burst = limit.capacity
+        self._tolerance = self.burst * limit.rate.window_ms
 
     def _ms_for(self, scaled: int) -> int:
         """Scaled time -> whole milliseconds, rounded up (never negative)."""

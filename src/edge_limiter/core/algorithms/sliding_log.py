@@ -35,6 +35,8 @@ class SlidingLog(Algorithm[SlidingLogState]):
     """At most ``quota`` cost in any ``window_ms`` interval, exactly."""
 
     name = "sliding_log"
+    # One log entry per distinct admitted millisecond: the state grows with the quota.
+    max_quota = 10_000
 
     def _live(self, state: SlidingLogState | None, now: int) -> tuple[Entry, ...]:
         """The entries still inside the window ending at ``now``."""
@@ -70,7 +72,9 @@ class SlidingLog(Algorithm[SlidingLogState]):
                 else:
                     entries = (*live, (stamp, cost))
             reset_after = self._leave_at(entries[-1]) - now if entries else 0
-            return self._allowed(quota - used - cost, reset_after), self._wrap(entries)
+            # A free request (cost 0) changes nothing, like a denied one.
+            new_state = self._wrap(entries) if cost else state
+            return self._allowed(quota - used - cost, reset_after), new_state
         reset_after = self._leave_at(live[-1]) - now if live else 0
         retry_after = reset_after
         if cost <= quota:
@@ -82,7 +86,7 @@ class SlidingLog(Algorithm[SlidingLogState]):
                 if freed >= excess:
                     retry_after = self._leave_at(entry) - now
                     break
-        return self._denied(max(0, quota - used), reset_after, retry_after), self._wrap(live)
+        return self._denied(max(0, quota - used), reset_after, retry_after), state
 
     def refund(
         self, state: SlidingLogState | None, now: int, cost: int = 1

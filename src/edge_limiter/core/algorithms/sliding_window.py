@@ -105,16 +105,16 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         used = self._weighted(previous, t - index * self.rate.window_ms) + current
         if used + cost <= quota:
             current += cost
-            new_state = self._wrap(index, current, previous)
+            # A free request (cost 0) changes nothing, like a denied one.
+            new_state = self._wrap(index, current, previous) if cost else state
             reset_after = self._first_fit(index, current, previous, t, quota) - now
             return self._allowed(quota - used - cost, reset_after), new_state
-        rolled = self._wrap(index, current, previous)
         reset_after = self._first_fit(index, current, previous, t, quota) - now
         if cost > quota:
             retry_after = reset_after
         else:
             retry_after = self._first_fit(index, current, previous, t, cost) - now
-        return self._denied(max(0, quota - used), reset_after, retry_after), rolled
+        return self._denied(max(0, quota - used), reset_after, retry_after), state
 
     @staticmethod
     def _wrap(index: int, current: int, previous: int) -> SlidingWindowState | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..decision import Decision
 from ..errors import StateError
-from ..rates import MAX_QUOTA, Rate
+from ..rates import Limit
 from .base import Algorithm, decode_ints, validate_cost
 
 
@@ -23,31 +23,19 @@ class TokenBucketState:
     updated_at: int
 
 
-def validate_burst(burst: int | None, rate: Rate) -> int:
-    """The burst to use: ``burst`` if given (an int from 1 to ``MAX_QUOTA``), else the quota."""
-    if burst is None:
-        return rate.quota
-    if isinstance(burst, bool) or not isinstance(burst, int):
-        raise TypeError(f"burst must be an int, got {burst!r}")
-    if not 1 <= burst <= MAX_QUOTA:
-        raise ValueError(f"burst must be between 1 and {MAX_QUOTA}, got {burst}")
-    return burst
-
-
 class TokenBucket(Algorithm[TokenBucketState]):
-    """Up to ``burst`` at once, refilled continuously at ``rate.quota`` per ``rate.window_ms``."""
+    """Up to ``burst`` at once, refilled continuously at ``rate.quota`` per ``rate.window_ms``.
+
+    ``burst`` defaults to the quota.
+    """
 
     name = "token_bucket"
+    takes_burst = True
 
-    def __init__(self, rate: Rate, burst: int | None = None) -> None:
-        super().__init__(rate)
-        self.burst = validate_burst(burst, rate)
-        self._full = self.burst * rate.window_ms
-
-    @property
-    def capacity(self) -> int:
-        """The burst: a full bucket."""
-        return self.burst
+    def __init__(self, limit: Limit) -> None:
+        super().__init__(limit)
+        self.burst = limit.capacity
+        self._full = self.burst * limit.rate.window_ms
 
     def _level(self, state: TokenBucketState | None, now: int) -> tuple[int, int]:
         """The level at ``now`` and the instant it is valid from.

@@ -2,7 +2,7 @@
 
 A response can carry a field more than once (``Set-Cookie`` above all), so responses are
 kept as ordered pairs. A request's fields may come as a mapping (as
-:class:`~edge_limiter.core.request.RequestView` has them) or as pairs; both are accepted.
+:class:`~edge_limiter.core.http.messages.Headers` holds them) or as pairs; both are accepted.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HTTP fields and the 429 body, computed from decisions.
+"""The rate-limit HTTP fields, computed from decisions.
 
 Two header families are sent on every limited route's response:
 
@@ -10,7 +10,9 @@ Two header families are sent on every limited route's response:
       RateLimit: "10-per-second";r=0;t=1, "1000-per-hour";r=998;t=3600
 
   ``q`` is the quota, ``w`` the window in seconds, ``r`` what remains and ``t`` the
-  seconds until the quota resets. For a policy that denied the request ``t`` is the
+  seconds until the quota resets. A limit with a burst admits ``burst`` at once and takes
+  ``burst / rate`` to refill completely, so that is what its policy says:
+  ``10/second`` with ``burst = 20`` is ``q=20;w=2``. For a policy that denied the request ``t`` is the
   time until it admits this request again, and ``Retry-After`` is the largest such
   ``t``: a client that honours either field never retries too early.
 """
@@ -18,11 +20,9 @@ Two header families are sent on every limited route's response:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from .decision import Decision, Reason
+from ..decision import Decision
 
-PROBLEM_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 REASON_HEADER = "X-EdgeLimiter-Reason"
 
 
@@ -52,18 +52,18 @@ def _t_seconds(decision: Decision) -> int:
 def policy_header(decisions: Sequence[Decision]) -> str:
     """The ``RateLimit-Policy`` field value."""
     return ", ".join(
-        f"{sf_string(d.rate.name)};q={d.rate.quota};w={d.rate.window_seconds}"
+        f"{sf_string(d.policy.name)};q={d.policy.capacity};w={d.policy.policy_window_seconds}"
         for d in decisions
-        if d.rate is not None
+        if d.policy is not None
     )
 
 
 def ratelimit_header(decisions: Sequence[Decision]) -> str:
     """The ``RateLimit`` field value."""
     return ", ".join(
-        f"{sf_string(d.rate.name)};r={d.remaining};t={_t_seconds(d)}"
+        f"{sf_string(d.policy.name)};r={d.remaining};t={_t_seconds(d)}"
         for d in decisions
-        if d.rate is not None
+        if d.policy is not None
     )
 
 
@@ -97,38 +97,4 @@ def rate_limit_headers(combined: Decision, decisions: Sequence[Decision]) -> lis
 
 def violated_policies(decisions: Sequence[Decision]) -> list[str]:
     """Names of the limits that denied the request."""
-    return [d.rate.name for d in decisions if not d.allowed and d.rate is not None]
-
-
-def problem_body(route: str, decisions: Sequence[Decision], instance: str = "") -> dict[str, Any]:
-    """The RFC 9457 ``application/problem+json`` body of a 429."""
-    violated = violated_policies(decisions)
-    retry = retry_after_seconds(decisions)
-    limits = ", ".join(str(d.rate) for d in decisions if not d.allowed and d.rate is not None)
-    body: dict[str, Any] = {
-        "type": PROBLEM_TYPE,
-        "title": "Too Many Requests",
-        "status": 429,
-        "detail": f"Rate limit exceeded on route '{route}' ({limits}); retry in {retry} s.",
-        "violated-policies": violated,
-        "route": route,
-        "retry_after": retry,
-    }
-    if instance:
-        body["instance"] = instance
-    return body
-
-
-def unavailable_body(route: str) -> dict[str, Any]:
-    """The problem body of a 503 from a fail-closed route whose counter store failed."""
-    return {
-        "type": "about:blank",
-        "title": "Service Unavailable",
-        "status": 503,
-        "detail": (
-            f"The rate-limit store for route '{route}' is unavailable and the route is "
-            "configured to fail closed (on_store_error = 'closed')."
-        ),
-        "route": route,
-        "reason": Reason.STORE_UNAVAILABLE.value,
-    }
+    return [d.policy.name for d in decisions if not d.allowed and d.policy is not None]

@@ -1,30 +1,29 @@
-"""Response headers and the 429 body, from decisions."""
+"""Rate-limit response fields and problem bodies, from decisions."""
 
 from __future__ import annotations
 
 import re
 
 from edge_limiter.core.decision import Decision, Reason
-from edge_limiter.core.headers import (
-    PROBLEM_TYPE,
+from edge_limiter.core.http.fields import (
     policy_header,
-    problem_body,
     rate_limit_headers,
     ratelimit_header,
     retry_after_seconds,
     sf_string,
 )
-from edge_limiter.core.rates import Rate, parse_rates
+from edge_limiter.core.http.problems import QUOTA_EXCEEDED, quota_exceeded
+from edge_limiter.core.rates import Limit, Rate, parse_rates
 
-SECOND, HOUR = parse_rates("10/second; 1000/hour")
-
-
-def allowed(rate: Rate, remaining: int, reset_ms: int) -> Decision:
-    return Decision(True, rate.quota, remaining, reset_ms, 0, None, rate)
+SECOND, HOUR = (Limit(rate) for rate in parse_rates("10/second; 1000/hour"))
 
 
-def denied(rate: Rate, reset_ms: int, retry_ms: int) -> Decision:
-    return Decision(False, rate.quota, 0, reset_ms, retry_ms, Reason.LIMITED, rate)
+def allowed(limit: Limit, remaining: int, reset_ms: int) -> Decision:
+    return Decision(True, limit.capacity, remaining, reset_ms, 0, None, limit)
+
+
+def denied(limit: Limit, reset_ms: int, retry_ms: int) -> Decision:
+    return Decision(False, limit.capacity, 0, reset_ms, retry_ms, Reason.LIMITED, limit)
 
 
 def test_allowed_headers() -> None:
@@ -59,14 +58,14 @@ def test_retry_after_never_earlier_than_any_denying_policy_t() -> None:
 
 
 def test_policy_header_syntax() -> None:
-    text = policy_header([allowed(Rate(100, 600_000, "burst"), 1, 1)])
+    text = policy_header([allowed(Limit(Rate(100, 600_000), name="burst"), 1, 1)])
     assert re.fullmatch(r'"[^"]+";q=\d+;w=[1-9]\d*', text)
     assert text == '"burst";q=100;w=600'
     assert sf_string('a"b\\c') == '"a\\"b\\\\c"'
 
 
 def test_sub_second_window_is_published_as_one_second() -> None:
-    assert policy_header([allowed(Rate(5, 500), 1, 1)]) == '"5-per-500-ms";q=5;w=1'
+    assert policy_header([allowed(Limit(Rate(5, 500)), 1, 1)]) == '"5-per-500-ms";q=5;w=1'
 
 
 def test_reason_header_for_shadow_and_store_unavailable() -> None:
@@ -76,10 +75,22 @@ def test_reason_header_for_shadow_and_store_unavailable() -> None:
     assert "Retry-After" not in headers
 
 
+def test_a_burst_is_published_as_what_the_limit_really_admits() -> None:
+    """10/second with burst 20: 20 at once, refilled completely in 2 s."""
+    burst = Limit(Rate(10, 1000), 20)
+    assert burst.name == "10-per-second-burst-20"
+    text = policy_header([allowed(burst, 19, 100), allowed(Limit(Rate(1000, 3_600_000)), 999, 1)])
+    assert text == '"10-per-second-burst-20";q=20;w=2, "1000-per-hour";q=1000;w=3600'
+    # A burst below the quota refills in less than the window.
+    assert policy_header([allowed(Limit(Rate(10, 1000), 5), 4, 100)]).endswith(";q=5;w=1")
+    assert Limit(Rate(60, 60_000), 90).policy_window_ms == 90_000
+
+
 def test_problem_body() -> None:
     per_limit = [denied(SECOND, 900, 900), allowed(HOUR, 10, 1)]
-    body = problem_body("search", per_limit, instance="/v1/search")
-    assert body["type"] == PROBLEM_TYPE
+    body = quota_exceeded("search", per_limit, instance="/v1/search").body()
+    assert body["type"] == QUOTA_EXCEEDED
+    assert body["code"] == "rate_limited"
     assert body["status"] == 429
     assert body["violated-policies"] == ["10-per-second"]
     assert body["retry_after"] == 1

@@ -1,0 +1,107 @@
+"""The parsed config: frozen objects, grouped by concern, built once per isolate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..keys import KeySpec
+from ..matching import PathPattern, host_matches, path_segments
+from ..rates import Limit
+
+DEFAULT_STORE_TIMEOUT_MS = 1_000
+DEFAULT_ORIGIN_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Which requests a route takes: methods (None: any), host pattern (None: any), path."""
+
+    path: PathPattern
+    methods: frozenset[str] | None = None
+    host: str | None = None
+
+    def params(
+        self, method: str, host: str, segments: list[str], folded: list[str] | None
+    ) -> dict[str, str] | None:
+        """The captured path parameters when the request matches, else ``None``.
+
+        ``segments`` are the canonical path's; ``folded`` the same lower-cased (used when
+        the pattern is case-insensitive; computed once per request by the caller).
+        """
+        if self.methods is not None and method not in self.methods:
+            return None
+        if self.host is not None and not host_matches(self.host, host):
+            return None
+        if self.path.case_insensitive and folded is not None:
+            return self.path.match_segments(folded)
+        return self.path.match_segments(segments)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitPolicy:
+    """What a route counts and how: algorithm, limits (all must admit), cost, key, shadow."""
+
+    algorithm: str
+    limits: tuple[Limit, ...]
+    key: KeySpec
+    cost: int = 1
+    shadow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FailurePolicy:
+    """What happens when the counters cannot be reached within ``store_timeout_ms``."""
+
+    fail_open: bool = True
+    store_timeout_ms: int = DEFAULT_STORE_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarding:
+    """Where an admitted request goes, and how long the origin may take to answer."""
+
+    origin: str
+    timeout_ms: int = DEFAULT_ORIGIN_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One route: what it matches, what it limits, how it fails and where it forwards."""
+
+    name: str
+    match: Match
+    limits: RateLimitPolicy
+    failure: FailurePolicy
+    forward: Forwarding
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole gateway config: routes in priority order, and the defaults they share.
+
+    ``forward`` is where a request matching no route goes (None: such requests get 404).
+    ``matrix_params`` is how ``;params`` in path segments are treated (see
+    :func:`~edge_limiter.core.canonical.canonical_path`). ``warnings`` lists what is legal
+    but probably not meant (e.g. a route no request can reach).
+    """
+
+    routes: tuple[Route, ...]
+    forward: Forwarding | None = None
+    matrix_params: str = "keep"
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+    folds_case: bool = field(init=False, compare=False)
+    """Whether any route matches paths case-insensitively (then paths are folded once)."""
+
+    def __post_init__(self) -> None:
+        folds = any(route.match.path.case_insensitive for route in self.routes)
+        object.__setattr__(self, "folds_case", folds)
+
+    def match(self, method: str, host: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The first route matching a request (canonical host and path), with its parameters."""
+        segments = path_segments(path)
+        folded = [segment.lower() for segment in segments] if self.folds_case else None
+        for route in self.routes:
+            params = route.match.params(method, host, segments, folded)
+            if params is not None:
+                return route, params
+        return None

@@ -1,0 +1,451 @@
+"""The strict config parser: plain data (TOML or JSON) in, frozen :class:`Config` out.
+
+::
+
+    origin = "https://api.example.com"   # where admitted and unmatched requests go
+    origin_timeout = "30s"               # how long an origin may take to answer
+    store_timeout_ms = 1000              # budget for one Durable Object call
+    paths = { case_insensitive = false, matrix_params = "keep" }
+
+    [[routes]]
+    name = "login"
+    match = { methods = ["POST"], path = "/v1/login", host = "api.example.com" }
+    limits = "5/minute; 20/hour"         # or [{ rate = "10/s", burst = 20, name = "burst" }]
+    algorithm = "sliding_log"
+    key = ["ip", "header:x-tenant"]
+    on_store_error = "closed"
+
+Every problem in the whole config is collected and raised as ONE :class:`ConfigError`,
+each line naming the route and the field; warnings (legal, but probably not meant) are
+kept on the config. The first matching route wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..algorithms import ALGORITHMS, make_algorithm
+from ..canonical import MATRIX_MODES
+from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
+from ..keys import KeyPart, KeySpec, parse_key_part
+from ..matching import PathPattern, host_covers, parse_host_pattern
+from ..rates import Limit, parse_rate, parse_rates
+from ..validation import Problems, boolean, duration, integer, is_int, unknown_fields
+from .model import (
+    DEFAULT_ORIGIN_TIMEOUT_MS,
+    DEFAULT_STORE_TIMEOUT_MS,
+    Config,
+    FailurePolicy,
+    Forwarding,
+    Match,
+    RateLimitPolicy,
+    Route,
+)
+
+DEFAULT_ALGORITHM = "sliding_window"
+#: Methods are RFC 9110 tokens, matched as written (upper case by convention).
+METHOD_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")
+ROUTE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+POLICY_NAME_RE = ROUTE_NAME_RE
+MAX_STORE_TIMEOUT_MS = 30_000
+MAX_ORIGIN_TIMEOUT_MS = 10 * 60_000
+
+TOP_FIELDS = ("origin", "origin_timeout", "store_timeout_ms", "paths", "routes")
+ROUTE_FIELDS = (
+    "name",
+    "match",
+    "limits",
+    "algorithm",
+    "burst",
+    "key",
+    "ipv4_prefix",
+    "ipv6_prefix",
+    "cost",
+    "shadow",
+    "on_store_error",
+    "origin",
+    "timeout",
+)
+MATCH_FIELDS = ("methods", "path", "host", "case_insensitive")
+LIMIT_FIELDS = ("rate", "name", "burst")
+PATHS_FIELDS = ("case_insensitive", "matrix_params")
+
+
+def check_origin(value: object, where: str, problems: Problems) -> str | None:
+    """An origin URL (``https://api.example.com``) without a trailing slash, or a problem."""
+    if isinstance(value, str) and value:
+        parts = urlsplit(value)
+        if parts.scheme in ("http", "https") and parts.netloc:
+            if parts.query or parts.fragment or "#" in value:
+                problems.add(where, f"must not carry a query or fragment, got {value!r}")
+                return None
+            return value.rstrip("/")
+    problems.add(where, f"must be an http(s) URL like 'https://api.example.com', got {value!r}")
+    return None
+
+
+# --- limits ---------------------------------------------------------------------------------
+
+
+def _limit_table(item: Mapping[str, Any], where: str, problems: Problems) -> Limit | None:
+    before = len(problems)
+    unknown_fields(item, LIMIT_FIELDS, where, problems)
+    try:
+        rate = parse_rate(item.get("rate"))  # type: ignore[arg-type]
+    except RateParseError as exc:
+        problems.add(f"{where}.rate", str(exc))
+        return None
+    name = item.get("name", "")
+    if name != "" and (not isinstance(name, str) or not POLICY_NAME_RE.fullmatch(name)):
+        problems.add(f"{where}.name", f"must match {POLICY_NAME_RE.pattern}, got {name!r}")
+    burst = item.get("burst")
+    if burst is not None and (not is_int(burst) or burst < 1):
+        problems.add(f"{where}.burst", f"must be a positive integer, got {burst!r}")
+    if len(problems) != before:
+        return None
+    return Limit(rate, burst, name if isinstance(name, str) else "")
+
+
+def _parse_limits(value: object, where: str, problems: Problems) -> list[Limit]:
+    """``"10/second; 1000/hour"``, a list of such strings, or tables ``{rate, name, burst}``."""
+    if isinstance(value, str):
+        try:
+            return [Limit(rate) for rate in parse_rates(value)]
+        except RateParseError as exc:
+            problems.add(where, str(exc))
+            return []
+    if not isinstance(value, list) or not value:
+        problems.add(
+            where,
+            "must be a string like '10/second; 1000/hour' or a list of such strings or "
+            f"tables {{ rate, burst, name }}, got {value!r}",
+        )
+        return []
+    limits: list[Limit] = []
+    for index, item in enumerate(value):
+        at = f"{where}[{index}]"
+        if isinstance(item, str):
+            try:
+                limits.extend(Limit(rate) for rate in parse_rates(item))
+            except RateParseError as exc:
+                problems.add(at, str(exc))
+        elif isinstance(item, Mapping):
+            limit = _limit_table(item, at, problems)
+            if limit is not None:
+                limits.append(limit)
+        else:
+            problems.add(
+                at, f"must be a rate string or a table {{ rate, burst, name }}, got {item!r}"
+            )
+    windows = [limit.rate.window_ms for limit in limits]
+    if len(set(windows)) != len(windows):
+        problems.add(where, "two limits over the same window")
+    names = [limit.name for limit in limits]
+    if len(set(names)) != len(names):
+        problems.add(where, f"policy names must be unique, got {names}")
+    return limits
+
+
+def _apply_route_burst(
+    limits: list[Limit], burst: object, algorithm: str, where: str, problems: Problems
+) -> list[Limit]:
+    """A route-level ``burst`` sizes the bucket of the limit with the SHORTEST window only.
+
+    Every other limit keeps its quota as its bucket: ``"10/second; 1000/hour"`` with
+    ``burst = 20`` lets 20 through at once and still about 1000 an hour.
+    """
+    if burst is None or not limits:
+        return limits
+    if not is_int(burst) or burst < 1:
+        problems.add(f"{where}.burst", f"must be a positive integer, got {burst!r}")
+        return limits
+    shortest = min(range(len(limits)), key=lambda i: limits[i].rate.window_ms)
+    target = limits[shortest]
+    if target.burst is not None:
+        problems.add(
+            f"{where}.burst",
+            f"the limit {target.name!r} sets its own burst; set it in one place only",
+        )
+        return limits
+    named = target.name != target.rate.name
+    updated = Limit(target.rate, int(burst), target.name if named else "")
+    return [updated if i == shortest else limit for i, limit in enumerate(limits)]
+
+
+def _check_algorithm_takes(
+    algorithm: str, limits: list[Limit], where: str, problems: Problems
+) -> None:
+    """Let the algorithm itself say whether it accepts each limit (burst, quota range)."""
+    cls = ALGORITHMS[algorithm]
+    for limit in limits:
+        if limit.burst is not None and not cls.takes_burst:
+            takers = ", ".join(name for name, c in ALGORITHMS.items() if c.takes_burst)
+            problems.add(
+                f"{where}.burst",
+                f"only applies to {takers}, not {algorithm} (limit {limit.name!r})",
+            )
+            continue
+        try:
+            make_algorithm(algorithm, limit)
+        except ValueError as exc:
+            problems.add(f"{where}.limits", f"{limit.name}: {exc}")
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+def _parse_key(
+    raw: Mapping[str, Any], params: tuple[str, ...], where: str, problems: Problems
+) -> KeySpec:
+    value = raw.get("key", "ip")
+    items = value if isinstance(value, list) else [value]
+    parts: list[KeyPart] = []
+    if not items:
+        problems.add(f"{where}.key", "must name at least one key part")
+    for item in items:
+        try:
+            part = parse_key_part(item)
+        except KeySpecError as exc:
+            problems.add(f"{where}.key", str(exc))
+            continue
+        if part.kind == "path" and part.name not in params:
+            problems.add(
+                f"{where}.key",
+                f"{part} names a path parameter that match.path does not capture "
+                f"(it captures: {', '.join(params) or 'none'})",
+            )
+        parts.append(part)
+    if len({str(p) for p in parts}) != len(parts):
+        problems.add(f"{where}.key", "names the same key part twice")
+    v4 = integer(raw, "ipv4_prefix", 32, where, problems, minimum=1, maximum=32)
+    v6 = integer(raw, "ipv6_prefix", 64, where, problems, minimum=1, maximum=128)
+    return KeySpec(tuple(parts), v4, v6)
+
+
+# --- match ----------------------------------------------------------------------------------
+
+
+def _parse_match(value: object, case_default: bool, where: str, problems: Problems) -> Match | None:
+    if not isinstance(value, Mapping):
+        problems.add(f"{where}.match", "is required: a table like { path = '/v1/*' }")
+        return None
+    before = len(problems)
+    unknown_fields(value, MATCH_FIELDS, f"{where}.match", problems)
+    case_insensitive = boolean(value, "case_insensitive", case_default, f"{where}.match", problems)
+    path = PathPattern.parse("*")
+    try:
+        path = PathPattern.parse(value.get("path"), case_insensitive)
+    except PatternError as exc:
+        problems.add(f"{where}.match.path", str(exc))
+    methods: frozenset[str] | None = None
+    raw_methods = value.get("methods")
+    if raw_methods is not None and raw_methods != "*":
+        listed = raw_methods if isinstance(raw_methods, list) else [raw_methods]
+        bad = [m for m in listed if not isinstance(m, str) or not METHOD_RE.fullmatch(m)]
+        if bad or not listed:
+            problems.add(
+                f"{where}.match.methods",
+                f"must be '*' or a list of methods like ['GET', 'POST'], got {raw_methods!r}",
+            )
+        else:
+            methods = frozenset(m.upper() for m in listed)
+    host = None
+    if value.get("host") is not None:
+        try:
+            host = parse_host_pattern(value["host"])
+        except PatternError as exc:
+            problems.add(f"{where}.match.host", str(exc))
+    if len(problems) != before:
+        return None
+    return Match(path, methods, host)
+
+
+# --- a route --------------------------------------------------------------------------------
+
+
+def _route_name(raw: Mapping[str, Any], index: int, problems: Problems) -> tuple[str, str]:
+    """``(name, where)``: the route's name and how problems refer to it."""
+    name = raw.get("name")
+    if isinstance(name, str) and ROUTE_NAME_RE.fullmatch(name):
+        return name, f"route {name!r}"
+    where = f"routes[{index}]"
+    problems.add(
+        f"{where}.name",
+        f"is required: letters, digits, '_', '.', '-' (at most 64, no ':' or '#'), got {name!r}",
+    )
+    return where, where
+
+
+def _parse_route(
+    raw: Mapping[str, Any],
+    name: str,
+    where: str,
+    defaults: _Defaults,
+    problems: Problems,
+) -> Route | None:
+    before = len(problems)
+    unknown_fields(raw, ROUTE_FIELDS, where, problems)
+    match = _parse_match(raw.get("match"), defaults.case_insensitive, where, problems)
+
+    algorithm = raw.get("algorithm", DEFAULT_ALGORITHM)
+    if algorithm not in ALGORITHMS:
+        problems.add(
+            f"{where}.algorithm", f"must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}"
+        )
+        algorithm = DEFAULT_ALGORITHM
+    limits = _parse_limits(raw.get("limits"), f"{where}.limits", problems)
+    limits = _apply_route_burst(limits, raw.get("burst"), algorithm, where, problems)
+    _check_algorithm_takes(algorithm, limits, where, problems)
+
+    cost = raw.get("cost", 1)
+    if not is_int(cost) or cost < 1:
+        problems.add(f"{where}.cost", f"must be a positive integer, got {cost!r}")
+        cost = 1
+    elif limits and cost > min(limit.capacity for limit in limits):
+        smallest = min(limit.capacity for limit in limits)
+        problems.add(
+            f"{where}.cost",
+            f"{cost} exceeds the smallest limit ({smallest}): no request could ever pass",
+        )
+    shadow = boolean(raw, "shadow", False, where, problems)
+    on_store_error = raw.get("on_store_error", "open")
+    if on_store_error not in ("open", "closed"):
+        problems.add(
+            f"{where}.on_store_error", f"must be 'open' or 'closed', got {on_store_error!r}"
+        )
+    params = match.path.params if match is not None else ()
+    key = _parse_key(raw, params, where, problems)
+
+    origin = defaults.origin
+    if raw.get("origin") is not None:
+        origin = check_origin(raw["origin"], f"{where}.origin", problems)
+    elif origin is None:
+        problems.add(
+            f"{where}.origin",
+            "no origin to forward to: set 'origin' on the route or at the top level",
+        )
+    timeout = duration(
+        raw,
+        "timeout",
+        defaults.origin_timeout_ms,
+        where,
+        problems,
+        minimum_ms=1,
+        maximum_ms=MAX_ORIGIN_TIMEOUT_MS,
+    )
+    if len(problems) != before or match is None or origin is None:
+        return None
+    return Route(
+        name=name,
+        match=match,
+        limits=RateLimitPolicy(algorithm, tuple(limits), key, cost, shadow),
+        failure=FailurePolicy(on_store_error == "open", defaults.store_timeout_ms),
+        forward=Forwarding(origin, timeout),
+    )
+
+
+class _Defaults:
+    """Top-level settings that routes inherit."""
+
+    def __init__(
+        self,
+        origin: str | None,
+        origin_timeout_ms: int,
+        store_timeout_ms: int,
+        case_insensitive: bool,
+    ) -> None:
+        self.origin = origin
+        self.origin_timeout_ms = origin_timeout_ms
+        self.store_timeout_ms = store_timeout_ms
+        self.case_insensitive = case_insensitive
+
+
+def _unreachable(routes: list[Route], problems: Problems) -> None:
+    """Warn about a route that an earlier route shadows completely."""
+    for later_index, later in enumerate(routes):
+        for earlier in routes[:later_index]:
+            a, b = earlier.match, later.match
+            methods_covered = a.methods is None or (
+                b.methods is not None and b.methods <= a.methods
+            )
+            if methods_covered and host_covers(a.host, b.host) and a.path.covers(b.path):
+                problems.warn(
+                    f"route {later.name!r}",
+                    f"can never match: the earlier route {earlier.name!r} matches every "
+                    "request it would (routes are tried in order; move it up or narrow "
+                    f"{earlier.name!r})",
+                )
+                break
+
+
+def parse_config(raw: object) -> Config:
+    """Parse and validate a whole config; raises one :class:`ConfigError` listing every problem."""
+    problems = Problems()
+    if not isinstance(raw, Mapping):
+        raise ConfigError([f"config: must be a table with 'routes', got {type(raw).__name__}"])
+    unknown_fields(raw, TOP_FIELDS, "config", problems)
+
+    origin = None
+    if raw.get("origin") is not None:
+        origin = check_origin(raw["origin"], "config.origin", problems)
+    origin_timeout = duration(
+        raw,
+        "origin_timeout",
+        DEFAULT_ORIGIN_TIMEOUT_MS,
+        "config",
+        problems,
+        minimum_ms=1,
+        maximum_ms=MAX_ORIGIN_TIMEOUT_MS,
+    )
+    store_timeout = integer(
+        raw,
+        "store_timeout_ms",
+        DEFAULT_STORE_TIMEOUT_MS,
+        "config",
+        problems,
+        minimum=1,
+        maximum=MAX_STORE_TIMEOUT_MS,
+    )
+    case_insensitive = False
+    matrix_params = "keep"
+    paths = raw.get("paths", {})
+    if not isinstance(paths, Mapping):
+        problems.add("config.paths", f"must be a table, got {paths!r}")
+    else:
+        unknown_fields(paths, PATHS_FIELDS, "config.paths", problems)
+        case_insensitive = boolean(paths, "case_insensitive", False, "config.paths", problems)
+        matrix_params = paths.get("matrix_params", "keep")
+        if matrix_params not in MATRIX_MODES:
+            problems.add(
+                "config.paths.matrix_params",
+                f"must be one of {', '.join(MATRIX_MODES)}, got {matrix_params!r}",
+            )
+            matrix_params = "keep"
+    defaults = _Defaults(origin, origin_timeout, store_timeout, case_insensitive)
+
+    raw_routes = raw.get("routes", [])
+    if not isinstance(raw_routes, list):
+        problems.add("config.routes", f"must be a list of route tables, got {raw_routes!r}")
+        raw_routes = []
+    routes: list[Route] = []
+    seen: set[str] = set()
+    for index, raw_route in enumerate(raw_routes):
+        if not isinstance(raw_route, Mapping):
+            problems.add(f"routes[{index}]", f"must be a table, got {raw_route!r}")
+            continue
+        name, where = _route_name(raw_route, index, problems)
+        if name in seen:
+            # Reported whatever else is wrong with the route.
+            problems.add(f"{where}.name", "is used by an earlier route; names must be unique")
+        seen.add(name)
+        route = _parse_route(raw_route, name, where, defaults, problems)
+        if route is not None:
+            routes.append(route)
+    if problems.items:
+        raise ConfigError(problems.items)
+    _unreachable(routes, problems)
+    forward = Forwarding(origin, origin_timeout) if origin is not None else None
+    return Config(tuple(routes), forward, matrix_params, tuple(problems.warnings))

@@ -1,0 +1,231 @@
+"""Plain HTTP messages: what the gateway reads and answers, free of platform objects.
+
+The platform adapter converts the runtime's request into a :class:`Request` and a
+:class:`Response` back into the runtime's; everything between runs on CPython in tests.
+Bodies stay opaque (:class:`Body`) until a stage needs the bytes, so a request that is
+only forwarded streams through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from http.cookies import CookieError, SimpleCookie
+from typing import Protocol
+from urllib.parse import parse_qsl
+
+from ..errors import AmbiguousRequestError
+
+
+class HeaderMap(Protocol):
+    """Case-insensitive header access; platform-backed maps implement the same methods."""
+
+    def get(self, name: str) -> str | None:
+        """The field's values joined with ", " (as HTTP combines them), or ``None``."""
+        ...
+
+    def get_all(self, name: str) -> list[str]:
+        """Every value of the field, in order (``Set-Cookie`` lines stay separate)."""
+        ...
+
+    def set(self, name: str, value: str) -> None:
+        """Replace every value of the field with ``value``."""
+        ...
+
+    def add(self, name: str, value: str) -> None:
+        """Add a value after the existing ones."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Remove the field."""
+        ...
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every ``(name, value)``, names lower case, in order."""
+        ...
+
+    def __contains__(self, name: object) -> bool: ...
+
+
+class Headers:
+    """An ordered, case-insensitive multi-map of header fields (names kept lower case)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
+        self._items: list[tuple[str, str]] = [(k.lower(), v) for k, v in items]
+
+    def get(self, name: str) -> str | None:
+        """The field's values joined with ", ", or ``None``."""
+        values = self.get_all(name)
+        return ", ".join(values) if values else None
+
+    def get_all(self, name: str) -> list[str]:
+        """Every value of the field, in order."""
+        key = name.lower()
+        return [v for k, v in self._items if k == key]
+
+    def set(self, name: str, value: str) -> None:
+        """Replace every value of the field with ``value``."""
+        self.delete(name)
+        self._items.append((name.lower(), value))
+
+    def add(self, name: str, value: str) -> None:
+        """Add a value after the existing ones."""
+        self._items.append((name.lower(), value))
+
+    def delete(self, name: str) -> None:
+        """Remove the field."""
+        key = name.lower()
+        self._items = [(k, v) for k, v in self._items if k != key]
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every ``(name, value)``, in order."""
+        return list(self._items)
+
+    def copy(self) -> Headers:
+        """An independent copy."""
+        return Headers(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and any(k == name.lower() for k, _ in self._items)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+class Body(Protocol):
+    """A message body that is read only when a stage needs its bytes."""
+
+    async def read(self) -> bytes:
+        """The whole body (reading it twice gives the same bytes)."""
+        ...
+
+
+class BytesBody:
+    """A body already in memory."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def read(self) -> bytes:
+        """The bytes."""
+        return self.data
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """Who sent the request, as the platform (never the client) says.
+
+    ``ip`` is ``CF-Connecting-IP`` (set by Cloudflare; never ``X-Forwarded-For``), the
+    rest is ``request.cf``. Missing values are empty strings (coordinates ``None``).
+    """
+
+    ip: str = ""
+    country: str = ""
+    continent: str = ""
+    asn: str = ""
+    latitude: float | None = None
+    longitude: float | None = None
+
+
+@dataclass(slots=True)
+class Request:
+    """An incoming request. ``path`` and ``host`` are as received (not yet canonical)."""
+
+    method: str
+    path: str
+    query: str = ""
+    host: str = ""
+    scheme: str = "https"
+    headers: Headers = field(default_factory=Headers)
+    client: Client = field(default_factory=Client)
+    body: Body | None = None
+
+    def single_header(self, name: str) -> str | None:
+        """The one value of a header, ``None`` when absent.
+
+        Raises :class:`AmbiguousRequestError` when the header is sent several times with
+        different values: which one an origin reads is up to the origin, so a value that
+        decides identity must not be a guess.
+        """
+        values = self.headers.get_all(name)
+        if not values:
+            return None
+        if len(set(values)) > 1:
+            raise AmbiguousRequestError(f"the header {name!r} is sent {len(values)} times")
+        return values[0]
+
+    def query_param(self, name: str) -> str | None:
+        """The one value of a query parameter (decoded), ``None`` when absent.
+
+        Raises :class:`AmbiguousRequestError` for repeated parameters with different values.
+        """
+        values = {v for k, v in parse_qsl(self.query, keep_blank_values=True) if k == name}
+        if not values:
+            return None
+        if len(values) > 1:
+            raise AmbiguousRequestError(f"the query parameter {name!r} is given several values")
+        return values.pop()
+
+    def cookie(self, name: str) -> str | None:
+        """A cookie's one value, ``None`` when absent.
+
+        Raises :class:`AmbiguousRequestError` when it is sent several times with different
+        values.
+        """
+        values = set()
+        for line in self.headers.get_all("cookie"):
+            values.update(_cookie_values(line, name))
+        if not values:
+            return None
+        if len(values) > 1:
+            raise AmbiguousRequestError(f"the cookie {name!r} is sent with several values")
+        return values.pop()
+
+
+def _cookie_values(line: str, name: str) -> list[str]:
+    """Every value of cookie ``name`` in one ``Cookie`` line."""
+    jar: SimpleCookie = SimpleCookie()
+    found = []
+    for part in line.split(";"):
+        cookie_name, sep, value = part.strip().partition("=")
+        if sep and cookie_name.strip() == name:
+            try:
+                jar.load(f"{name}={value.strip()}")
+                morsel = jar.get(name)
+                found.append(morsel.value if morsel is not None else value.strip())
+            except CookieError:
+                # Browsers send values SimpleCookie rejects; take them as they are.
+                found.append(value.strip())
+    return found
+
+
+@dataclass(slots=True)
+class Response:
+    """A response: from the origin, from the cache, or made by the gateway.
+
+    ``body`` is ``None`` (empty), bytes, or an opaque :class:`Body` the platform streams.
+    """
+
+    status: int
+    headers: HeaderMap = field(default_factory=Headers)
+    body: bytes | Body | None = None
+
+    async def read_body(self) -> bytes:
+        """The body's bytes (read once, then kept)."""
+        if self.body is None:
+            return b""
+        if isinstance(self.body, bytes):
+            return self.body
+        data = await self.body.read()
+        self.body = data
+        return data

@@ -1,0 +1,145 @@
+"""Every problem the gateway answers with, as RFC 9457 ``application/problem+json``.
+
+One place builds them all, so every error a client sees has the same shape: ``type``,
+``title``, ``status``, a ``detail`` a person can act on, and a machine-readable ``code``
+(plus whatever members that problem carries, e.g. ``violated-policies`` on a 429).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..decision import Decision
+from .fields import retry_after_seconds, violated_policies
+
+PROBLEM_JSON = "application/problem+json"
+#: draft-ietf-httpapi-ratelimit-headers: the problem type of a 429.
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem answer: its status, body members and extra response headers."""
+
+    status: int
+    title: str
+    detail: str
+    code: str
+    type: str = "about:blank"
+    members: dict[str, Any] = field(default_factory=dict)
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def body(self) -> dict[str, Any]:
+        """The JSON object of the body."""
+        return {
+            "type": self.type,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+            **self.members,
+        }
+
+    def to_json(self) -> str:
+        """The body as compact JSON text."""
+        return json.dumps(self.body(), separators=(",", ":"), ensure_ascii=False)
+
+
+def quota_exceeded(route: str, decisions: Sequence[Decision], instance: str = "") -> Problem:
+    """429: the route's limits deny the request."""
+    retry = retry_after_seconds(decisions)
+    limits = ", ".join(str(d.policy) for d in decisions if not d.allowed and d.policy is not None)
+    members: dict[str, Any] = {
+        "violated-policies": violated_policies(decisions),
+        "route": route,
+        "retry_after": retry,
+    }
+    if instance:
+        members["instance"] = instance
+    return Problem(
+        429,
+        "Too Many Requests",
+        f"Rate limit exceeded on route '{route}' ({limits}); retry in {retry} s.",
+        "rate_limited",
+        QUOTA_EXCEEDED,
+        members,
+    )
+
+
+def bad_request(detail: str, code: str, **members: Any) -> Problem:
+    """400: the request is malformed in a way the detail names."""
+    return Problem(400, "Bad Request", detail, code, members=members)
+
+
+def bad_path(reason: str) -> Problem:
+    """400: the path has no canonical form, so it is neither counted nor forwarded."""
+    return bad_request(
+        f"The request path cannot be put in canonical form: {reason}. It was not forwarded.",
+        "bad_path",
+    )
+
+
+def not_found(method: str, path: str) -> Problem:
+    """404: no route matches and there is no default origin."""
+    return Problem(
+        404,
+        "Not Found",
+        f"No route matches {method} {path} and no default 'origin' is configured for "
+        "unmatched requests.",
+        "no_route",
+    )
+
+
+def store_unavailable(route: str) -> Problem:
+    """503: a fail-closed route could not reach its counters."""
+    return Problem(
+        503,
+        "Service Unavailable",
+        f"The rate-limit store for route '{route}' is unavailable and the route is "
+        "configured to fail closed (on_store_error = 'closed').",
+        "store_unavailable",
+        members={"route": route},
+        headers=(("Retry-After", "1"),),
+    )
+
+
+def misconfigured(problems: Sequence[str]) -> Problem:
+    """503: the gateway's config is invalid; nothing is forwarded until it is fixed."""
+    return Problem(
+        503,
+        "Gateway Misconfigured",
+        "The edge-limiter config is invalid; nothing is forwarded until it is fixed.",
+        "config_invalid",
+        members={"problems": list(problems)},
+    )
+
+
+def origin_unreachable(route: str | None, origin: str, cause: str) -> Problem:
+    """502: the origin could not be reached or answered with something unusable."""
+    members: dict[str, Any] = {"origin": origin}
+    if route is not None:
+        members["route"] = route
+    return Problem(
+        502,
+        "Bad Gateway",
+        f"The origin {origin} could not be reached ({cause}).",
+        "origin_unreachable",
+        members=members,
+    )
+
+
+def origin_timeout(route: str | None, origin: str, timeout_ms: int) -> Problem:
+    """504: the origin did not answer within the route's timeout."""
+    members: dict[str, Any] = {"origin": origin, "timeout_ms": timeout_ms}
+    if route is not None:
+        members["route"] = route
+    return Problem(
+        504,
+        "Gateway Timeout",
+        f"The origin {origin} did not answer within {timeout_ms} ms.",
+        "origin_timeout",
+        members=members,
+    )

@@ -1,0 +1,87 @@
+"""One request's trip through the gateway, and the stage interface."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..core.config import Forwarding, Route
+from ..core.http.messages import Headers, Request, Response
+from ..core.http.problems import PROBLEM_JSON, Problem
+from .ports import Background
+
+
+class _NoBackground:
+    """Runs nothing after the response (for callers without ``waitUntil``)."""
+
+    def defer(self, work: Awaitable[Any]) -> None:
+        close = getattr(work, "close", None)
+        if close is not None:
+            close()  # a coroutine that will never run: close it instead of leaking it
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What the stages know about a request: its canonical form and what was decided.
+
+    ``path`` is the canonical path: what was matched, counted and is forwarded.
+    """
+
+    request: Request
+    path: str
+    host: str
+    now_ms: int
+    forward: Forwarding
+    route: Route | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
+    background: Background = field(default_factory=_NoBackground)
+
+    @property
+    def route_name(self) -> str | None:
+        """The matched route's name (None for unmatched requests)."""
+        return self.route.name if self.route is not None else None
+
+
+Handler = Callable[[Exchange], Awaitable[Response]]
+"""The rest of the pipeline, from a stage's point of view."""
+
+
+class Stage(Protocol):
+    """One step of the pipeline: may answer itself, or call ``call_next`` and adjust."""
+
+    async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
+        """Handle ``exchange``."""
+        ...
+
+
+def chain(stages: list[Stage], last: Handler) -> Handler:
+    """``stages`` in order, each wrapping the rest, ending in ``last``."""
+    handler = last
+    for stage in reversed(stages):
+        handler = _bind(stage, handler)
+    return handler
+
+
+def _bind(stage: Stage, call_next: Handler) -> Handler:
+    async def run(exchange: Exchange) -> Response:
+        return await stage(exchange, call_next)
+
+    return run
+
+
+def problem_response(problem: Problem, headers: list[tuple[str, str]] | None = None) -> Response:
+    """A problem as a response: JSON body, never cached, with ``headers`` added."""
+    out = Headers([("content-type", PROBLEM_JSON), ("cache-control", "no-store")])
+    for name, value in problem.headers:
+        out.set(name, value)
+    for name, value in headers or ():
+        out.set(name, value)
+    return Response(problem.status, out, problem.to_json().encode("utf-8"))
+
+
+def log_line(record: dict[str, Any]) -> str:
+    """One structured log line (JSON), as Workers Logs and ``wrangler tail`` show best."""
+    return json.dumps({"logger": "edge_limiter", **record}, separators=(",", ":"))

@@ -1,0 +1,69 @@
+"""The gateway: owns a request from arrival to response, as a pipeline of stages.
+
+Built once per isolate from the parsed config and the platform's services::
+
+    canonicalize -> route -> rate limit -> forward
+
+Each route gets its own chain of stages, assembled once; a request only walks the
+stages its route needs. Nothing here touches the platform: ``edge_limiter.platform``
+converts the runtime's request into a :class:`Request` and the :class:`Response` back.
+"""
+
+from __future__ import annotations
+
+from ..core.canonical import canonical_host, canonical_path
+from ..core.config import Config, Forwarding
+from ..core.errors import PathError
+from ..core.http import problems
+from ..core.http.messages import Request, Response
+from .exchange import Exchange, Handler, Stage, chain, problem_response
+from .forward import Forward
+from .ports import Background, Services
+from .ratelimit import RateLimit
+
+
+class Gateway:
+    """Handles requests against one parsed :class:`Config`."""
+
+    def __init__(self, config: Config, services: Services) -> None:
+        self.config = config
+        self.services = services
+        forward = Forward(services)
+        self._routes: dict[str, Handler] = {}
+        for route in config.routes:
+            stages: list[Stage] = [RateLimit(route, services)]
+            self._routes[route.name] = chain(stages, forward)
+        self._unmatched: Handler = forward
+
+    async def handle(self, request: Request, background: Background | None = None) -> Response:
+        """The response to ``request``; never raises for a bad request or a failing origin."""
+        try:
+            path = canonical_path(request.path, self.config.matrix_params)
+        except PathError as exc:
+            self.services.log({"event": "bad_path", "reason": str(exc)})
+            return problem_response(problems.bad_path(str(exc)))
+        host = canonical_host(request.host, request.scheme)
+        matched = self.config.match(request.method, host, path)
+        if matched is None:
+            if self.config.forward is None:
+                return problem_response(problems.not_found(request.method, path))
+            exchange = self._exchange(request, path, host, self.config.forward, background)
+            return await self._unmatched(exchange)
+        route, params = matched
+        exchange = self._exchange(request, path, host, route.forward, background)
+        exchange.route = route
+        exchange.params = params
+        return await self._routes[route.name](exchange)
+
+    def _exchange(
+        self,
+        request: Request,
+        path: str,
+        host: str,
+        forward: Forwarding,
+        background: Background | None,
+    ) -> Exchange:
+        exchange = Exchange(request, path, host, self.services.clock.now_ms(), forward)
+        if background is not None:
+            exchange.background = background
+        return exchange

@@ -1,0 +1,83 @@
+"""The small interfaces the gateway talks to the platform through.
+
+Production implements them over Workers bindings (``edge_limiter.platform``); tests
+implement them with fakes, so the whole request path runs on CPython.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..core.http.messages import Body, HeaderMap, Response
+
+
+class RateLimitStore(Protocol):
+    """One key's counters: calls the Durable Object named ``name`` with a JSON payload."""
+
+    async def call(self, name: str, payload: str) -> str:
+        """Send one store request (JSON text) and return the answer (JSON text)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class OriginRequest:
+    """What is sent to an origin: the canonical URL the limiter counted, and the rest."""
+
+    method: str
+    url: str
+    headers: HeaderMap
+    body: bytes | Body | None
+    timeout_ms: int
+
+
+class OriginError(Exception):
+    """An origin call failed before a response was known."""
+
+
+class OriginTimeoutError(OriginError):
+    """The origin did not answer in time."""
+
+
+class OriginUnreachableError(OriginError):
+    """The origin could not be reached (DNS, connection refused or reset, TLS, ...)."""
+
+
+class Origin(Protocol):
+    """Sends requests to origins."""
+
+    async def send(self, request: OriginRequest) -> Response:
+        """The origin's response; raises :class:`OriginTimeoutError` or
+        :class:`OriginUnreachableError`."""
+        ...
+
+
+class Clock(Protocol):
+    """Wall-clock time in integer milliseconds."""
+
+    def now_ms(self) -> int:
+        """Milliseconds since the epoch."""
+        ...
+
+
+class Background(Protocol):
+    """Work that may finish after the response is sent (``ctx.waitUntil``)."""
+
+    def defer(self, work: Awaitable[Any]) -> None:
+        """Keep ``work`` running after the response."""
+        ...
+
+
+LogSink = Callable[[dict[str, Any]], None]
+"""Receives one structured record per event worth logging."""
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Everything the gateway needs from the platform, built once per isolate."""
+
+    store: RateLimitStore
+    origin: Origin
+    clock: Clock
+    log: LogSink

@@ -1,0 +1,164 @@
+"""Conversions between the runtime's Request/Response and the gateway's plain ones."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import js
+from pyodide.ffi import to_js
+
+from ..core.http.messages import Body, BytesBody, Client, HeaderMap, Headers, Request, Response
+
+
+class JsBody:
+    """The body of a runtime Request or Response, read only when a stage asks for it.
+
+    ``stream`` is what to hand back to the runtime while nobody has read it.
+    """
+
+    __slots__ = ("_data", "_source")
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+        self._data: bytes | None = None
+
+    @property
+    def stream(self) -> Any:
+        """The runtime's body stream (``None`` once read)."""
+        return self._source.body if self._data is None else None
+
+    @property
+    def data(self) -> bytes | None:
+        """The bytes, once read."""
+        return self._data
+
+    async def read(self) -> bytes:
+        """The whole body, read once."""
+        if self._data is None:
+            buffer = await self._source.arrayBuffer()
+            self._data = bytes(buffer.to_py())
+        return self._data
+
+
+class JsHeaders:
+    """A :class:`HeaderMap` over a mutable runtime ``Headers`` object (no copy)."""
+
+    __slots__ = ("js",)
+
+    def __init__(self, js_headers: Any) -> None:
+        self.js = js_headers
+
+    def get(self, name: str) -> str | None:
+        value = self.js.get(name)
+        return None if value is None else str(value)
+
+    def get_all(self, name: str) -> list[str]:
+        if name.lower() == "set-cookie":
+            return [str(v) for v in self.js.getSetCookie()]
+        value = self.get(name)
+        return [] if value is None else [value]
+
+    def set(self, name: str, value: str) -> None:
+        self.js.set(name, value)
+
+    def add(self, name: str, value: str) -> None:
+        self.js.append(name, value)
+
+    def delete(self, name: str) -> None:
+        self.js.delete(name)
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(str(k), str(v)) for k, v in js.Array.from_(self.js.entries()).to_py()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and bool(self.js.has(name))
+
+
+def _text(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(int(value))
+    return ""
+
+
+def _coordinate(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _client(js_request: Any, headers: Headers) -> Client:
+    cf = getattr(js_request, "cf", None)
+    ip = headers.get("cf-connecting-ip") or ""
+    if cf is None or isinstance(cf, bool):
+        return Client(ip)
+    return Client(
+        ip=ip,
+        country=_text(getattr(cf, "country", None)),
+        continent=_text(getattr(cf, "continent", None)),
+        asn=_text(getattr(cf, "asn", None)),
+        latitude=_coordinate(getattr(cf, "latitude", None)),
+        longitude=_coordinate(getattr(cf, "longitude", None)),
+    )
+
+
+def to_request(js_request: Any) -> Request:
+    """The plain request. The path is taken from the URL as the runtime has it, unparsed."""
+    url = str(js_request.url)
+    scheme, _, rest = url.partition("://")
+    authority, slash, target = rest.partition("/")
+    path, _, query = (slash + target).partition("?")
+    pairs = js.Array.from_(js_request.headers.entries()).to_py()
+    headers = Headers((str(k), str(v)) for k, v in pairs)
+    method = str(js_request.method)
+    body: Body | None = None
+    if js_request.body is not None:
+        body = JsBody(js_request)
+    return Request(
+        method=method,
+        path=path or "/",
+        query=query,
+        host=authority,
+        scheme=scheme.lower(),
+        headers=headers,
+        client=_client(js_request, headers),
+        body=body,
+    )
+
+
+def js_headers(headers: HeaderMap) -> Any:
+    """A runtime ``Headers`` object with the same fields."""
+    if isinstance(headers, JsHeaders):
+        return headers.js
+    return js.Headers.new(to_js([list(pair) for pair in headers.items()]))
+
+
+def js_body(body: bytes | Body | None) -> Any:
+    """What to hand the runtime as a body: its own stream when unread, else the bytes."""
+    if body is None:
+        return None
+    if isinstance(body, JsBody):
+        stream = body.stream
+        if stream is not None:
+            return stream
+        body = body.data or b""
+    if isinstance(body, BytesBody):
+        body = body.data
+    if isinstance(body, bytes):
+        return to_js(body) if body else None
+    raise TypeError(f"cannot send a body of type {type(body).__name__}")
+
+
+def to_js_response(response: Response) -> Any:
+    """The runtime ``Response`` for a plain one."""
+    init = to_js(
+        {"status": response.status, "headers": js_headers(response.headers)},
+        dict_converter=js.Object.fromEntries,
+    )
+    return js.Response.new(js_body(response.body), init)

@@ -1,0 +1,85 @@
+"""The Worker's ``fetch``: convert, hand to the gateway (built once per isolate), convert back."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any
+
+from ..core.config import parse_config
+from ..core.config.sources import CONFIG_VAR, ENV_VAR, select_config
+from ..core.errors import ConfigError
+from ..core.http import problems
+from ..gateway import Gateway, Services, log_line, problem_response
+from .bindings import DurableObjectStore, FetchOrigin, SystemClock
+from .convert import to_js_response, to_request
+
+STORE_BINDING = "RATE_LIMITER"
+
+# Bindings and vars are fixed for the life of an isolate (a deploy starts new isolates),
+# so the gateway (or why the config is invalid) is built on the first request and kept.
+_gateway: Gateway | ConfigError | None = None
+
+
+def _log(record: dict[str, Any]) -> None:
+    print(log_line(record))
+
+
+def _plain(value: Any) -> Any:
+    """A JSON var as plain Python data, whatever wrapper the runtime handed us."""
+    if isinstance(value, str):
+        return json.loads(value)
+    if hasattr(value, "to_py"):
+        value = value.to_py()
+    return json.loads(json.dumps(value))
+
+
+def raw_config(env: Any) -> dict[str, Any]:
+    """The raw config from the var or the bundled file; raises :class:`ConfigError`."""
+    var = getattr(env, CONFIG_VAR, None)
+    if var is not None:
+        try:
+            var = _plain(var)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError([f"config: the {CONFIG_VAR} var is not valid JSON: {exc}"]) from exc
+    try:
+        import edge_limiter_config as bundled  # noqa: PLC0415
+    except ImportError:
+        document, source = None, ""
+    else:
+        document, source = bundled.document(), bundled.SOURCE
+    env_name = getattr(env, ENV_VAR, None)
+    return select_config(var, document, source, str(env_name) if env_name else None)
+
+
+def build_gateway(env: Any) -> Gateway | ConfigError:
+    """The gateway for this isolate's ``env``, or the config's problems."""
+    try:
+        config = parse_config(raw_config(env))
+    except ConfigError as exc:
+        return exc
+    for warning in config.warnings:
+        _log({"event": "config_warning", "warning": warning})
+    services = Services(
+        store=DurableObjectStore(getattr(env, STORE_BINDING)),
+        origin=FetchOrigin(),
+        clock=SystemClock(),
+        log=_log,
+    )
+    return Gateway(config, services)
+
+
+async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
+    """The Worker's ``fetch`` handler."""
+    global _gateway  # noqa: PLW0603 - one gateway per isolate, on purpose
+    if _gateway is None:
+        # The runtime may start every isolate with the same seed; jitter must differ.
+        random.seed(os.urandom(32))
+        _gateway = build_gateway(env)
+    js_request = getattr(request, "js_object", request)
+    if isinstance(_gateway, ConfigError):
+        _log({"event": "config_error", "problems": _gateway.problems})
+        return to_js_response(problem_response(problems.misconfigured(_gateway.problems)))
+    response = await _gateway.handle(to_request(js_request))
+    return to_js_response(response)
