@@ -4,13 +4,16 @@ Used by ``scripts/dev`` (to have something to put the gateway in front of) and b
 end-to-end tests (to see exactly what the gateway forwarded). Standard library only.
 
 Every request is answered ``200`` with JSON: the origin's name, the method, path, query,
-headers and body size it received. ``/status/<code>`` answers with that status instead.
+headers and body size it received (the path exactly as it arrived on the request line).
+``/status/<code>`` answers with that status instead; ``/slow/<ms>`` answers after ``ms``
+milliseconds (for timeout tests).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
@@ -30,6 +33,8 @@ class _Handler(BaseHTTPRequestHandler):
         parts = path.strip("/").split("/")
         if len(parts) == 2 and parts[0] == "status" and parts[1].isdigit():
             status = int(parts[1])
+        if len(parts) == 2 and parts[0] == "slow" and parts[1].isdigit():
+            time.sleep(min(int(parts[1]), 60_000) / 1000)
         self.server.record(self.command, path)
         payload = json.dumps(
             {

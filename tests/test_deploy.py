@@ -15,20 +15,25 @@ WRANGLER = ROOT / "node_modules" / ".bin" / "wrangler"
 
 
 def project_modules() -> set[str]:
-    """What the build step must put in the module root: src/ and durable_objects/ .py files."""
+    """What the build step must put in the module root: src/ and durable_objects/ .py files,
+    and the config file bundled as a module."""
     modules = {str(p.relative_to(ROOT / "src")) for p in (ROOT / "src").rglob("*.py")}
     modules |= {str(p.relative_to(ROOT)) for p in (ROOT / "durable_objects").rglob("*.py")}
+    modules.add("edge_limiter_config.py")
     return {m for m in modules if "__pycache__" not in m}
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+@pytest.fixture(scope="module", params=[None, "staging"])
+def dry_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path]:
     if not WRANGLER.exists():
         pytest.fail("node_modules is missing: run scripts/bootstrap (scripts/test does)")
-    out = tmp_path_factory.mktemp("dry-run")
+    out = tmp_path_factory.mktemp(f"dry-run-{request.param or 'top'}")
     env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "NO_COLOR": "1", "CI": "true"}
+    extra = ["--env", request.param] if request.param else []
     done = subprocess.run(
-        [str(WRANGLER), "deploy", "--dry-run", "--outdir", str(out)],
+        [str(WRANGLER), "deploy", "--dry-run", "--outdir", str(out), *extra],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -51,10 +56,15 @@ def test_dry_run_lists_exactly_the_project_modules(dry_run: tuple[str, Path]) ->
 
 
 def test_dry_run_has_the_bindings(dry_run: tuple[str, Path]) -> None:
-    output, _ = dry_run
+    output, out = dry_run
     assert re.search(r"env\.RATE_LIMITER \(RateLimiter\)\s+Durable Object", output)
     assert re.search(r"env\.CACHE \(\w+\)\s+KV Namespace", output)
-    assert re.search(r"env\.EDGE_LIMITER .*Environment Variable", output)
+    # The config travels as the bundled module, not as a (5 KB at most) var.
+    assert "env.EDGE_LIMITER " not in output
+    bundled = (out / "edge_limiter_config.py").read_text()
+    assert "SOURCE = 'edge-limiter.toml'" in bundled
+    staging_var = re.search(r'env\.EDGE_LIMITER_ENV \("staging"\)\s+Environment Variable', output)
+    assert bool(staging_var) == ("staging" in out.name)
 
 
 def test_durable_object_has_a_sqlite_migration() -> None:
@@ -63,4 +73,7 @@ def test_durable_object_has_a_sqlite_migration() -> None:
     migrated = {c for m in config["migrations"] for c in m.get("new_sqlite_classes", [])}
     assert classes == {"RateLimiter"} <= migrated
     assert "python_workers" in config["compatibility_flags"]
+    staging = config["env"]["staging"]
+    assert staging["vars"]["EDGE_LIMITER_ENV"] == "staging"
+    assert {b["class_name"] for b in staging["durable_objects"]["bindings"]} == classes
     assert config["compatibility_date"] >= "2025-10-16"  # Pyodide 0.28.2 / Python 3.13

@@ -152,7 +152,12 @@ CONFIG = parse_config(
         "origin": "https://origin.test",
         "routes": [
             {"name": "login", "match": {"path": "/v1/login", "methods": ["POST"]}, "limits": "3/h"},
-            {"name": "tenant", "match": {"path": "/t/{tenant}/*"}, "limits": "3/h", "key": "path:tenant"},
+            {
+                "name": "tenant",
+                "match": {"path": "/t/{tenant}/*"},
+                "limits": "3/h",
+                "key": "path:tenant",
+            },
             {"name": "any", "match": {"path": "/v1/*"}, "limits": "3/h"},
         ],
     }

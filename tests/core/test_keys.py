@@ -125,9 +125,7 @@ def test_a_value_sent_twice_with_different_values_is_ambiguous() -> None:
     with pytest.raises(AmbiguousRequestError, match="cookie 'sid'"):
         spec("cookie:sid").compute(view(headers=[("cookie", "sid=a"), ("cookie", "sid=b")]), {})
     with pytest.raises(AmbiguousRequestError, match="header 'x-api-key'"):
-        spec("header:x-api-key").compute(
-            view(headers=[("x-api-key", "a"), ("x-api-key", "b")]), {}
-        )
+        spec("header:x-api-key").compute(view(headers=[("x-api-key", "a"), ("x-api-key", "b")]), {})
     # The same value twice is no ambiguity; percent-encoding is decoded before comparing.
     assert spec("query:user").compute(view(query="user=a&user=%61"), {}) == "query:user=a"
     assert spec("cookie:sid").compute(view(headers={"cookie": "sid=a; x=1; sid=a"}), {}) == (

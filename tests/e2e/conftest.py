@@ -56,6 +56,28 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             route("geo", "/geo", "2/hour", key="country"),
             route("open", "/open", "100/hour"),
             route("closed", "/closed", "100/hour", on_store_error="closed"),
+            # Canonical paths, spelled differently on the request line.
+            {
+                "name": "canon-login",
+                "match": {"path": "/canon/login", "methods": ["POST"]},
+                "limits": "3/hour",
+                "algorithm": "sliding_log",
+            },
+            {
+                "name": "canon-host",
+                "match": {"path": "/canon/host", "host": "api.example.test"},
+                "limits": "3/hour",
+                "algorithm": "sliding_log",
+            },
+            {
+                "name": "canon-folded",
+                "match": {"path": "/canon/Folded", "case_insensitive": True},
+                "limits": "3/hour",
+                "algorithm": "sliding_log",
+            },
+            # Origins that are slow or gone.
+            route("slow", "/slow/*", "1000/hour", timeout="400ms"),
+            route("dead", "/dead", "1000/hour", origin="http://127.0.0.1:9"),
         ],
         **top,
     }

@@ -12,16 +12,18 @@ from pathlib import Path
 
 import httpx
 import pytest
+from demo_origin import DemoOrigin
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_dev_serves_the_example_config_and_stops_cleanly(tmp_path: Path) -> None:
+def start_dev(tmp_path: Path, *options: str) -> tuple[subprocess.Popen[str], list[str], str]:
+    """Start scripts/dev with ``options``; the process, its output so far and its URL."""
     env = {**os.environ, "EDGE_LIMITER_DEV_STATE": str(tmp_path / "state")}
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "dev.py"), "--port", "0", "--fresh"],
+        [sys.executable, str(ROOT / "scripts" / "dev.py"), "--port", "0", "--fresh", *options],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -45,10 +47,26 @@ def test_dev_serves_the_example_config_and_stops_cleanly(tmp_path: Path) -> None
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    if not ready.wait(120):
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError("".join(lines))
+    return process, lines, url[0]
+
+
+def stop_dev(process: subprocess.Popen[str], lines: list[str]) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
+    code = process.wait(30)
+    assert code == 0, "".join(lines)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)
+
+
+def test_dev_serves_the_example_config_and_stops_cleanly(tmp_path: Path) -> None:
+    process, lines, base = start_dev(tmp_path)
     try:
-        assert ready.wait(120), "".join(lines)
-        base = url[0]
         assert "curl" in "".join(lines)
+        assert "config: edge-limiter.toml" in "".join(lines)
+        assert "compatibility date 2025-11-01" in "".join(lines)
         # The example "login" route: 5 per minute per client, sliding log.
         codes = [
             httpx.post(f"{base}/v1/login", headers={"cf-connecting-ip": "192.0.2.10"}).status_code
@@ -58,10 +76,61 @@ def test_dev_serves_the_example_config_and_stops_cleanly(tmp_path: Path) -> None
         answer = httpx.get(f"{base}/health")
         assert answer.status_code == 200
         assert answer.json()["origin"] == "https://api.example.com"  # the demo stand-in
+        # Spelled differently, the same route and counter.
+        spelled = httpx.post(f"{base}//v1/%6cogin", headers={"cf-connecting-ip": "192.0.2.10"})
+        assert spelled.status_code == 429
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        code = process.wait(30)
-        reader.join(5)
-    assert code == 0, "".join(lines)
-    with pytest.raises(ProcessLookupError):
-        os.killpg(process.pid, 0)
+        stop_dev(process, lines)
+
+
+def test_dev_runs_your_config_and_env_in_front_of_your_origin(tmp_path: Path) -> None:
+    config = tmp_path / "mine.toml"
+    config.write_text(
+        'origin = "https://prod.internal"\n'
+        "[[routes]]\n"
+        'name = "orders"\nmatch = { path = "/orders/*" }\nlimits = "2/minute"\n'
+        "[env.staging]\n"
+        'origin = "https://staging.internal"\n'
+    )
+    with DemoOrigin("my-backend") as backend:
+        process, lines, base = start_dev(
+            tmp_path,
+            "--config",
+            str(config),
+            "--env",
+            "staging",
+            "--origin",
+            f"staging.internal={backend.url}",
+        )
+        try:
+            output = "".join(lines)
+            assert "config: mine.toml" in output and "env staging" in output
+            assert f"origin https://staging.internal -> your origin {backend.url}" in output
+            codes = []
+            for _ in range(3):
+                answer = httpx.get(f"{base}/orders/1", headers={"cf-connecting-ip": "192.0.2.20"})
+                codes.append(answer.status_code)
+            assert codes == [200, 200, 429]
+            assert answer.headers["ratelimit-policy"] == '"2-per-minute";q=2;w=60'
+            assert backend.hits == [("GET", "/orders/1"), ("GET", "/orders/1")]
+        finally:
+            stop_dev(process, lines)
+
+
+def test_dev_refuses_an_origin_mapping_the_config_does_not_name(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "dev.py"),
+            "--origin",
+            "nowhere.test=http://127.0.0.1:1",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "EDGE_LIMITER_DEV_STATE": str(tmp_path / "state")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "the config names no origin nowhere.test" in done.stderr

@@ -6,15 +6,17 @@ import asyncio
 import json
 import sqlite3
 import time
+import tomllib
 from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
+from build_worker import build
 from demo_origin import DemoOrigin
-from local_gateway import LocalGateway
+from local_gateway import LocalGateway, project_deployment
 
-from .conftest import fresh_ip, track
+from .conftest import ROOT, fresh_ip, track
 
 pytestmark = pytest.mark.e2e
 
@@ -197,7 +199,7 @@ def _limit_rows(persist_dir: Path, row: str) -> int:
 def test_idle_state_is_deleted_by_the_alarm(gateway: LocalGateway, persist_dir: Path) -> None:
     # Only the "idle" route stores this row. A sliding log is idle exactly one window after
     # its last entry, so the row is certainly still there right after the request.
-    row = "sliding_log::5/1000"
+    row = "sliding_log::5/1000"  # row_id: algorithm, burst (none), quota/window
     assert get(gateway, "/idle", fresh_ip()).status_code == 200
     assert _limit_rows(persist_dir, row) == 1
     # The row is idle 1 s after the request; workerd's own clock fires the
@@ -240,6 +242,77 @@ def test_an_invalid_config_is_a_clear_503_naming_route_and_field(
         answer = get(gw, "/v1/login", fresh_ip())
         assert answer.status_code == 503
         assert answer.headers["content-type"] == "application/problem+json"
-        (problem,) = answer.json()["problems"]
+        body = answer.json()
+        assert body["code"] == "config_invalid"
+        (problem,) = body["problems"]
         assert problem.startswith("route 'login'.limits:") and "'5/fortnight'" in problem
         assert ("GET", "/v1/login") not in origin.hits  # nothing was forwarded
+
+
+def test_a_slow_origin_is_a_504_within_the_route_timeout(gateway: LocalGateway) -> None:
+    started = time.monotonic()
+    answer = get(gateway, "/slow/3000", fresh_ip())
+    elapsed = time.monotonic() - started
+    assert answer.status_code == 504
+    problem = answer.json()
+    assert problem["code"] == "origin_timeout" and problem["timeout_ms"] == 400
+    assert elapsed < 2.5  # 400 ms timeout, well before the origin's 3 s
+    assert answer.headers["x-ratelimit-limit"] == "1000"  # it was counted
+    assert get(gateway, "/slow/10", fresh_ip()).status_code == 200
+
+
+def test_an_unreachable_origin_is_a_502_naming_it(gateway: LocalGateway) -> None:
+    answer = get(gateway, "/dead", fresh_ip())
+    assert answer.status_code == 502
+    problem = answer.json()
+    assert problem["code"] == "origin_unreachable" and problem["origin"] == "http://127.0.0.1:9"
+    assert '"event":"origin_error"' in gateway.stderr_tail(200)
+
+
+def test_the_runtime_gets_what_wrangler_toml_gives_production(gateway: LocalGateway) -> None:
+    """Compatibility date and flags, and every binding, as seen from inside the Worker."""
+    wrangler = tomllib.loads((ROOT / "wrangler.toml").read_text())
+    seen = gateway.runtime
+    assert seen["compatibilityDate"] == wrangler["compatibility_date"]
+    # python_workers is what the local host implements; every other flag reaches workerd.
+    expected_flags = [f for f in wrangler["compatibility_flags"] if f != "python_workers"]
+    assert seen["compatibilityFlags"] == expected_flags
+    # The SDK's own flags follow the date, as in production (2025-11-01: both off).
+    assert seen["pythonCompatFlags"] == {
+        "python_request_headers_preserve_commas": wrangler["compatibility_date"] >= "2026-02-17",
+        "python_workflows_implicit_dependencies": wrangler["compatibility_date"] >= "2026-02-25",
+    }
+    bindings = seen["bindings"]
+    for binding in wrangler["durable_objects"]["bindings"]:
+        assert bindings.pop(binding["name"]) == "DurableObjectNamespace"
+    for namespace in wrangler["kv_namespaces"]:
+        assert bindings.pop(namespace["binding"]) == "KvNamespace"
+    for name in wrangler.get("vars", {}):
+        assert name in bindings
+    assert bindings.pop("EDGE_LIMITER") == "json"  # the tests' config, laid over the vars
+    assert set(bindings) <= set(wrangler.get("vars", {}))
+
+
+def test_a_bundled_config_file_with_an_environment(tmp_path: Path, origin: DemoOrigin) -> None:
+    """The production path for big configs: edge-limiter.toml bundled by the build step,
+    [env.staging] chosen by the EDGE_LIMITER_ENV var of wrangler.toml's [env.staging]."""
+    config = tmp_path / "edge-limiter.toml"
+    config.write_text(
+        'origin = "http://127.0.0.1:9"\n'
+        "[[routes]]\n"
+        'name = "only"\nmatch = { path = "/only" }\nlimits = "1/hour"\n'
+        "[env.staging]\n"
+        f'origin = "{origin.url}"\n'
+    )
+    worker = tmp_path / "worker"
+    build(worker, config)
+    assert (worker / "edge_limiter_config.py").exists()
+    staging = project_deployment("staging")
+    with LocalGateway(worker, deployment=staging) as gw:
+        track(gw)
+        assert gw.runtime["bindings"]["EDGE_LIMITER_ENV"] == "text"
+        assert "EDGE_LIMITER" not in gw.runtime["bindings"]  # the config is bundled
+        ip = fresh_ip()
+        first = get(gw, "/only", ip)
+        assert first.status_code == 200 and first.json()["origin"] == "e2e-origin"
+        assert get(gw, "/only", ip).status_code == 429
