@@ -32,6 +32,7 @@ class Forward:
             headers=request.headers,
             body=request.body,
             timeout_ms=forward.timeout_ms,
+            native=request.native,
         )
         try:
             return await asyncio.wait_for(

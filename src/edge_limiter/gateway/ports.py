@@ -23,13 +23,18 @@ class RateLimitStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class OriginRequest:
-    """What is sent to an origin: the canonical URL the limiter counted, and the rest."""
+    """What is sent to an origin: the canonical URL the limiter counted, and the rest.
+
+    ``native`` is the incoming platform request the method, headers and body came from;
+    the adapter sends it on as it is when neither its headers nor its body were touched.
+    """
 
     method: str
     url: str
     headers: HeaderMap
     body: bytes | Body | None
     timeout_ms: int
+    native: object | None = None
 
 
 class OriginError(Exception):

@@ -10,7 +10,7 @@ from pyodide.ffi import JsException, to_js
 
 from ..core.http.messages import Response
 from ..gateway.ports import OriginRequest, OriginTimeoutError, OriginUnreachableError
-from .convert import JsBody, JsHeaders, js_body, js_headers
+from .convert import JsBody, JsHeaders, js_body, js_headers, untouched
 
 
 class DurableObjectStore:
@@ -28,25 +28,29 @@ class FetchOrigin:
     """Sends origin requests with the runtime's ``fetch``; redirects are passed through."""
 
     async def send(self, request: OriginRequest) -> Response:
+        # Aborting closes the connection; the gateway's own watchdog is only a backstop.
         init: dict[str, Any] = {
-            "method": request.method,
-            "headers": js_headers(request.headers),
             "redirect": "manual",
-            # Aborting closes the connection; the gateway's own watchdog is only a backstop.
             "signal": js.AbortSignal.timeout(request.timeout_ms),
         }
-        body = js_body(request.body)
-        if body is not None:
-            init["body"] = body
+        native = request.native
+        if untouched(request.headers, request.body, native):
+            # Method, headers and body stream go on as they came: one call, no copies.
+            target = js.Request.new(request.url, native)
+        else:
+            target = request.url
+            init["method"] = request.method
+            init["headers"] = js_headers(request.headers)
+            body = js_body(request.body)
+            if body is not None:
+                init["body"] = body
         try:
-            answer = await js.fetch(request.url, to_js(init, dict_converter=js.Object.fromEntries))
+            answer = await js.fetch(target, to_js(init, dict_converter=js.Object.fromEntries))
         except JsException as exc:
             if "TimeoutError" in str(exc) or "timed out" in str(exc).lower():
                 raise OriginTimeoutError(str(exc)) from exc
             raise OriginUnreachableError(_short(str(exc))) from exc
-        # Fetched headers are immutable: the stages add fields to a copy.
-        headers = JsHeaders(js.Headers.new(answer.headers))
-        return Response(int(answer.status), headers, JsBody(answer))
+        return Response(int(answer.status), JsHeaders(answer.headers), JsBody(answer), answer)
 
 
 def _short(message: str) -> str:

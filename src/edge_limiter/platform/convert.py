@@ -1,4 +1,10 @@
-"""Conversions between the runtime's Request/Response and the gateway's plain ones."""
+"""Conversions between the runtime's Request/Response and the gateway's plain ones.
+
+Crossing between Python and JavaScript costs time on every request, so nothing is copied
+that no stage reads: headers are read through to the runtime's own ``Headers`` object (and
+copied only when a stage changes one), bodies stay runtime streams until a stage reads
+them, and a request or response nothing changed goes back to the runtime as it came.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +14,22 @@ from typing import Any
 import js
 from pyodide.ffi import to_js
 
-from ..core.http.messages import Body, BytesBody, Client, HeaderMap, Headers, Request, Response
+from ..core.http.messages import Body, BytesBody, Client, HeaderMap, Request, Response
 
 
 class JsBody:
-    """The body of a runtime Request or Response, read only when a stage asks for it.
-
-    ``stream`` is what to hand back to the runtime while nobody has read it.
-    """
+    """The body of a runtime Request or Response, read only when a stage asks for it."""
 
     __slots__ = ("_data", "_source")
 
     def __init__(self, source: Any) -> None:
         self._source = source
         self._data: bytes | None = None
+
+    @property
+    def source(self) -> Any:
+        """The runtime object whose body this is."""
+        return self._source
 
     @property
     def stream(self) -> Any:
@@ -42,12 +50,20 @@ class JsBody:
 
 
 class JsHeaders:
-    """A :class:`HeaderMap` over a mutable runtime ``Headers`` object (no copy)."""
+    """A :class:`HeaderMap` over a runtime ``Headers`` object, copied on the first change."""
 
-    __slots__ = ("js",)
+    __slots__ = ("copied", "js")
 
     def __init__(self, js_headers: Any) -> None:
         self.js = js_headers
+        self.copied = False
+
+    def _writable(self) -> Any:
+        if not self.copied:
+            # Incoming and fetched headers are immutable: change a copy.
+            self.js = js.Headers.new(self.js)
+            self.copied = True
+        return self.js
 
     def get(self, name: str) -> str | None:
         value = self.js.get(name)
@@ -60,13 +76,14 @@ class JsHeaders:
         return [] if value is None else [value]
 
     def set(self, name: str, value: str) -> None:
-        self.js.set(name, value)
+        self._writable().set(name, value)
 
     def add(self, name: str, value: str) -> None:
-        self.js.append(name, value)
+        self._writable().append(name, value)
 
     def delete(self, name: str) -> None:
-        self.js.delete(name)
+        if self.js.has(name):
+            self._writable().delete(name)
 
     def items(self) -> list[tuple[str, str]]:
         return [(str(k), str(v)) for k, v in js.Array.from_(self.js.entries()).to_py()]
@@ -93,11 +110,12 @@ def _coordinate(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-def _client(js_request: Any, headers: Headers) -> Client:
-    cf = getattr(js_request, "cf", None)
+def _client(js_request: Any, headers: JsHeaders) -> Client:
     ip = headers.get("cf-connecting-ip") or ""
+    cf = getattr(js_request, "cf", None)
     if cf is None or isinstance(cf, bool):
         return Client(ip)
+    # Any field may be missing (locally, MF-CF-Blob sets only what a test gives).
     return Client(
         ip=ip,
         country=_text(getattr(cf, "country", None)),
@@ -114,14 +132,10 @@ def to_request(js_request: Any) -> Request:
     scheme, _, rest = url.partition("://")
     authority, slash, target = rest.partition("/")
     path, _, query = (slash + target).partition("?")
-    pairs = js.Array.from_(js_request.headers.entries()).to_py()
-    headers = Headers((str(k), str(v)) for k, v in pairs)
-    method = str(js_request.method)
-    body: Body | None = None
-    if js_request.body is not None:
-        body = JsBody(js_request)
+    headers = JsHeaders(js_request.headers)
+    body: Body | None = JsBody(js_request) if js_request.body is not None else None
     return Request(
-        method=method,
+        method=str(js_request.method),
         path=path or "/",
         query=query,
         host=authority,
@@ -129,7 +143,17 @@ def to_request(js_request: Any) -> Request:
         headers=headers,
         client=_client(js_request, headers),
         body=body,
+        native=js_request,
     )
+
+
+def untouched(headers: HeaderMap, body: object, native: Any) -> bool:
+    """Whether ``headers`` and ``body`` are still exactly those of the runtime's ``native``."""
+    if native is None or not isinstance(headers, JsHeaders) or headers.copied:
+        return False
+    if body is None:
+        return native.body is None
+    return isinstance(body, JsBody) and body.source is native and body.data is None
 
 
 def js_headers(headers: HeaderMap) -> Any:
@@ -156,7 +180,10 @@ def js_body(body: bytes | Body | None) -> Any:
 
 
 def to_js_response(response: Response) -> Any:
-    """The runtime ``Response`` for a plain one."""
+    """The runtime ``Response`` for a plain one (the runtime's own when nothing changed)."""
+    native = response.native
+    if untouched(response.headers, response.body, native) and native.status == response.status:  # type: ignore[attr-defined]
+        return native
     init = to_js(
         {"status": response.status, "headers": js_headers(response.headers)},
         dict_converter=js.Object.fromEntries,

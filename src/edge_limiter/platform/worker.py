@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import traceback
 from typing import Any
 
 from ..core.config import parse_config
@@ -81,5 +82,17 @@ async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
     if isinstance(_gateway, ConfigError):
         _log({"event": "config_error", "problems": _gateway.problems})
         return to_js_response(problem_response(problems.misconfigured(_gateway.problems)))
-    response = await _gateway.handle(to_request(js_request))
-    return to_js_response(response)
+    try:
+        response = await _gateway.handle(to_request(js_request))
+        return to_js_response(response)
+    except Exception as exc:  # a bug: answer with a problem and log the traceback
+        reference = os.urandom(6).hex()
+        _log(
+            {
+                "event": "internal_error",
+                "reference": reference,
+                "error": repr(exc),
+                "traceback": traceback.format_exc(limit=20),
+            }
+        )
+        return to_js_response(problem_response(problems.internal_error(reference)))

@@ -139,16 +139,21 @@ class Client:
 
 @dataclass(slots=True)
 class Request:
-    """An incoming request. ``path`` and ``host`` are as received (not yet canonical)."""
+    """An incoming request. ``path`` and ``host`` are as received (not yet canonical).
+
+    ``native`` is the platform's own request, opaque here: the adapter may send it on as
+    it is when nothing about it has changed.
+    """
 
     method: str
     path: str
     query: str = ""
     host: str = ""
     scheme: str = "https"
-    headers: Headers = field(default_factory=Headers)
+    headers: HeaderMap = field(default_factory=Headers)
     client: Client = field(default_factory=Client)
     body: Body | None = None
+    native: object | None = None
 
     def single_header(self, name: str) -> str | None:
         """The one value of a header, ``None`` when absent.
@@ -219,6 +224,8 @@ class Response:
     status: int
     headers: HeaderMap = field(default_factory=Headers)
     body: bytes | Body | None = None
+    native: object | None = None
+    """The platform's own response, when this one came from it (opaque here)."""
 
     async def read_body(self) -> bytes:
         """The body's bytes (read once, then kept)."""

@@ -117,6 +117,17 @@ def misconfigured(problems: Sequence[str]) -> Problem:
     )
 
 
+def internal_error(reference: str) -> Problem:
+    """500: a bug in the gateway; the log line with ``reference`` has the traceback."""
+    return Problem(
+        500,
+        "Internal Server Error",
+        f"The gateway failed unexpectedly; the log entry {reference} says why.",
+        "internal_error",
+        members={"reference": reference},
+    )
+
+
 def origin_unreachable(route: str | None, origin: str, cause: str) -> Problem:
     """502: the origin could not be reached or answered with something unusable."""
     members: dict[str, Any] = {"origin": origin}
