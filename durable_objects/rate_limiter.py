@@ -16,6 +16,7 @@ from typing import Any
 from workers import DurableObject
 
 from edge_limiter.core.protocol import StoreRequest, apply, row_id
+from edge_limiter.platform.convert import absent
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS limits ("
@@ -73,9 +74,9 @@ class RateLimiter(DurableObject):  # type: ignore[misc]
         now = _now_ms()
         self.sql.exec("DELETE FROM limits WHERE idle_at <= ?", now)
         rows = self.sql.exec("SELECT MAX(idle_at) AS latest FROM limits").toArray()
-        latest = rows[0]["latest"] if rows else None
-        if latest is not None:
-            self.alarm_at = int(latest)
-            await self.ctx.storage.setAlarm(int(latest))
-        else:
+        latest: Any = rows[0]["latest"] if rows else None
+        if absent(latest):  # no rows left
             self.alarm_at = None
+            return
+        self.alarm_at = int(latest)
+        await self.ctx.storage.setAlarm(self.alarm_at)

@@ -4,9 +4,11 @@ Used by ``scripts/dev`` (to have something to put the gateway in front of) and b
 end-to-end tests (to see exactly what the gateway forwarded). Standard library only.
 
 Every request is answered ``200`` with JSON: the origin's name, the method, path, query,
-headers and body size it received (the path exactly as it arrived on the request line).
-``/status/<code>`` answers with that status instead; ``/slow/<ms>`` answers after ``ms``
-milliseconds (for timeout tests).
+headers and body size it received (the path exactly as it arrived on the request line),
+and ``n``, the number of requests this origin has received so far.
+A path ending in ``/status/<code>`` answers with that status instead; one ending in
+``/slow/<ms>`` (or an ``X-Demo-Delay: <ms>`` header) answers after ``ms`` milliseconds; each ``h=name:value`` query parameter adds that header
+to the response (for cache tests: ``?h=cache-control:max-age%3D1``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
+from urllib.parse import parse_qsl
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -30,14 +33,19 @@ class _Handler(BaseHTTPRequestHandler):
         # The request target exactly as received: never parsed as a URL, so "//x" stays a path.
         path, _, query = self.path.partition("?")
         status = 200
-        parts = path.strip("/").split("/")
+        number = self.server.record(self.command, path)
+        # The last two segments: ".../status/503", ".../slow/2500".
+        parts = path.strip("/").split("/")[-2:]
         if len(parts) == 2 and parts[0] == "status" and parts[1].isdigit():
             status = int(parts[1])
+        delay = self.headers.get("x-demo-delay", "")
         if len(parts) == 2 and parts[0] == "slow" and parts[1].isdigit():
-            time.sleep(min(int(parts[1]), 60_000) / 1000)
-        self.server.record(self.command, path)
+            delay = parts[1]
+        if delay.isdigit():
+            time.sleep(min(int(delay), 60_000) / 1000)
         payload = json.dumps(
             {
+                "n": number,
                 "origin": self.server.name,
                 "method": self.command,
                 "path": path,
@@ -50,6 +58,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(payload)))
         self.send_header("x-demo-origin", self.server.name)
+        for name, value in parse_qsl(query):
+            if name == "h" and ":" in value:
+                header, _, header_value = value.partition(":")
+                self.send_header(header.strip(), header_value.strip())
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
@@ -72,9 +84,10 @@ class _OriginServer(ThreadingHTTPServer):
         self.hits: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
-    def record(self, method: str, path: str) -> None:
+    def record(self, method: str, path: str) -> int:
         with self._lock:
             self.hits.append((method, path))
+            return len(self.hits)
 
 
 class DemoOrigin:

@@ -67,6 +67,7 @@ class LocalGateway:
         durable_objects: {binding: Python class}; default: the deployment's.
         kv_namespaces: default: the deployment's.
         broken_durable_objects: TEST ONLY, {binding: "throw" | "hang"}.
+        broken_kv_namespaces: TEST ONLY, KV bindings whose every call throws.
         compatibility_date: default: the deployment's.
         extra_spec: further launch.mjs spec fields (see its header), merged last.
         boot_timeout: seconds to wait for READY.
@@ -85,6 +86,7 @@ class LocalGateway:
         durable_objects: Mapping[str, str] | None = None,
         kv_namespaces: Sequence[str] | None = None,
         broken_durable_objects: Mapping[str, BrokenMode] | None = None,
+        broken_kv_namespaces: Sequence[str] | None = None,
         compatibility_date: str | None = None,
         extra_spec: Mapping[str, Any] | None = None,
         boot_timeout: float = 90.0,
@@ -110,6 +112,8 @@ class LocalGateway:
             self._spec["persistDir"] = str(Path(persist_dir).resolve())
         if broken_durable_objects:
             self._spec["brokenDurableObjects"] = dict(broken_durable_objects)
+        if broken_kv_namespaces:
+            self._spec["brokenKvNamespaces"] = list(broken_kv_namespaces)
         self._spec.update(extra_spec or {})
         self._boot_timeout = boot_timeout
         self._echo_stderr = echo_stderr
@@ -224,6 +228,19 @@ class LocalGateway:
     def pid(self) -> int | None:
         """The launcher's pid, which is also its process group id."""
         return self._process.pid if self._process is not None else None
+
+    def saw(self, text: str, timeout: float = 5.0) -> bool:
+        """Whether ``text`` appears in the runtime's recent stderr within ``timeout`` s.
+
+        The Worker's console reaches us through a reader thread, a moment after the
+        response: this waits for it instead of racing it.
+        """
+        deadline = time.monotonic() + timeout
+        while text not in self.stderr_tail(400):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     def stderr_tail(self, lines: int = 60) -> str:
         """The last lines the runtime wrote to stderr (the Worker's console included)."""

@@ -1,7 +1,7 @@
 """The Worker entry point (``main`` in wrangler.toml after the build step).
 
-Exports the gateway (``Default``) and the Durable Object class the runtime must find in
-the main module (``RateLimiter``).
+Exports the gateway (``Default``) and the Durable Object classes the runtime must find in
+the main module (``RateLimiter``, ``IdempotencyRecords``).
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from typing import Any
 
 from workers import WorkerEntrypoint
 
+from durable_objects.idempotency import IdempotencyRecords
 from durable_objects.rate_limiter import RateLimiter
 from edge_limiter.platform.worker import handle_fetch
 
-__all__ = ["Default", "RateLimiter"]
+__all__ = ["Default", "IdempotencyRecords", "RateLimiter"]
 
 
 class Default(WorkerEntrypoint):  # type: ignore[misc]

@@ -14,6 +14,7 @@ from typing import Any
 
 from edge_limiter.core.config import parse_config
 from edge_limiter.core.http.messages import BytesBody, Client, Headers, Request, Response
+from edge_limiter.core.idempotency.protocol import apply_stored
 from edge_limiter.core.protocol import StoreRequest, apply
 from edge_limiter.gateway import (
     Gateway,
@@ -67,6 +68,72 @@ class HangingStore:
     async def call(self, name: str, payload: str) -> str:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
+
+
+class MemoryKV:
+    """Workers KV in a dict, with expiry on the fake clock; ``failing`` makes it throw."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.values: dict[str, tuple[bytes, int]] = {}
+        self.gets: list[str] = []
+        self.puts: list[tuple[str, int]] = []
+        self.failing = False
+
+    async def get(self, key: str) -> bytes | None:
+        self.gets.append(key)
+        if self.failing:
+            raise RuntimeError("KV GET failed: 500")
+        value = self.values.get(key)
+        if value is None or value[1] <= self.clock.now:
+            return None
+        return value[0]
+
+    async def put(self, key: str, value: bytes, ttl_s: int) -> None:
+        if self.failing:
+            raise RuntimeError("KV PUT failed: 429 too many writes")
+        assert ttl_s >= 60, "KV refuses an expirationTtl under 60 s"
+        assert len(key.encode()) <= 512, "KV refuses keys over 512 bytes"
+        self.puts.append((key, ttl_s))
+        self.values[key] = (value, self.clock.now + ttl_s * 1000)
+
+
+class MemoryIdempotency:
+    """The idempotency Durable Objects in a dict: the real protocol step on the fake clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.records: dict[str, str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.failing = False
+
+    async def call(self, name: str, payload: str) -> str:
+        self.calls.append((name, json.loads(payload)["op"]))
+        if self.failing:
+            raise RuntimeError("Durable Object overloaded")
+        answer, new, _idle = apply_stored(payload, self.records.get(name), self.clock.now)
+        if new is None:
+            self.records.pop(name, None)
+        else:
+            self.records[name] = new
+        return answer
+
+
+class Deferred:
+    """``waitUntil`` for tests: work collected, run when the test says (after the response)."""
+
+    def __init__(self) -> None:
+        self.pending: list[Awaitable[Any]] = []
+
+    def defer(self, work: Awaitable[Any]) -> None:
+        self.pending.append(work)
+
+    async def run(self) -> int:
+        count = 0
+        while self.pending:
+            await self.pending.pop(0)
+            count += 1
+        return count
 
 
 @dataclass
@@ -131,16 +198,32 @@ def hanging(_: OriginRequest) -> Awaitable[Response]:
 
 @dataclass
 class Harness:
-    """A gateway over fakes, with what it logged."""
+    """A gateway over fakes, with what it logged and what it left for after the response."""
 
     gateway: Gateway
     clock: FakeClock
     store: Any
     origin: FakeOrigin
     logs: list[dict[str, Any]]
+    kv: MemoryKV
+    records: MemoryIdempotency
+    background: Deferred = field(default_factory=Deferred)
 
-    def send(self, request: Request) -> Response:
-        return asyncio.run(self.gateway.handle(request))
+    def send(self, request: Request, *, flush: bool = True) -> Response:
+        """One request; then (by default) the work it deferred, as after a response."""
+        response = asyncio.run(self.gateway.handle(request, self.background))
+        if flush:
+            self.flush()
+        return response
+
+    def flush(self) -> int:
+        """Run the deferred work (KV writes): what happens after responses are sent."""
+        return asyncio.run(self.background.run())
+
+    async def concurrently(self, *requests: Request) -> list[Response]:
+        return list(
+            await asyncio.gather(*(self.gateway.handle(r, self.background) for r in requests))
+        )
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [record for record in self.logs if record.get("event") == name]
@@ -160,8 +243,18 @@ def harness(
     logs: list[dict[str, Any]] = []
     store = store if store is not None else MemoryStore(clock)
     upstream = upstream if upstream is not None else FakeOrigin()
-    services = Services(store=store, origin=upstream, clock=clock, log=logs.append)
-    return Harness(Gateway(parse_config(raw), services), clock, store, upstream, logs)
+    kv = MemoryKV(clock)
+    records = MemoryIdempotency(clock)
+    services = Services(
+        store=store,
+        origin=upstream,
+        clock=clock,
+        log=logs.append,
+        cache=kv,
+        idempotency=records,
+    )
+    gateway = Gateway(parse_config(raw), services)
+    return Harness(gateway, clock, store, upstream, logs, kv, records)
 
 
 def request(
@@ -190,3 +283,20 @@ def request(
 def body_json(response: Response) -> dict[str, Any]:
     assert isinstance(response.body, bytes)
     return dict(json.loads(response.body))
+
+
+def answering(
+    status: int = 200,
+    headers: list[tuple[str, str]] | None = None,
+    body: bytes | None = None,
+) -> Responder:
+    """An origin that answers every request alike; the body counts the requests so far."""
+    count = 0
+
+    async def respond(_: OriginRequest) -> Response:
+        nonlocal count
+        count += 1
+        data = body if body is not None else f"answer {count}".encode()
+        return Response(status, Headers(list(headers or [])), data)
+
+    return respond

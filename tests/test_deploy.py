@@ -58,6 +58,7 @@ def test_dry_run_lists_exactly_the_project_modules(dry_run: tuple[str, Path]) ->
 def test_dry_run_has_the_bindings(dry_run: tuple[str, Path]) -> None:
     output, out = dry_run
     assert re.search(r"env\.RATE_LIMITER \(RateLimiter\)\s+Durable Object", output)
+    assert re.search(r"env\.IDEMPOTENCY \(IdempotencyRecords\)\s+Durable Object", output)
     assert re.search(r"env\.CACHE \(\w+\)\s+KV Namespace", output)
     # The config travels as the bundled module, not as a (5 KB at most) var.
     assert "env.EDGE_LIMITER " not in output
@@ -67,11 +68,15 @@ def test_dry_run_has_the_bindings(dry_run: tuple[str, Path]) -> None:
     assert bool(staging_var) == ("staging" in out.name)
 
 
-def test_durable_object_has_a_sqlite_migration() -> None:
+def test_every_durable_object_has_a_sqlite_migration_and_is_exported() -> None:
     config = tomllib.loads((ROOT / "wrangler.toml").read_text())
     classes = {b["class_name"] for b in config["durable_objects"]["bindings"]}
     migrated = {c for m in config["migrations"] for c in m.get("new_sqlite_classes", [])}
-    assert classes == {"RateLimiter"} <= migrated
+    assert classes == {"RateLimiter", "IdempotencyRecords"} <= migrated
+    tags = [m["tag"] for m in config["migrations"]]
+    assert len(tags) == len(set(tags))  # one tag per migration, in order
+    entry = (ROOT / "src" / "entry.py").read_text()
+    assert all(f'"{name}"' in entry for name in classes)  # exported from the main module
     assert "python_workers" in config["compatibility_flags"]
     staging = config["env"]["staging"]
     assert staging["vars"]["EDGE_LIMITER_ENV"] == "staging"

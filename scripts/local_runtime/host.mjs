@@ -265,7 +265,7 @@ function forwardingClass(Base, kind, className) {
   const wrapper = class extends Base {
     constructor(ctx, env) {
       super(ctx, env);
-      pythonInstances.set(this, pythonClass(ctx, env));
+      pythonInstances.set(this, pythonClass(ctx, withBrokenKv(env)));
     }
   };
   Object.defineProperty(wrapper, "name", { value: className });
@@ -312,6 +312,34 @@ export const entrypoint = (() => {
   };
   return forwarding;
 })();
+
+/**
+ * TEST ONLY: `env` with the KV namespaces named in `brokenKvNamespaces` replaced by one whose
+ * every operation fails, as KV does when it is overloaded or unreachable.
+ */
+function withBrokenKv(env) {
+  const broken = config.brokenKvNamespaces ?? [];
+  if (broken.length === 0) {
+    return env;
+  }
+  const failing = (name) => {
+    const fail = async (operation) => {
+      throw new Error(`local runtime: KV namespace ${name} is broken on purpose (${operation})`);
+    };
+    return {
+      get: () => fail("get"),
+      getWithMetadata: () => fail("getWithMetadata"),
+      put: () => fail("put"),
+      delete: () => fail("delete"),
+      list: () => fail("list"),
+    };
+  };
+  return new Proxy(env, {
+    get(target, property, receiver) {
+      return broken.includes(property) ? failing(property) : Reflect.get(target, property, receiver);
+    },
+  });
+}
 
 /** A binding's kind as the Worker sees it: a var's JSON type, or the binding's class name. */
 function bindingKind(value) {

@@ -24,6 +24,7 @@
 //   brokenDurableObjects {}                    TEST ONLY: {binding: "throw" | "hang"} binds a
 //                                              binding to a host class that throws on / never
 //                                              answers every call
+//   brokenKvNamespaces   []                    TEST ONLY: KV bindings whose every call throws
 //   exitOnStdinEnd       false                 exit when stdin closes (the parent died)
 //
 // Prints two lines on stdout once a first request has been served (Pyodide boots while workerd
@@ -78,6 +79,7 @@ function readSpec(specPath) {
     pythonCompatFlags: undefined,
     sdkDir: undefined,
     brokenDurableObjects: {},
+    brokenKvNamespaces: [],
     exitOnStdinEnd: false,
     ...raw,
   };
@@ -191,6 +193,7 @@ function miniflareOptions(spec, warmupToken, stdlib) {
     pythonCompatFlags: spec.pythonCompatFlags,
     compatibilityDate: spec.compatibilityDate,
     compatibilityFlags: spec.compatibilityFlags,
+    brokenKvNamespaces: spec.brokenKvNamespaces,
     warmupToken,
   };
   const file = (name) => path.join(HERE, name);

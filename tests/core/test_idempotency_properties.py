@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall, apply_stored
 from edge_limiter.core.idempotency.records import (
+    LATE_GRACE_MS,
     Completed,
     InFlight,
     Outcome,
@@ -187,7 +188,11 @@ def test_interleavings_match_the_model_in_every_world(plan: list[Step]) -> None:
         number = mine[-1] if kind != "stale" else mine[pick % len(mine)]
         op = "release" if kind == "release" else "complete"
         response = response_for(number) if op == "complete" else None
-        holds = model.state == "in_flight" and model.claim_number == number and model.live(now)
+        holds = (
+            model.state == "in_flight"
+            and model.claim_number == number
+            and now < model.lock_end + LATE_GRACE_MS
+        )
         answers = [
             world.run(
                 IdempotencyCall(
@@ -209,7 +214,7 @@ def test_interleavings_match_the_model_in_every_world(plan: list[Step]) -> None:
             )
         else:
             assert all(answer.outcome == Outcome.RELEASED for answer in answers)
-            model = Model("in_flight", model.fingerprint, number, lock_end=now)
+            model = Model("in_flight", model.fingerprint, number, lock_end=now - LATE_GRACE_MS)
 
         for world in worlds:
             record = world.current()

@@ -16,6 +16,7 @@ from edge_limiter.core.idempotency.protocol import (
     apply_stored,
 )
 from edge_limiter.core.idempotency.records import (
+    LATE_GRACE_MS,
     Completed,
     InFlight,
     Outcome,
@@ -137,7 +138,7 @@ def test_apply_stored_returns_the_text_to_store_and_when_to_delete(clock: FakeCl
     assert IdempotencyAnswer.from_json(answer).outcome == Outcome.CLAIMED
     assert stored is not None
     record = decode_record(stored)
-    assert deadline == idle_at(record) == clock.now + 1_000
+    assert deadline == idle_at(record) == clock.now + 1_000 + LATE_GRACE_MS
     answer, again, _ = apply_stored(call, stored, clock.now)
     assert IdempotencyAnswer.from_json(answer).outcome == Outcome.IN_FLIGHT
     assert again == stored

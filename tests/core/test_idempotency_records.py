@@ -7,6 +7,7 @@ import pytest
 from edge_limiter.core.errors import IdempotencyRecordError
 from edge_limiter.core.idempotency.records import (
     CONFLICT_STATUS,
+    LATE_GRACE_MS,
     ClaimResult,
     Completed,
     InFlight,
@@ -97,11 +98,19 @@ def test_an_expired_claim_with_another_fingerprint_is_taken_over_as_if_absent(
     assert result.outcome == Outcome.CLAIMED and result.token > first.token
 
 
-def test_the_holder_cannot_complete_after_its_lock_ends(clock: FakeClock) -> None:
+def test_a_holder_nobody_took_over_may_complete_late_within_the_grace(clock: FakeClock) -> None:
     first, record = claim(None, "fp", clock.now, LOCK)
-    clock.advance(LOCK)
+    clock.advance(LOCK + 5)
     result, after = complete(record, first.token, OK, clock.now, RETAIN)
-    assert result.outcome == Outcome.REFUSED and "lock" in result.reason
+    assert result.outcome == Outcome.COMPLETED and isinstance(after, Completed)
+    assert idle_at(record) >= record.locked_until + LATE_GRACE_MS  # not deleted before
+
+
+def test_the_holder_cannot_complete_after_the_grace(clock: FakeClock) -> None:
+    first, record = claim(None, "fp", clock.now, LOCK)
+    clock.advance(LOCK + LATE_GRACE_MS)
+    result, after = complete(record, first.token, OK, clock.now, RETAIN)
+    assert result.outcome == Outcome.REFUSED and "too long ago" in result.reason
     assert after is record
 
 
@@ -110,7 +119,7 @@ def test_release_lets_the_next_request_claim_with_a_higher_token(clock: FakeCloc
     clock.advance(5)
     released, record = release(claimed, first.token, clock.now)
     assert released.outcome == Outcome.RELEASED
-    assert record == InFlight("fp", first.token, clock.now, clock.now - 5)
+    assert record == InFlight("fp", first.token, clock.now - LATE_GRACE_MS, clock.now - 5)
     assert not is_live(record, clock.now)
     second, record = claim(record, "fp", clock.now, LOCK)
     assert second.outcome == Outcome.CLAIMED and second.token > first.token
@@ -143,10 +152,12 @@ def test_nothing_to_complete_or_release(clock: FakeClock, op: str) -> None:
 
 def test_idle_at_is_after_the_lock_or_retention_and_after_the_token(clock: FakeClock) -> None:
     first, record = claim(None, "fp", clock.now, LOCK)
-    assert idle_at(record) == clock.now + LOCK
+    assert idle_at(record) == clock.now + LOCK + LATE_GRACE_MS  # a late completion may come
     _, released = release(record, first.token, clock.now)
     assert released is not None
     assert idle_at(released) == first.token + 1  # never before now has passed the token
+    late, _ = complete(released, first.token, OK, clock.now, RETAIN)
+    assert late.outcome == Outcome.REFUSED  # given back: no completing it afterwards
     _, done = complete(record, first.token, OK, clock.now, RETAIN)
     assert done is not None
     assert idle_at(done) == clock.now + RETAIN

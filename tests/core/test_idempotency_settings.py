@@ -27,7 +27,7 @@ def test_empty_table_takes_every_default() -> None:
     assert settings == IdempotencySettings()
     assert settings.mode == "optional" and not settings.required
     assert settings.retention_ms == 86_400_000
-    assert settings.lock_timeout_ms == 30_000
+    assert settings.lock_timeout_ms == 60_000
     assert settings.fingerprint_headers == ()
     assert settings.methods == ("PATCH", "POST")
     assert settings.store_5xx is False
@@ -39,7 +39,7 @@ def test_the_documented_example() -> None:
         {
             "mode": "required",
             "retention": "24h",
-            "lock_timeout": "30s",
+            "lock_timeout": "60s",
             "fingerprint_headers": ["Content-Type", "x-tenant"],
             "methods": ["post", "PUT", "DELETE", "LINK"],
             "store_5xx": True,
@@ -63,7 +63,7 @@ def test_the_documented_example() -> None:
     [
         ("mode", "always"),
         ("mode", True),
-        ("retention", "30s"),
+        ("retention", "500ms"),
         ("retention", "31d"),
         ("retention", 3600),
         ("lock_timeout", "500ms"),
@@ -91,7 +91,7 @@ def test_bad_field_is_a_problem_naming_it(field: str, value: object) -> None:
 
 
 def test_bad_fields_take_their_defaults() -> None:
-    settings, problems = parse({"mode": "x", "methods": [], "max_bytes": -1, "retention": "1s"})
+    settings, problems = parse({"mode": "x", "methods": [], "max_bytes": -1, "retention": "999ms"})
     assert len(problems.items) == 4
     assert settings == IdempotencySettings()
 

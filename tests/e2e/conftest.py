@@ -78,6 +78,56 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             # Origins that are slow or gone.
             route("slow", "/slow/*", "1000/hour", timeout="400ms"),
             route("dead", "/dead", "1000/hour", origin="http://127.0.0.1:9"),
+            # The KV response cache.
+            route("cached", "/cached/*", "3/hour", algorithm="sliding_log", cache={"ttl": "5m"}),
+            route(
+                "cached-counted",
+                "/counted/*",
+                "3/hour",
+                algorithm="sliding_log",
+                cache={"ttl": "5m", "count_hits": True},
+            ),
+            route(
+                "cached-key",
+                "/mine/*",
+                "100/hour",
+                key="header:x-api-key",
+                cache={"ttl": "5m", "scope": "key"},
+            ),
+            # Idempotency-Key.
+            route(
+                "pay",
+                "/pay/*",
+                "1000/hour",
+                idempotency={"mode": "required", "lock_timeout": "60s"},
+            ),
+            route(
+                "pay-short",
+                "/pay-short/*",
+                "1000/hour",
+                idempotency={"mode": "required", "retention": "2s"},
+            ),
+            route(
+                "pay-limited",
+                "/pay-limited/*",
+                "1 per 2 seconds",
+                algorithm="sliding_log",
+                idempotency={"mode": "required"},
+            ),
+            route(
+                "pay-timeout",
+                "/pay-timeout/*",
+                "1000/hour",
+                timeout="300ms",
+                idempotency={"mode": "required"},
+            ),
+            route(
+                "pay-takeover",
+                "/pay-takeover/*",
+                "1000/hour",
+                timeout="10s",
+                idempotency={"mode": "required", "lock_timeout": "1s"},
+            ),
         ],
         **top,
     }
@@ -140,7 +190,10 @@ def _broken(worker_dir: Path, origin: DemoOrigin, mode: str) -> Iterator[LocalGa
     config = gateway_config(origin.url, store_timeout_ms=300)
     gw = _start(
         LocalGateway(
-            worker_dir, {"EDGE_LIMITER": config}, broken_durable_objects={"RATE_LIMITER": mode}
+            worker_dir,
+            {"EDGE_LIMITER": config},
+            broken_durable_objects={"RATE_LIMITER": mode, "IDEMPOTENCY": mode},
+            broken_kv_namespaces=["CACHE"] if mode == "throw" else None,
         )
     )
     try:

@@ -38,6 +38,10 @@ class Exchange:
     params: dict[str, str] = field(default_factory=dict)
     key: str | None = None
     background: Background = field(default_factory=_NoBackground)
+    reached_origin: bool = False
+    """Whether the origin answered (any status); False when the gateway answered itself."""
+    idempotency_token: int | None = None
+    """The fencing token of the Idempotency-Key claim this request holds, if any."""
 
     @property
     def route_name(self) -> str | None:

@@ -35,10 +35,12 @@ class Forward:
             native=request.native,
         )
         try:
-            return await asyncio.wait_for(
+            response = await asyncio.wait_for(
                 self.services.origin.send(outgoing),
                 timeout=forward.timeout_ms / 1000 + WATCHDOG_GRACE_S,
             )
+            exchange.reached_origin = True
+            return response
         except (OriginTimeoutError, TimeoutError):
             self._log(exchange, "timeout", None)
             problem = problems.origin_timeout(

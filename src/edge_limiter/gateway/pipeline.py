@@ -2,7 +2,7 @@
 
 Built once per isolate from the parsed config and the platform's services::
 
-    canonicalize -> route -> rate limit -> forward
+    canonicalize -> route -> idempotency -> cache -> rate limit -> forward
 
 Each route gets its own chain of stages, assembled once; a request only walks the
 stages its route needs. Nothing here touches the platform: ``edge_limiter.platform``
@@ -12,12 +12,14 @@ converts the runtime's request into a :class:`Request` and the :class:`Response`
 from __future__ import annotations
 
 from ..core.canonical import canonical_host, canonical_path
-from ..core.config import Config, Forwarding
-from ..core.errors import PathError
+from ..core.config import Config, Forwarding, Route
+from ..core.errors import ConfigError, PathError
 from ..core.http import problems
 from ..core.http.messages import Request, Response
+from .cache import Cache
 from .exchange import Exchange, Handler, Stage, chain, problem_response
 from .forward import Forward
+from .idempotency import Idempotency
 from .ports import Background, Services
 from .ratelimit import RateLimit
 
@@ -31,9 +33,30 @@ class Gateway:
         forward = Forward(services)
         self._routes: dict[str, Handler] = {}
         for route in config.routes:
-            stages: list[Stage] = [RateLimit(route, services)]
-            self._routes[route.name] = chain(stages, forward)
+            self._routes[route.name] = chain(self._stages(route), forward)
         self._unmatched: Handler = forward
+
+    def _stages(self, route: Route) -> list[Stage]:
+        """The stages a route's requests walk, in order (only those the route needs)."""
+        services = self.services
+        limiter = RateLimit(route, services)
+        stages: list[Stage] = []
+        if route.idempotency is not None:
+            if services.idempotency is None:
+                raise ConfigError(
+                    [f"route {route.name!r}.idempotency: needs the IDEMPOTENCY Durable Object binding"]
+                )
+            stages.append(
+                Idempotency(
+                    route, route.idempotency, services.idempotency, services.cache, services
+                )
+            )
+        if route.cache is not None:
+            if services.cache is None:
+                raise ConfigError([f"route {route.name!r}.cache: needs the CACHE KV binding"])
+            stages.append(Cache(route, route.cache, services.cache, limiter, services))
+        stages.append(limiter)
+        return stages
 
     async def handle(self, request: Request, background: Background | None = None) -> Response:
         """The response to ``request``; never raises for a bad request or a failing origin."""

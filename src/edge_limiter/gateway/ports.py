@@ -58,6 +58,26 @@ class Origin(Protocol):
         ...
 
 
+class KeyValueStore(Protocol):
+    """An eventually consistent key-value store with expiry (Workers KV)."""
+
+    async def get(self, key: str) -> bytes | None:
+        """The value, or ``None`` when absent (raises when the store fails)."""
+        ...
+
+    async def put(self, key: str, value: bytes, ttl_s: int) -> None:
+        """Store ``value`` for ``ttl_s`` seconds (at least 60 in KV)."""
+        ...
+
+
+class IdempotencyStore(Protocol):
+    """One Idempotency-Key's record: calls the Durable Object named ``name``."""
+
+    async def call(self, name: str, payload: str) -> str:
+        """Send one idempotency call (JSON text) and return the answer (JSON text)."""
+        ...
+
+
 class Clock(Protocol):
     """Wall-clock time in integer milliseconds."""
 
@@ -86,3 +106,7 @@ class Services:
     origin: Origin
     clock: Clock
     log: LogSink
+    cache: KeyValueStore | None = None
+    """Workers KV for cached responses and edge copies of idempotency records."""
+    idempotency: IdempotencyStore | None = None
+    """The idempotency records' Durable Objects."""

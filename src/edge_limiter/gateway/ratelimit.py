@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ..core.config import Route
 from ..core.decision import Reason
@@ -23,6 +23,31 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def request_key(route: Route, exchange: Exchange) -> str | Response:
+    """The route's rate-limit key for the request (kept on the exchange), or a 400."""
+    if exchange.key is not None:
+        return exchange.key
+    try:
+        exchange.key = route.limits.key.compute(exchange.request, exchange.params)
+    except AmbiguousRequestError as exc:
+        return problem_response(
+            problems.bad_request(
+                f"{exc}; route {route.name!r} counts requests by it, so it must have one value.",
+                "ambiguous_key",
+                route=route.name,
+            )
+        )
+    return exchange.key
+
+
+@dataclass(slots=True)
+class Admission:
+    """The rate limit's verdict: an answer to give now, or headers for the eventual one."""
+
+    answer: Response | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
 class RateLimit:
     """Counts the request against the route's limits; answers 429 or lets it through."""
 
@@ -35,17 +60,20 @@ class RateLimit:
         self.timeout_s = route.failure.store_timeout_ms / 1000
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
+        admission = await self.admit(exchange)
+        if admission.answer is not None:
+            return admission.answer
+        response = await call_next(exchange)
+        for name, value in admission.headers:
+            response.headers.set(name, value)
+        return response
+
+    async def admit(self, exchange: Exchange) -> Admission:
+        """Count the request: a 429 (or 400, or a fail-closed 503), or the headers to add."""
         route = self.route
-        try:
-            key = route.limits.key.compute(exchange.request, exchange.params)
-        except AmbiguousRequestError as exc:
-            problem = problems.bad_request(
-                f"{exc}; route {route.name!r} counts requests by it, so it must have one value.",
-                "ambiguous_key",
-                route=route.name,
-            )
-            return problem_response(problem)
-        exchange.key = key
+        key = request_key(route, exchange)
+        if isinstance(key, Response):
+            return Admission(key)
         try:
             answer = await asyncio.wait_for(
                 self.services.store.call(object_name(route.name, key), self.payload),
@@ -53,35 +81,29 @@ class RateLimit:
             )
             decisions = StoreResponse.from_json(answer, route.limits.limits).decisions
         except (Exception, asyncio.CancelledError) as exc:  # any store failure: the policy decides
-            return await self._store_failed(exchange, call_next, exc)
+            return self._store_failed(exc)
 
-        response_for = StoreResponse(decisions)
-        decision = response_for.decision
+        decision = StoreResponse(decisions).decision
         if not decision.allowed and route.limits.shadow:
             decision = replace(decision, allowed=True, retry_after=0, reason=Reason.SHADOW)
             self.services.log(
                 {"event": "shadow_limited", "route": route.name, "key_hash": key_digest(key)}
             )
         headers = rate_limit_headers(decision, decisions)
-        if not decision.allowed:
-            problem = problems.quota_exceeded(route.name, decisions, instance=exchange.path)
-            self.services.log(
-                {
-                    "event": "limited",
-                    "route": route.name,
-                    "key_hash": key_digest(key),
-                    "violated": problem.members["violated-policies"],
-                }
-            )
-            return problem_response(problem, headers)
-        response = await call_next(exchange)
-        for name, value in headers:
-            response.headers.set(name, value)
-        return response
+        if decision.allowed:
+            return Admission(headers=headers)
+        problem = problems.quota_exceeded(route.name, decisions, instance=exchange.path)
+        self.services.log(
+            {
+                "event": "limited",
+                "route": route.name,
+                "key_hash": key_digest(key),
+                "violated": problem.members["violated-policies"],
+            }
+        )
+        return Admission(problem_response(problem, headers))
 
-    async def _store_failed(
-        self, exchange: Exchange, call_next: Handler, exc: BaseException
-    ) -> Response:
+    def _store_failed(self, exc: BaseException) -> Admission:
         route = self.route
         if isinstance(exc, ProtocolError):
             cause = f"protocol: {exc}"
@@ -97,11 +119,7 @@ class RateLimit:
                 "policy": "open" if route.failure.fail_open else "closed",
             }
         )
+        reason = [(REASON_HEADER, Reason.STORE_UNAVAILABLE.value)]
         if not route.failure.fail_open:
-            return problem_response(
-                problems.store_unavailable(route.name),
-                [(REASON_HEADER, Reason.STORE_UNAVAILABLE.value)],
-            )
-        response = await call_next(exchange)
-        response.headers.set(REASON_HEADER, Reason.STORE_UNAVAILABLE.value)
-        return response
+            return Admission(problem_response(problems.store_unavailable(route.name), reason))
+        return Admission(headers=reason)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import js
@@ -10,7 +12,20 @@ from pyodide.ffi import JsException, to_js
 
 from ..core.http.messages import Response
 from ..gateway.ports import OriginRequest, OriginTimeoutError, OriginUnreachableError
-from .convert import JsBody, JsHeaders, js_body, js_headers, untouched
+from .convert import JsBody, JsHeaders, absent, js_body, js_headers, untouched
+
+
+def as_bytes(value: Any) -> bytes | None:
+    """Bytes from what a binding returned: the SDK's binding wrappers hand back Python
+    buffers, raw bindings an ArrayBuffer proxy."""
+    if absent(value):
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    to_bytes = getattr(value, "to_bytes", None)
+    if to_bytes is not None:
+        return bytes(to_bytes())
+    return bytes(value.to_py())
 
 
 class DurableObjectStore:
@@ -22,6 +37,41 @@ class DurableObjectStore:
     async def call(self, name: str, payload: str) -> str:
         stub = self.namespace.getByName(name)
         return str(await stub.decide(payload))
+
+
+class DurableObjectIdempotency:
+    """Calls ``IdempotencyRecords.call`` on the object named for (route, caller, key)."""
+
+    def __init__(self, namespace: Any) -> None:
+        self.namespace = namespace
+
+    async def call(self, name: str, payload: str) -> str:
+        stub = self.namespace.getByName(name)
+        return str(await stub.call(payload))
+
+
+class KvStore:
+    """A Workers KV namespace holding bytes."""
+
+    def __init__(self, namespace: Any) -> None:
+        self.namespace = namespace
+
+    async def get(self, key: str) -> bytes | None:
+        return as_bytes(await self.namespace.get(key, "arrayBuffer"))
+
+    async def put(self, key: str, value: bytes, ttl_s: int) -> None:
+        options = to_js({"expirationTtl": ttl_s}, dict_converter=js.Object.fromEntries)
+        await self.namespace.put(key, to_js(value), options)
+
+
+class WaitUntil:
+    """Work that goes on after the response: ``ctx.waitUntil``."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    def defer(self, work: Awaitable[Any]) -> None:
+        self.ctx.waitUntil(asyncio.ensure_future(work))
 
 
 class FetchOrigin:

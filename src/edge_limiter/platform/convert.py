@@ -12,9 +12,15 @@ import math
 from typing import Any
 
 import js
-from pyodide.ffi import to_js
+from pyodide.ffi import jsnull, to_js
 
 from ..core.http.messages import Body, BytesBody, Client, HeaderMap, Request, Response
+
+
+def absent(value: Any) -> bool:
+    """Whether a value from JavaScript is missing: ``undefined`` arrives as ``None``, but
+    ``null`` as ``jsnull``, which is not ``None``."""
+    return value is None or value is jsnull
 
 
 class JsBody:
@@ -45,7 +51,7 @@ class JsBody:
         """The whole body, read once."""
         if self._data is None:
             buffer = await self._source.arrayBuffer()
-            self._data = bytes(buffer.to_py())
+            self._data = bytes(buffer.to_bytes())
         return self._data
 
 
@@ -67,7 +73,7 @@ class JsHeaders:
 
     def get(self, name: str) -> str | None:
         value = self.js.get(name)
-        return None if value is None else str(value)
+        return None if absent(value) else str(value)
 
     def get_all(self, name: str) -> list[str]:
         if name.lower() == "set-cookie":
@@ -93,7 +99,7 @@ class JsHeaders:
 
 
 def _text(value: Any) -> str:
-    if value is None or isinstance(value, bool):
+    if absent(value) or isinstance(value, bool):
         return ""
     if isinstance(value, str):
         return value
@@ -103,6 +109,8 @@ def _text(value: Any) -> str:
 
 
 def _coordinate(value: Any) -> float | None:
+    if absent(value):
+        return None
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -113,7 +121,7 @@ def _coordinate(value: Any) -> float | None:
 def _client(js_request: Any, headers: JsHeaders) -> Client:
     ip = headers.get("cf-connecting-ip") or ""
     cf = getattr(js_request, "cf", None)
-    if cf is None or isinstance(cf, bool):
+    if absent(cf) or isinstance(cf, bool):
         return Client(ip)
     # Any field may be missing (locally, MF-CF-Blob sets only what a test gives).
     return Client(
@@ -133,7 +141,7 @@ def to_request(js_request: Any) -> Request:
     authority, slash, target = rest.partition("/")
     path, _, query = (slash + target).partition("?")
     headers = JsHeaders(js_request.headers)
-    body: Body | None = JsBody(js_request) if js_request.body is not None else None
+    body: Body | None = None if absent(js_request.body) else JsBody(js_request)
     return Request(
         method=str(js_request.method),
         path=path or "/",
@@ -152,7 +160,7 @@ def untouched(headers: HeaderMap, body: object, native: Any) -> bool:
     if native is None or not isinstance(headers, JsHeaders) or headers.copied:
         return False
     if body is None:
-        return native.body is None
+        return bool(absent(native.body))
     return isinstance(body, JsBody) and body.source is native and body.data is None
 
 
@@ -169,7 +177,7 @@ def js_body(body: bytes | Body | None) -> Any:
         return None
     if isinstance(body, JsBody):
         stream = body.stream
-        if stream is not None:
+        if not absent(stream):
             return stream
         body = body.data or b""
     if isinstance(body, BytesBody):

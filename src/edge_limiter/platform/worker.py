@@ -13,10 +13,19 @@ from ..core.config.sources import CONFIG_VAR, ENV_VAR, select_config
 from ..core.errors import ConfigError
 from ..core.http import problems
 from ..gateway import Gateway, Services, log_line, problem_response
-from .bindings import DurableObjectStore, FetchOrigin, SystemClock
+from .bindings import (
+    DurableObjectIdempotency,
+    DurableObjectStore,
+    FetchOrigin,
+    KvStore,
+    SystemClock,
+    WaitUntil,
+)
 from .convert import to_js_response, to_request
 
 STORE_BINDING = "RATE_LIMITER"
+IDEMPOTENCY_BINDING = "IDEMPOTENCY"
+CACHE_BINDING = "CACHE"
 
 # Bindings and vars are fixed for the life of an isolate (a deploy starts new isolates),
 # so the gateway (or why the config is invalid) is built on the first request and kept.
@@ -62,13 +71,20 @@ def build_gateway(env: Any) -> Gateway | ConfigError:
         return exc
     for warning in config.warnings:
         _log({"event": "config_warning", "warning": warning})
+    kv = getattr(env, CACHE_BINDING, None)
+    records = getattr(env, IDEMPOTENCY_BINDING, None)
     services = Services(
         store=DurableObjectStore(getattr(env, STORE_BINDING)),
         origin=FetchOrigin(),
         clock=SystemClock(),
         log=_log,
+        cache=KvStore(kv) if kv is not None else None,
+        idempotency=DurableObjectIdempotency(records) if records is not None else None,
     )
-    return Gateway(config, services)
+    try:
+        return Gateway(config, services)
+    except ConfigError as exc:
+        return exc
 
 
 async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
@@ -83,7 +99,8 @@ async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
         _log({"event": "config_error", "problems": _gateway.problems})
         return to_js_response(problem_response(problems.misconfigured(_gateway.problems)))
     try:
-        response = await _gateway.handle(to_request(js_request))
+        background = WaitUntil(ctx) if ctx is not None else None
+        response = await _gateway.handle(to_request(js_request), background)
         return to_js_response(response)
     except Exception as exc:  # a bug: answer with a problem and log the traceback
         reference = os.urandom(6).hex()

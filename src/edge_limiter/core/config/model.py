@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..caching.settings import CacheSettings
+from ..idempotency.settings import IdempotencySettings
 from ..keys import KeySpec
 from ..matching import PathPattern, host_matches, path_segments
 from ..rates import Limit
@@ -73,6 +75,10 @@ class Route:
     limits: RateLimitPolicy
     failure: FailurePolicy
     forward: Forwarding
+    cache: CacheSettings | None = None
+    """GET and HEAD responses kept in KV (None: not cached)."""
+    idempotency: IdempotencySettings | None = None
+    """Idempotency-Key handling for unsafe methods (None: not honoured)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..algorithms import ALGORITHMS, make_algorithm
+from ..caching.settings import parse_cache
 from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
+from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..rates import Limit, parse_rate, parse_rates
@@ -68,6 +70,8 @@ ROUTE_FIELDS = (
     "on_store_error",
     "origin",
     "timeout",
+    "cache",
+    "idempotency",
 )
 MATCH_FIELDS = ("methods", "path", "host", "case_insensitive")
 LIMIT_FIELDS = ("rate", "name", "burst")
@@ -336,6 +340,15 @@ def _parse_route(
         minimum_ms=1,
         maximum_ms=MAX_ORIGIN_TIMEOUT_MS,
     )
+    cache = parse_cache(raw.get("cache"), f"{where}.cache", problems)
+    idempotency = parse_idempotency(raw.get("idempotency"), f"{where}.idempotency", problems)
+    if idempotency is not None and idempotency.lock_timeout_ms <= timeout:
+        problems.warn(
+            f"{where}.idempotency.lock_timeout",
+            f"is not longer than the origin timeout ({timeout} ms): a retry that arrives "
+            "after the lock ends, while the first request is still at the origin, is "
+            "forwarded again",
+        )
     if len(problems) != before or match is None or origin is None:
         return None
     return Route(
@@ -344,6 +357,8 @@ def _parse_route(
         limits=RateLimitPolicy(algorithm, tuple(limits), key, cost, shadow),
         failure=FailurePolicy(on_store_error == "open", defaults.store_timeout_ms),
         forward=Forwarding(origin, timeout),
+        cache=cache,
+        idempotency=idempotency,
     )
 
 

@@ -24,6 +24,24 @@ from collections.abc import Sequence
 from ..decision import Decision
 
 REASON_HEADER = "X-EdgeLimiter-Reason"
+#: Fields the gateway adds to describe one client's state: never stored for a replay.
+_GATEWAY_FIELDS = frozenset(
+    {
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "ratelimit",
+        "ratelimit-policy",
+        REASON_HEADER.lower(),
+        "x-cache",
+    }
+)
+
+
+def origin_fields(fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``fields`` without those the gateway added for one client (rate-limit state, cache
+    status): what may be stored and replayed to others."""
+    return [(name, value) for name, value in fields if name.lower() not in _GATEWAY_FIELDS]
 
 
 def ceil_seconds(ms: int) -> int:

@@ -82,6 +82,54 @@ def bad_path(reason: str) -> Problem:
     )
 
 
+def idempotency_key_invalid(route: str, code: str, detail: str) -> Problem:
+    """400: the Idempotency-Key header is missing where required, or malformed."""
+    return bad_request(
+        f"{detail} (route {route!r}).",
+        f"idempotency_key_{code}",
+        route=route,
+        header="Idempotency-Key",
+    )
+
+
+def idempotency_in_flight(route: str, retry_after_s: int) -> Problem:
+    """409: a request with this Idempotency-Key is still being processed."""
+    return Problem(
+        409,
+        "Conflict",
+        "A request with this Idempotency-Key is still being processed; retry in "
+        f"{retry_after_s} s to get its response.",
+        "idempotency_in_flight",
+        members={"route": route, "retry_after": retry_after_s},
+        headers=(("Retry-After", str(retry_after_s)),),
+    )
+
+
+def idempotency_mismatch(route: str) -> Problem:
+    """422: the Idempotency-Key was already used for a different request."""
+    return Problem(
+        422,
+        "Unprocessable Content",
+        "This Idempotency-Key was already used for a different request (method, path, "
+        "query, body or fingerprinted headers differ); use a new key for a new request.",
+        "idempotency_mismatch",
+        members={"route": route},
+    )
+
+
+def idempotency_unavailable(route: str) -> Problem:
+    """503: the idempotency records cannot be reached on a fail-closed route."""
+    return Problem(
+        503,
+        "Service Unavailable",
+        f"The idempotency records for route '{route}' are unavailable and the route is "
+        "configured to fail closed (on_store_error = 'closed'); nothing was forwarded.",
+        "idempotency_unavailable",
+        members={"route": route},
+        headers=(("Retry-After", "1"),),
+    )
+
+
 def not_found(method: str, path: str) -> Problem:
     """404: no route matches and there is no default origin."""
     return Problem(

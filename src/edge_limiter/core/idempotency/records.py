@@ -17,8 +17,12 @@ the next claim continues its token counter. The Durable Object may delete it at
 Fencing tokens
 --------------
 Each claim gets a token; :func:`complete` and :func:`release` are accepted only with the
-token of the live claim, so the late result of a holder whose lock ran out (and was taken
-over) is refused instead of overwriting the new holder's. Tokens are *fencing times*: a
+token of the current claim, so the late result of a holder whose lock ran out and was taken
+over is refused instead of overwriting the new holder's. A holder whose lock ran out but
+whom nobody took over may still complete (or release) for :data:`LATE_GRACE_MS` after its
+lock ended: its result is then kept, and a later retry is replayed instead of forwarded
+again. The record is not deleted before that grace ends, so this never depends on when
+cleanup runs. Tokens are *fencing times*: a
 new claim's token is ``max(previous token + 1, now)``. Within a record that makes them
 strictly increasing, and it keeps them increasing across a deletion too: a record is only
 deletable once ``now`` has passed its token (``idle_at`` is at least ``token + 1``), so a
@@ -122,6 +126,11 @@ class Result:
     """Why it was ``REFUSED``."""
 
 
+#: How long after its lock ends a claim nobody took over may still complete: the longest
+#: origin timeout a route may set, so a slow answer is kept rather than forwarded twice.
+LATE_GRACE_MS = 10 * 60_000
+
+
 def is_live(record: Record | None, now: int) -> bool:
     """Whether ``record`` still holds: a lock not yet ended, or a response not yet expired."""
     if record is None:
@@ -135,8 +144,9 @@ def idle_at(record: Record) -> int:
     """When the Durable Object may delete ``record``: once it is no longer live and ``now``
     has passed its token (so a fresh record's tokens start above it; see the module docs).
     """
-    end = record.locked_until if isinstance(record, InFlight) else record.expires_at
-    return max(end, record.token + 1)
+    if isinstance(record, InFlight):
+        return max(record.locked_until + LATE_GRACE_MS, record.token + 1)
+    return max(record.expires_at, record.token + 1)
 
 
 def claim(
@@ -180,7 +190,11 @@ def release(record: Record | None, token: int, now: int) -> tuple[Result, Record
     held = _held_claim(record, token, now)
     if isinstance(held, str):
         return Result(Outcome.REFUSED, held), record
-    return Result(Outcome.RELEASED), InFlight(held.fingerprint, token, now, held.created_at)
+    # The lock and its grace both end now: the next request claims the key, and the holder
+    # that gave it back can no longer complete it.
+    return Result(Outcome.RELEASED), InFlight(
+        held.fingerprint, token, now - LATE_GRACE_MS, held.created_at
+    )
 
 
 def peek(record: Record | None, now: int) -> ClaimResult:
@@ -205,15 +219,15 @@ def stored_response(
 
 
 def _held_claim(record: Record | None, token: int, now: int) -> InFlight | str:
-    """The live claim ``token`` holds, or why it holds none."""
+    """The claim ``token`` holds (its lock may have ended within the grace), or why none."""
     if record is None:
         return "no claim for this key"
     if isinstance(record, Completed):
         return "the key's request is already completed"
     if record.token != token:
         return f"fenced: token {token} is not the claim's ({record.token})"
-    if not is_live(record, now):
-        return "the claim's lock has ended"
+    if now >= record.locked_until + LATE_GRACE_MS:
+        return "the claim's lock ended too long ago"
     return record
 
 

@@ -2,7 +2,7 @@
 
 In the config a route honours ``Idempotency-Key`` with a table::
 
-    idempotency = { mode = "required", retention = "24h", lock_timeout = "30s",
+    idempotency = { mode = "required", retention = "24h", lock_timeout = "60s",
                     fingerprint_headers = ["content-type"], methods = ["POST", "PATCH"],
                     store_5xx = false, max_bytes = 1048576 }
 
@@ -22,13 +22,13 @@ MIB = 1024 * 1024
 MODES = ("required", "optional")
 DEFAULT_MODE = "optional"
 DEFAULT_RETENTION_MS = 24 * 3_600_000
-DEFAULT_LOCK_TIMEOUT_MS = 30_000
+DEFAULT_LOCK_TIMEOUT_MS = 60_000
 DEFAULT_METHODS = ("PATCH", "POST")
 DEFAULT_MAX_BYTES = 1 * MIB
 #: A record lives in one row of a SQLite-backed Durable Object (at most 2 MB) with its body
 #: in base64 (4 bytes per 3): 1.25 MiB of body leaves room for the fields.
 MAX_BODY_BYTES = MIB + MIB // 4
-MIN_RETENTION_MS = 60_000
+MIN_RETENTION_MS = 1_000
 MAX_RETENTION_MS = 30 * 86_400_000
 MIN_LOCK_TIMEOUT_MS = 1_000
 MAX_LOCK_TIMEOUT_MS = 15 * 60_000

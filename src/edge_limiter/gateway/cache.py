@@ -1,0 +1,194 @@
+"""The cache stage: GET and HEAD responses kept in Workers KV and served at the edge.
+
+Before the rate limit (a hit consumes no quota, unless the route says ``count_hits``): a
+fresh entry is answered at once (``X-Cache: HIT`` with its ``Age``). On a miss the request
+goes on; if the origin's response may be stored, it is written to KV after the response
+is sent (``waitUntil``), never on the request's critical path. KV failures are misses,
+logged, never errors for the client. The rules (keys, Cache-Control, Vary, lifetimes) are
+the pure :mod:`edge_limiter.core.caching`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import replace
+
+from ..core.caching.entry import Entry, decode_entry, encode_entry, is_fresh, replay_headers
+from ..core.caching.keys import base_key, variant_key
+from ..core.caching.policy import (
+    body_fits,
+    kv_expiration_ttl,
+    lookup_decision,
+    manifest_entry,
+    response_entry,
+    store_decision,
+)
+from ..core.caching.settings import CacheSettings
+from ..core.config import Route
+from ..core.errors import CacheEntryError
+from ..core.http.fields import origin_fields
+from ..core.http.messages import Headers, Response
+from .exchange import Exchange, Handler
+from .ports import KeyValueStore, Services
+from .ratelimit import RateLimit, request_key
+
+CACHE_HEADER = "X-Cache"
+#: KV takes one write per second per key: this isolate skips rewriting a key sooner.
+REWRITE_AFTER_MS = 1_000
+_RECENT_WRITES = 1_024
+
+
+class Cache:
+    """Serves fresh entries, stores what the origin allows; see the module docstring."""
+
+    def __init__(
+        self,
+        route: Route,
+        settings: CacheSettings,
+        kv: KeyValueStore,
+        limiter: RateLimit,
+        services: Services,
+    ) -> None:
+        self.route = route
+        self.settings = settings
+        self.kv = kv
+        self.limiter = limiter
+        self.services = services
+        self._written: OrderedDict[str, int] = OrderedDict()
+
+    async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
+        request = exchange.request
+        if request.method not in ("GET", "HEAD"):
+            return await call_next(exchange)
+        request_fields = request.headers.items()
+        lookup = lookup_decision(request.method, request_fields, self.settings)
+        if lookup.bypass:
+            response = await call_next(exchange)
+            response.headers.set(CACHE_HEADER, "BYPASS")
+            return response
+        scope_key = None
+        if self.settings.scope == "key":
+            key = request_key(self.route, exchange)
+            if isinstance(key, Response):
+                return key
+            scope_key = key
+        base = base_key(
+            self.settings,
+            route=self.route.name,
+            method=request.method,
+            host=exchange.host,
+            path=exchange.path,
+            query=request.query,
+            scope_key=scope_key,
+        )
+        now = exchange.now_ms
+        if lookup.read:
+            entry = await self._lookup(base, request_fields, now)
+            if entry is not None and is_fresh(entry, now):
+                return await self._hit(exchange, entry)
+        response = await call_next(exchange)
+        if lookup.write and exchange.reached_origin and request.method == "GET":
+            await self._store(exchange, base, request_fields, response)
+        response.headers.set(CACHE_HEADER, "MISS")
+        return response
+
+    async def _hit(self, exchange: Exchange, entry: Entry) -> Response:
+        headers: list[tuple[str, str]] = []
+        if self.settings.count_hits:
+            admission = await self.limiter.admit(exchange)
+            if admission.answer is not None:
+                return admission.answer
+            headers = admission.headers
+        out = Headers(replay_headers(entry, exchange.now_ms))
+        for name, value in headers:
+            out.set(name, value)
+        out.set(CACHE_HEADER, "HIT")
+        body = entry.body if exchange.request.method == "GET" and entry.body else None
+        return Response(entry.status, out, body)
+
+    async def _lookup(
+        self, base: str, request_fields: list[tuple[str, str]], now: int
+    ) -> Entry | None:
+        entry = await self._read(base)
+        if entry is not None and entry.manifest:
+            if now >= entry.stale_until:
+                return None
+            entry = await self._read(variant_key(base, entry.vary, request_fields))
+        if entry is not None and entry.manifest:
+            return None
+        return entry
+
+    async def _read(self, key: str) -> Entry | None:
+        try:
+            data = await self.kv.get(key)
+        except Exception as exc:  # a KV failure is a miss
+            self._log_failure("get", exc)
+            return None
+        if data is None:
+            return None
+        try:
+            return decode_entry(data)
+        except CacheEntryError as exc:
+            self._log_failure("decode", exc)
+            return None
+
+    async def _store(
+        self,
+        exchange: Exchange,
+        base: str,
+        request_fields: list[tuple[str, str]],
+        response: Response,
+    ) -> None:
+        now = exchange.now_ms
+        response_fields = origin_fields(response.headers.items())
+        decision = store_decision(response.status, response_fields, None, self.settings, now)
+        if not decision.store:
+            return
+        body = await response.read_body()
+        if not body_fits(len(body), self.settings):
+            return
+        decision = replace(decision, must_measure=False)
+        entry = response_entry(decision, response.status, response_fields, body, now)
+        writes: list[tuple[str, bytes]] = []
+        try:
+            if decision.vary:
+                writes.append((base, encode_entry(manifest_entry(decision, now))))
+                target = variant_key(base, decision.vary, request_fields)
+            else:
+                target = base
+            writes.append((target, encode_entry(entry)))
+        except CacheEntryError as exc:
+            self._log_failure("encode", exc)
+            return
+        writes = [(key, value) for key, value in writes if self._may_write(key, now)]
+        if writes:
+            ttl = kv_expiration_ttl(decision.stale_until, now)
+            exchange.background.defer(self._write(writes, ttl))
+
+    def _may_write(self, key: str, now: int) -> bool:
+        """Whether this isolate may write ``key`` now (KV: one write per second per key)."""
+        last = self._written.get(key)
+        if last is not None and now - last < REWRITE_AFTER_MS:
+            return False
+        self._written[key] = now
+        self._written.move_to_end(key)
+        while len(self._written) > _RECENT_WRITES:
+            self._written.popitem(last=False)
+        return True
+
+    async def _write(self, writes: list[tuple[str, bytes]], ttl_s: int) -> None:
+        for key, value in writes:
+            try:
+                await self.kv.put(key, value, ttl_s)
+            except Exception as exc:  # a failed write is only a later miss
+                self._log_failure("put", exc)
+
+    def _log_failure(self, op: str, exc: BaseException) -> None:
+        self.services.log(
+            {
+                "event": "cache_error",
+                "route": self.route.name,
+                "op": op,
+                "error": f"{type(exc).__name__}: {str(exc)[:200]}",
+            }
+        )

@@ -1,0 +1,231 @@
+"""The idempotency stage: Idempotency-Key with exactly-once forwarding.
+
+For the methods a route names (POST and PATCH by default), a request carrying an
+``Idempotency-Key`` (draft-ietf-httpapi-idempotency-key-header, Stripe's semantics):
+
+1. is answered from the edge copy in KV when its completed record is there and its
+   fingerprint matches (no Durable Object call, no quota);
+2. else claims the key in the key's Durable Object (the source of truth): a completed
+   record is replayed (``Idempotent-Replayed: true``), a claim in flight is a 409 with
+   ``Retry-After``, a different request under the same key is a 422;
+3. holding the claim, goes through the rate limit and to the origin. A request that is
+   not forwarded (rate limited, or the origin failed before answering) releases the claim,
+   so its retry is forwarded; so does a 5xx unless the route stores them;
+4. the origin's response is stored in the record (fenced by the claim's token: a holder
+   whose lock ran out cannot overwrite its successor's result) before the client gets it,
+   and copied to KV after the response.
+
+Replays and conflicts never consume rate-limit quota: the claim comes before the rate
+limit, and a denied request gives its claim back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from typing import Any
+
+from ..core.config import Route
+from ..core.errors import IdempotencyKeyError, IdempotencyRecordError, ProtocolError
+from ..core.http import problems
+from ..core.http.fields import REASON_HEADER, origin_fields
+from ..core.http.messages import BytesBody, Headers, Response
+from ..core.idempotency.fingerprint import fingerprint
+from ..core.idempotency.keys import parse_idempotency_key, scoped_name
+from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
+from ..core.idempotency.records import (
+    Outcome,
+    StoredResponse,
+    response_from_json,
+    response_to_json,
+    stored_response,
+)
+from ..core.idempotency.settings import IdempotencySettings
+from .exchange import Exchange, Handler, problem_response
+from .ports import IdempotencyStore, KeyValueStore, Services
+from .ratelimit import request_key
+
+KEY_HEADER = "idempotency-key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+BODY_OMITTED_HEADER = "Idempotent-Replayed-Body"
+EDGE_PREFIX = "i1|"
+#: KV's shortest expiration; the edge copy's own expiry time is what is trusted.
+KV_MIN_TTL_S = 60
+
+
+def replay(stored: StoredResponse) -> Response:
+    """The response a retry gets: the stored one, marked as a replay."""
+    headers = Headers([pair for pair in stored.headers if pair[0].lower() != "content-length"])
+    headers.set(REPLAYED_HEADER, "true")
+    if stored.body_too_large:
+        headers.set(BODY_OMITTED_HEADER, "omitted; larger than the route's idempotency.max_bytes")
+    return Response(stored.status, headers, stored.body or None)
+
+
+class Idempotency:
+    """Exactly-once forwarding for requests carrying an Idempotency-Key; see the module."""
+
+    def __init__(
+        self,
+        route: Route,
+        settings: IdempotencySettings,
+        store: IdempotencyStore,
+        kv: KeyValueStore | None,
+        services: Services,
+    ) -> None:
+        self.route = route
+        self.settings = settings
+        self.store = store
+        self.kv = kv
+        self.services = services
+        self.timeout_s = route.failure.store_timeout_ms / 1000
+
+    async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
+        request = exchange.request
+        settings = self.settings
+        if not settings.applies_to(request.method):
+            return await call_next(exchange)
+        raw = request.headers.get(KEY_HEADER)
+        if raw is None and not settings.required:
+            return await call_next(exchange)
+        try:
+            key = parse_idempotency_key(raw)
+        except IdempotencyKeyError as exc:
+            return problem_response(
+                problems.idempotency_key_invalid(self.route.name, exc.code, str(exc))
+            )
+        identity = request_key(self.route, exchange)
+        if isinstance(identity, Response):
+            return identity
+        body = await request.body.read() if request.body is not None else b""
+        request.body = BytesBody(body)  # read once; forwarded as these bytes
+        present = {
+            name: value
+            for name in settings.fingerprint_headers
+            if (value := request.headers.get(name)) is not None
+        }
+        print_ = fingerprint(
+            request.method,
+            exchange.path,
+            request.query,
+            hashlib.sha256(body).hexdigest(),
+            headers=present,
+            names=settings.fingerprint_headers,
+        )
+        name = scoped_name(self.route.name, identity, key)
+
+        edge = await self._edge_replay(name, print_, exchange.now_ms)
+        if edge is not None:
+            return edge
+        try:
+            answer = await self._call(
+                name, IdempotencyCall("claim", print_, lock_timeout_ms=settings.lock_timeout_ms)
+            )
+        except (Exception, asyncio.CancelledError) as exc:
+            return await self._unavailable(exchange, call_next, exc)
+        if answer.outcome is Outcome.REPLAY and answer.response is not None:
+            return replay(answer.response)
+        if answer.outcome is Outcome.IN_FLIGHT:
+            seconds = max(1, -(-answer.retry_after_ms // 1000))
+            return problem_response(problems.idempotency_in_flight(self.route.name, seconds))
+        if answer.outcome is Outcome.MISMATCH:
+            return problem_response(problems.idempotency_mismatch(self.route.name))
+        if answer.outcome is not Outcome.CLAIMED:
+            return await self._unavailable(
+                exchange, call_next, ProtocolError(f"unexpected claim answer {answer.outcome}")
+            )
+
+        token = answer.token
+        exchange.idempotency_token = token
+        response = await call_next(exchange)
+        if not exchange.reached_origin or (
+            response.status >= 500 and not settings.stores_status(response.status)
+        ):
+            # Not forwarded, or the origin failed: give the key back for the retry.
+            await self._release(name, token)
+            return response
+        data = await response.read_body()
+        fields = origin_fields(response.headers.items())
+        kept = stored_response(response.status, fields, data, settings)
+        try:
+            done = await self._call(
+                name,
+                IdempotencyCall(
+                    "complete", token=token, response=kept, retention_ms=settings.retention_ms
+                ),
+            )
+        except (Exception, asyncio.CancelledError) as exc:
+            self._log("idempotency_error", op="complete", error=repr(exc))
+            return response
+        if done.outcome is Outcome.COMPLETED:
+            self._copy_to_edge(exchange, name, print_, kept)
+        else:
+            # Fenced: our lock ran out and another request holds (or completed) the key.
+            self._log("idempotency_fenced", reason=done.reason)
+        return response
+
+    async def _call(self, name: str, call: IdempotencyCall) -> IdempotencyAnswer:
+        text = await asyncio.wait_for(self.store.call(name, call.to_json()), self.timeout_s)
+        return IdempotencyAnswer.from_json(text)
+
+    async def _release(self, name: str, token: int) -> None:
+        try:
+            await self._call(name, IdempotencyCall("release", token=token))
+        except (Exception, asyncio.CancelledError) as exc:
+            # The claim then ends with its lock: a retry before that gets 409.
+            self._log("idempotency_error", op="release", error=repr(exc))
+
+    async def _unavailable(
+        self, exchange: Exchange, call_next: Handler, exc: BaseException
+    ) -> Response:
+        fail_open = self.route.failure.fail_open
+        self._log(
+            "idempotency_unavailable",
+            cause=type(exc).__name__,
+            policy="open" if fail_open else "closed",
+        )
+        if not fail_open:
+            return problem_response(problems.idempotency_unavailable(self.route.name))
+        response = await call_next(exchange)
+        response.headers.set(REASON_HEADER, "idempotency_unavailable")
+        return response
+
+    async def _edge_replay(self, name: str, print_: str, now: int) -> Response | None:
+        if self.kv is None:
+            return None
+        try:
+            data = await self.kv.get(EDGE_PREFIX + name)
+        except Exception as exc:  # KV is only a shortcut: the Durable Object decides
+            self._log("idempotency_edge_error", op="get", error=repr(exc))
+            return None
+        if data is None:
+            return None
+        try:
+            record: dict[str, Any] = json.loads(data)
+            if record["fp"] != print_ or now >= int(record["exp"]):
+                return None
+            return replay(response_from_json(record["response"]))
+        except (ValueError, KeyError, TypeError, IdempotencyRecordError):
+            return None
+
+    def _copy_to_edge(
+        self, exchange: Exchange, name: str, print_: str, kept: StoredResponse
+    ) -> None:
+        if self.kv is None:
+            return
+        expires = exchange.now_ms + self.settings.retention_ms
+        record = {"fp": print_, "exp": expires, "response": response_to_json(kept)}
+        data = json.dumps(record, separators=(",", ":")).encode()
+        ttl = max(KV_MIN_TTL_S, -(-self.settings.retention_ms // 1000))
+        exchange.background.defer(self._put(EDGE_PREFIX + name, data, ttl))
+
+    async def _put(self, key: str, data: bytes, ttl_s: int) -> None:
+        assert self.kv is not None
+        try:
+            await self.kv.put(key, data, ttl_s)
+        except Exception as exc:
+            self._log("idempotency_edge_error", op="put", error=repr(exc))
+
+    def _log(self, event: str, **fields: Any) -> None:
+        self.services.log({"event": event, "route": self.route.name, **fields})

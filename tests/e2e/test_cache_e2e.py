@@ -1,0 +1,127 @@
+"""The KV response cache end to end on the local runtime (KV writes happen after the
+response, so a test waits for the hit with a deadline)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from urllib.parse import quote
+
+import httpx
+import pytest
+from demo_origin import DemoOrigin
+from local_gateway import LocalGateway
+
+from .conftest import fresh_ip
+
+pytestmark = pytest.mark.e2e
+
+
+def get(
+    gw: LocalGateway, path: str, ip: str = "", method: str = "GET", **headers: str
+) -> httpx.Response:
+    sent = {
+        "cf-connecting-ip": ip or fresh_ip(),
+        **{k.replace("_", "-"): v for k, v in headers.items()},
+    }
+    return httpx.request(method, gw.url + path, headers=sent, timeout=30)
+
+
+def until_hit(gw: LocalGateway, path: str, **headers: str) -> httpx.Response:
+    """The first answer served from the cache (the write lands after the response)."""
+    deadline = time.monotonic() + 10
+    while (answer := get(gw, path, **headers)).headers.get("x-cache") != "HIT":
+        assert time.monotonic() < deadline, f"{path} never became a hit: {answer.headers}"
+        time.sleep(0.1)
+    return answer
+
+
+def unique(prefix: str = "/cached") -> str:
+    return f"{prefix}/{uuid.uuid4().hex[:12]}"
+
+
+def origin_gets(origin: DemoOrigin, path: str) -> int:
+    return sum(1 for method, seen in origin.hits if seen == path)
+
+
+def test_miss_then_hit_and_the_origin_counts_one(gateway: LocalGateway, origin: DemoOrigin) -> None:
+    path = unique()
+    first = get(gateway, path)
+    assert first.status_code == 200 and first.headers["x-cache"] == "MISS"
+    hit = until_hit(gateway, path)
+    assert hit.json() == first.json() and "age" in hit.headers
+    assert origin_gets(origin, path) == 1
+
+
+def test_head_is_served_from_the_get_entry(gateway: LocalGateway, origin: DemoOrigin) -> None:
+    path = unique()
+    get(gateway, path)
+    until_hit(gateway, path)
+    head = get(gateway, path, method="HEAD")
+    assert head.status_code == 200 and head.headers["x-cache"] == "HIT" and head.content == b""
+    assert origin_gets(origin, path) == 1
+
+
+def test_vary_gives_each_variant_its_own_entry(gateway: LocalGateway) -> None:
+    path = unique() + "?h=vary:accept-language"
+    de = get(gateway, path, accept_language="de").json()
+    fr = get(gateway, path, accept_language="fr").json()
+    assert de["n"] != fr["n"]
+    assert until_hit(gateway, path, accept_language="de").json()["n"] == de["n"]
+    assert until_hit(gateway, path, accept_language="fr").json()["n"] == fr["n"]
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["cache-control:no-store", "cache-control:private", "set-cookie:session=1", "vary:*"],
+)
+def test_what_the_origin_forbids_is_not_cached(
+    gateway: LocalGateway, origin: DemoOrigin, header: str
+) -> None:
+    path = unique() + "?h=" + quote(header, safe="")
+    for _ in range(3):
+        assert get(gateway, path).headers["x-cache"] == "MISS"
+        time.sleep(0.2)
+    assert origin_gets(origin, path.split("?")[0]) == 3
+
+
+def test_a_max_age_shorter_than_the_ttl_expires_the_entry(gateway: LocalGateway) -> None:
+    path = unique() + "?h=" + quote("cache-control:max-age=2", safe="")
+    first = get(gateway, path).json()["n"]
+    assert until_hit(gateway, path).json()["n"] == first
+    deadline = time.monotonic() + 15
+    while (answer := get(gateway, path)).headers["x-cache"] == "HIT":
+        assert time.monotonic() < deadline
+        time.sleep(0.25)
+    assert answer.json()["n"] != first  # KV kept it 60 s; the entry's own expiry said no
+
+
+def test_per_key_entries_never_cross_clients(gateway: LocalGateway) -> None:
+    path = unique("/mine")
+    alice = get(gateway, path, x_api_key="alice").json()["n"]
+    assert until_hit(gateway, path, x_api_key="alice").json()["n"] == alice
+    bob = get(gateway, path, x_api_key="bob")
+    assert bob.headers["x-cache"] == "MISS" and bob.json()["n"] != alice
+
+
+def test_hits_do_not_consume_quota_unless_configured(gateway: LocalGateway) -> None:
+    ip = fresh_ip()
+    path = unique()
+    get(gateway, path, ip)
+    until_hit(gateway, path)
+    for _ in range(5):  # the route allows 3 an hour: hits are free
+        assert get(gateway, path, ip).status_code == 200
+    counted = unique("/counted")
+    get(gateway, counted, ip)
+    until_hit(gateway, counted)  # from other addresses: fresh_ip() each time
+    statuses = [get(gateway, counted, ip).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+
+
+def test_a_kv_failure_is_a_miss(throwing_gateway: LocalGateway, origin: DemoOrigin) -> None:
+    path = unique()
+    answers = [get(throwing_gateway, path) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert {a.headers["x-cache"] for a in answers} == {"MISS"}
+    assert origin_gets(origin, path) == 3
+    assert throwing_gateway.saw('"event":"cache_error"')

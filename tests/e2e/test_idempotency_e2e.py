@@ -1,0 +1,162 @@
+"""Idempotency-Key end to end on the local runtime, against an origin that counts what it
+receives (the demo origin's ``n``: its request number)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from demo_origin import DemoOrigin
+from local_gateway import LocalGateway
+
+from .conftest import fresh_ip
+
+pytestmark = pytest.mark.e2e
+
+
+def post(
+    gw: LocalGateway, path: str, key: str | None, ip: str, body: bytes = b'{"amount":10}', **kw: Any
+) -> httpx.Response:
+    headers = {"cf-connecting-ip": ip, **kw.pop("headers", {})}
+    if key is not None:
+        headers["idempotency-key"] = key
+    return httpx.post(gw.url + path, headers=headers, content=body, timeout=30, **kw)
+
+
+def hits_to(origin: DemoOrigin, path: str) -> int:
+    return sum(1 for method, seen in origin.hits if method == "POST" and seen == path)
+
+
+def test_100_concurrent_posts_with_one_key_reach_the_origin_once(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = f"/pay/{key[:8]}"
+
+    async def burst() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        async with httpx.AsyncClient(base_url=gateway.url, limits=limits, timeout=60) as client:
+            headers = {"cf-connecting-ip": ip, "idempotency-key": key}
+            return await asyncio.gather(
+                *(client.post(path, headers=headers, content=b"pay 10") for _ in range(100))
+            )
+
+    answers = asyncio.run(burst())
+    assert hits_to(origin, path) == 1
+    winners = [
+        a for a in answers if a.status_code == 200 and "idempotent-replayed" not in a.headers
+    ]
+    assert len(winners) == 1
+    first = winners[0].json()
+    for answer in answers:
+        assert answer.status_code in (200, 409), answer.text
+        if answer.status_code == 409:
+            assert int(answer.headers["retry-after"]) >= 1
+            assert answer.json()["code"] == "idempotency_in_flight"
+        else:
+            assert answer.json() == first  # the replay is the identical stored response
+    for _ in range(3):
+        retry = post(gateway, path, key, ip, b"pay 10")
+        assert retry.status_code == 200 and retry.json() == first
+        assert retry.headers["idempotent-replayed"] == "true"
+    assert hits_to(origin, path) == 1
+
+
+def test_422_400_and_identities_kept_apart(gateway: LocalGateway, origin: DemoOrigin) -> None:
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = f"/pay/{key[:8]}"
+    assert post(gateway, path, key, ip, b"one").status_code == 200
+    mismatch = post(gateway, path, key, ip, b"two")
+    assert mismatch.status_code == 422 and mismatch.json()["code"] == "idempotency_mismatch"
+    missing = post(gateway, path, None, ip)
+    assert missing.status_code == 400
+    assert missing.json()["code"] == "idempotency_key_missing"
+    assert missing.json()["header"] == "Idempotency-Key"
+    for bad, code in [("", "empty"), ("x" * 300, "too_long")]:
+        answer = post(gateway, path, bad, ip)
+        assert answer.status_code == 400 and answer.json()["code"] == f"idempotency_key_{code}"
+    # Another caller, same key value: its own record.
+    other = post(gateway, path, key, fresh_ip(), b"two")
+    assert other.status_code == 200 and "idempotent-replayed" not in other.headers
+    assert hits_to(origin, path) == 2
+
+
+def test_a_record_expires_after_a_short_retention(gateway: LocalGateway) -> None:
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = f"/pay-short/{key[:8]}"
+    first = post(gateway, path, key, ip).json()["n"]
+    assert post(gateway, path, key, ip).headers["idempotent-replayed"] == "true"
+    # 2 s retention on workerd's clock, which a test cannot move: wait, with a deadline.
+    deadline = time.monotonic() + 15
+    while True:
+        answer = post(gateway, path, key, ip)
+        if "idempotent-replayed" not in answer.headers:
+            break
+        assert time.monotonic() < deadline, "the record never expired"
+        time.sleep(0.25)
+    assert answer.status_code == 200 and answer.json()["n"] != first
+
+
+def test_a_rate_limited_request_keeps_no_claim(gateway: LocalGateway, origin: DemoOrigin) -> None:
+    ip = fresh_ip()
+    assert post(gateway, "/pay-limited/a", str(uuid.uuid4()), ip).status_code == 200
+    key = str(uuid.uuid4())
+    denied = post(gateway, "/pay-limited/b", key, ip)
+    assert denied.status_code == 429
+    time.sleep(int(denied.headers["retry-after"]))  # a real client honours Retry-After
+    deadline = time.monotonic() + 10
+    while (retry := post(gateway, "/pay-limited/b", key, ip)).status_code == 429:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert retry.status_code == 200 and "idempotent-replayed" not in retry.headers
+    assert hits_to(origin, "/pay-limited/b") == 1
+
+
+def test_an_origin_failure_releases_the_claim(gateway: LocalGateway, origin: DemoOrigin) -> None:
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = "/pay-timeout/slow/1000"
+    since = hits_to(origin, path)
+    assert post(gateway, path, key, ip).status_code == 504
+    second = post(gateway, path, key, ip)
+    assert second.status_code == 504  # forwarded again, not 409 and not a replay
+    assert hits_to(origin, path) - since == 2
+
+
+def test_a_stale_lock_is_taken_over_and_the_old_holders_late_result_refused(
+    gateway: LocalGateway,
+) -> None:
+    """The first request is slow past its 1 s lock; a retry then takes the key over and is
+    answered first; the first one's late result must not overwrite the retry's."""
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = "/pay-takeover/order"
+
+    async def race() -> tuple[httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+            headers = {"cf-connecting-ip": ip, "idempotency-key": key}
+            slow = {**headers, "x-demo-delay": "3000"}  # not part of the fingerprint
+            old = asyncio.ensure_future(client.post(path, headers=slow, content=b"x"))
+            await asyncio.sleep(1.5)  # past the 1 s lock: the next request takes the key over
+            new = await client.post(path, headers=headers, content=b"x")
+            return await old, new
+
+    old, new = asyncio.run(race())
+    assert old.status_code == 200 and new.status_code == 200
+    assert old.json()["n"] < new.json()["n"]
+    assert gateway.saw('"event":"idempotency_fenced"')
+    replay = post(gateway, path, key, ip, b"x")
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert replay.json()["n"] == new.json()["n"]  # the new holder's result, not the old one's
+
+
+def test_a_broken_record_store_follows_the_failure_policy(throwing_gateway: LocalGateway) -> None:
+    # The "pay" route fails open: forwarded, and the response says why it was not protected.
+    answer = post(throwing_gateway, "/pay/x", str(uuid.uuid4()), fresh_ip())
+    assert answer.status_code == 200
+    assert answer.headers["x-edgelimiter-reason"] in (
+        "idempotency_unavailable",
+        "store_unavailable",
+    )

@@ -1,0 +1,219 @@
+"""The KV response cache through the whole gateway on CPython (fake KV, clock, origin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edge_limiter.core.http.messages import Response
+from edge_limiter.gateway import OriginRequest
+
+from .fakes import FakeOrigin, answering, body_json, harness, request
+
+CATALOG: dict[str, Any] = {
+    "name": "catalog",
+    "match": {"path": "/v1/catalog/*"},
+    "limits": "5/minute",
+    "algorithm": "sliding_log",
+    "cache": {"ttl": "5m"},
+}
+
+
+def cached(upstream: FakeOrigin | None = None, **cache: Any) -> Any:
+    route = {**CATALOG, "cache": {**CATALOG["cache"], **cache}}
+    return harness(route, upstream=upstream or FakeOrigin(respond=answering()))
+
+
+def test_miss_then_hit_and_the_origin_is_asked_once() -> None:
+    h = cached()
+    first = h.send(request("/v1/catalog/shoes"))
+    assert first.status == 200 and first.headers.get("x-cache") == "MISS"
+    h.clock.advance(3_000)
+    second = h.send(request("/v1/catalog/shoes"))
+    assert second.headers.get("x-cache") == "HIT"
+    assert second.body == b"answer 1" and second.headers.get("age") == "3"
+    assert len(h.origin.sent) == 1
+
+
+def test_the_write_happens_after_the_response() -> None:
+    h = cached()
+    h.send(request("/v1/catalog/a"), flush=False)
+    assert h.kv.puts == []  # nothing written on the request's path
+    assert h.send(request("/v1/catalog/a"), flush=False).headers.get("x-cache") == "MISS"
+    assert h.flush() == 1  # one write: the isolate skips rewriting a key within a second
+    assert h.send(request("/v1/catalog/a")).headers.get("x-cache") == "HIT"
+
+
+def test_hits_do_not_consume_quota_unless_counted() -> None:
+    h = cached()
+    h.send(request("/v1/catalog/x"))
+    answers = [h.send(request("/v1/catalog/x")) for _ in range(8)]
+    assert all(a.status == 200 and a.headers.get("x-cache") == "HIT" for a in answers)
+    # Not counted: no rate-limit headers claiming to describe the client.
+    assert "x-ratelimit-remaining" not in answers[-1].headers
+    counted = cached(count_hits=True)
+    counted.send(request("/v1/catalog/x"))
+    hits = [counted.send(request("/v1/catalog/x")) for _ in range(4)]
+    assert [hit.headers.get("x-cache") for hit in hits] == ["HIT"] * 4
+    assert hits[-1].headers.get("x-ratelimit-remaining") == "0"
+    assert counted.send(request("/v1/catalog/x")).status == 429
+
+
+def test_head_is_answered_from_the_get_entry_and_never_stored() -> None:
+    h = cached()
+    assert h.send(request("/v1/catalog/h", "HEAD")).headers.get("x-cache") == "MISS"
+    assert h.kv.puts == []
+    h.send(request("/v1/catalog/h"))
+    head = h.send(request("/v1/catalog/h", "HEAD"))
+    assert head.headers.get("x-cache") == "HIT" and head.body is None
+    assert len(h.origin.sent) == 2
+
+
+def test_vary_keeps_one_entry_per_variant() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=[("vary", "Accept-Language")])))
+    de = {"accept-language": "de"}
+    fr = {"accept-language": "fr"}
+    assert h.send(request("/v1/catalog/v", headers=de)).body == b"answer 1"
+    assert h.send(request("/v1/catalog/v", headers=fr)).body == b"answer 2"
+    assert h.send(request("/v1/catalog/v", headers=de)).body == b"answer 1"
+    assert h.send(request("/v1/catalog/v", headers=fr)).body == b"answer 2"
+    assert h.send(request("/v1/catalog/v")).headers.get("x-cache") == "MISS"  # absent differs
+    assert len(h.origin.sent) == 3
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("cache-control", "no-store")],
+        [("cache-control", "private, max-age=60")],
+        [("cache-control", "no-cache")],
+        [("set-cookie", "session=1")],
+        [("vary", "*")],
+        [("cache-control", "max-age=0")],
+    ],
+)
+def test_what_the_origin_forbids_is_never_stored(headers: list[tuple[str, str]]) -> None:
+    h = cached(FakeOrigin(respond=answering(headers=headers)))
+    h.send(request("/v1/catalog/n"))
+    assert h.kv.puts == []
+    assert h.send(request("/v1/catalog/n")).headers.get("x-cache") == "MISS"
+
+
+def test_error_statuses_are_stored_only_when_configured() -> None:
+    h = cached(FakeOrigin(respond=answering(status=404)))
+    h.send(request("/v1/catalog/gone"))
+    assert h.kv.puts == []
+    configured = cached(FakeOrigin(respond=answering(status=404)), statuses=[200, 404])
+    configured.send(request("/v1/catalog/gone"))
+    assert configured.send(request("/v1/catalog/gone")).headers.get("x-cache") == "HIT"
+
+
+def test_a_max_age_shorter_than_the_ttl_is_enforced_by_the_entry() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=[("cache-control", "max-age=2")])))
+    h.send(request("/v1/catalog/m"))
+    (_, ttl), *_ = h.kv.puts
+    assert ttl == 60  # KV's minimum, longer than the entry is fresh
+    h.clock.advance(1_999)
+    assert h.send(request("/v1/catalog/m")).headers.get("x-cache") == "HIT"
+    h.clock.advance(1)
+    assert h.send(request("/v1/catalog/m")).headers.get("x-cache") == "MISS"
+
+
+def test_per_key_scope_never_serves_one_client_to_another() -> None:
+    h = harness(
+        {**CATALOG, "key": "header:x-api-key", "cache": {"ttl": "5m", "scope": "key"}},
+        upstream=FakeOrigin(respond=answering()),
+    )
+    alice = h.send(request("/v1/catalog/me", headers={"x-api-key": "alice"}))
+    bob = h.send(request("/v1/catalog/me", headers={"x-api-key": "bob"}))
+    assert (alice.body, bob.body) == (b"answer 1", b"answer 2")
+    again = h.send(request("/v1/catalog/me", headers={"x-api-key": "alice"}))
+    assert again.body == b"answer 1" and again.headers.get("x-cache") == "HIT"
+    assert not any("alice" in key for key, _ in h.kv.puts)  # keys hold a hash, not the key
+
+
+@pytest.mark.parametrize("credential", [("authorization", "Bearer t"), ("cookie", "s=1")])
+def test_credentials_never_meet_a_public_entry(credential: tuple[str, str]) -> None:
+    h = cached()
+    h.send(request("/v1/catalog/p"))
+    private = h.send(request("/v1/catalog/p", headers=[credential]))
+    assert private.headers.get("x-cache") == "BYPASS" and private.body == b"answer 2"
+    assert len(h.kv.puts) == 1
+
+
+def test_a_kv_failure_is_a_miss_and_is_logged() -> None:
+    h = cached()
+    h.kv.failing = True
+    answers = [h.send(request("/v1/catalog/k")) for _ in range(2)]
+    assert [a.status for a in answers] == [200, 200]
+    assert [a.headers.get("x-cache") for a in answers] == ["MISS", "MISS"]
+    ops = {record["op"] for record in h.events("cache_error")}
+    assert ops == {"get", "put"}
+
+
+def test_the_query_is_normalised_and_ignored_parameters_dropped() -> None:
+    h = cached(ignore_query=["utm_source"])
+    h.send(request("/v1/catalog/q", query="b=2&a=1&utm_source=x"))
+    hit = h.send(request("/v1/catalog/q", query="a=1&b=2&utm_source=y"))
+    assert hit.headers.get("x-cache") == "HIT"
+    assert h.send(request("/v1/catalog/q", query="a=1&b=3")).headers.get("x-cache") == "MISS"
+
+
+def test_client_no_cache_is_honoured_only_when_allowed() -> None:
+    h = cached()
+    h.send(request("/v1/catalog/c"))
+    busted = h.send(request("/v1/catalog/c", headers={"cache-control": "no-cache"}))
+    assert busted.headers.get("x-cache") == "HIT"
+    allowed = cached(allow_client_no_cache=True)
+    allowed.send(request("/v1/catalog/c"))
+    fresh = allowed.send(request("/v1/catalog/c", headers={"cache-control": "no-cache"}))
+    assert fresh.headers.get("x-cache") == "MISS" and fresh.body == b"answer 2"
+    # ... and rate limited like a miss: it counts against the 5/minute limit.
+    assert fresh.headers.get("x-ratelimit-remaining") == "3"
+
+
+def test_bodies_over_max_bytes_are_not_stored() -> None:
+    h = cached(FakeOrigin(respond=answering(body=b"x" * 2048)), max_bytes=1024)
+    h.send(request("/v1/catalog/big"))
+    assert h.kv.puts == []
+
+
+def test_one_isolate_writes_a_key_at_most_once_a_second() -> None:
+    h = cached()
+    h.send(request("/v1/catalog/w"), flush=False)
+    h.send(request("/v1/catalog/w"), flush=False)
+    h.flush()
+    assert len(h.kv.puts) == 1
+
+
+def test_a_post_on_a_cached_route_is_neither_read_nor_stored() -> None:
+    h = cached()
+    answer = h.send(request("/v1/catalog/p", "POST", body=b"{}"))
+    assert answer.status == 200 and "x-cache" not in answer.headers and h.kv.gets == []
+
+
+def test_a_denied_miss_is_not_stored() -> None:
+    h = cached()
+    for n in range(5):
+        h.send(request(f"/v1/catalog/{n}"))
+    denied = h.send(request("/v1/catalog/other"))
+    assert denied.status == 429 and body_json(denied)["code"] == "rate_limited"
+    assert len(h.kv.puts) == 5
+
+
+def test_set_cookie_on_a_hit_is_impossible_even_if_the_origin_adds_it_later() -> None:
+    calls = 0
+
+    async def respond(_: OriginRequest) -> Response:
+        nonlocal calls
+        calls += 1
+        from edge_limiter.core.http.messages import Headers
+
+        headers = Headers([("cache-control", "max-age=60")])
+        return Response(200, headers, f"body {calls}".encode())
+
+    h = cached(FakeOrigin(respond=respond))
+    h.send(request("/v1/catalog/s"))
+    hit = h.send(request("/v1/catalog/s"))
+    assert "set-cookie" not in hit.headers and hit.headers.get("cache-control") == "max-age=60"

@@ -1,0 +1,297 @@
+"""Idempotency-Key through the whole gateway on CPython: exactly-once forwarding, replays,
+409 in flight, 422 on a different payload, fencing, expiry (fake store, KV, clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from edge_limiter.core.http.messages import Headers, Response
+from edge_limiter.gateway import OriginRequest
+
+from .fakes import FakeOrigin, answering, body_json, harness, request, unreachable
+
+PAYMENTS: dict[str, Any] = {
+    "name": "payments",
+    "match": {"path": "/v1/payments", "methods": ["POST"]},
+    "limits": "10/minute",
+    "algorithm": "sliding_log",
+    "idempotency": {"mode": "required"},
+}
+
+
+def paying(upstream: FakeOrigin | None = None, **settings: Any) -> Any:
+    route = {**PAYMENTS, "idempotency": {**PAYMENTS["idempotency"], **settings}}
+    return harness(route, upstream=upstream or FakeOrigin(respond=answering(201)))
+
+
+def post(
+    key: str | None = "k-1", body: bytes = b'{"amount":10}', ip: str = "198.51.100.7", **kw: Any
+):  # type: ignore[no-untyped-def]
+    headers = {"idempotency-key": key} if key is not None else {}
+    headers.update(kw.pop("headers", {}))
+    return request("/v1/payments", "POST", ip, headers=headers, body=body, **kw)
+
+
+def test_a_retry_is_replayed_and_the_origin_sees_one_request() -> None:
+    h = paying()
+    first = h.send(post())
+    assert first.status == 201 and first.body == b"answer 1"
+    assert "idempotent-replayed" not in first.headers
+    for _ in range(3):
+        again = h.send(post())
+        assert again.status == 201 and again.body == b"answer 1"
+        assert again.headers.get("idempotent-replayed") == "true"
+    assert len(h.origin.sent) == 1
+    assert h.origin.sent[0].body == b'{"amount":10}'  # the body read for the fingerprint is sent
+
+
+def test_replays_consume_no_quota() -> None:
+    h = harness({**PAYMENTS, "limits": "1/minute"}, upstream=FakeOrigin(respond=answering(201)))
+    assert h.send(post("a")).status == 201
+    assert h.send(post("a")).headers.get("idempotent-replayed") == "true"
+    assert h.send(post("b")).status == 429  # the quota was spent once, by the first request
+
+
+def test_replays_at_the_edge_need_no_durable_object_call() -> None:
+    h = paying()
+    h.send(post())
+    calls = len(h.records.calls)
+    h.records.failing = True  # the KV copy answers alone
+    replayed = h.send(post())
+    assert replayed.headers.get("idempotent-replayed") == "true" and replayed.body == b"answer 1"
+    assert len(h.records.calls) == calls  # not even a failed attempt
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [
+        (None, "idempotency_key_missing"),
+        ("", "idempotency_key_empty"),
+        ("x" * 256, "idempotency_key_too_long"),
+        ("caf\u00e9", "idempotency_key_not_printable"),
+    ],
+)
+def test_a_missing_or_malformed_key_is_a_400_naming_the_header(key: str | None, code: str) -> None:
+    h = paying()
+    answer = h.send(post(key))
+    assert answer.status == 400
+    body = body_json(answer)
+    assert body["code"] == code and body["header"] == "Idempotency-Key"
+    assert h.origin.sent == []
+
+
+def test_an_optional_key_may_be_left_out() -> None:
+    h = paying(mode="optional")
+    assert [h.send(post(None)).status for _ in range(2)] == [201, 201]
+    assert len(h.origin.sent) == 2
+
+
+def test_the_same_key_with_another_payload_is_a_422() -> None:
+    h = paying()
+    h.send(post(body=b'{"amount":10}'))
+    answer = h.send(post(body=b'{"amount":99}'))
+    assert answer.status == 422 and body_json(answer)["code"] == "idempotency_mismatch"
+    assert len(h.origin.sent) == 1
+
+
+def test_fingerprinted_headers_are_part_of_the_payload() -> None:
+    h = paying(fingerprint_headers=["x-account"])
+    h.send(post(headers={"x-account": "a"}))
+    assert h.send(post(headers={"x-account": "b"})).status == 422
+    assert h.send(post(headers={"x-account": "a", "x-trace": "t"})).status == 201
+
+
+def test_two_callers_with_one_key_value_never_meet() -> None:
+    h = paying()
+    assert h.send(post(ip="198.51.100.1")).body == b"answer 1"
+    other = h.send(post(ip="198.51.100.2"))
+    assert other.body == b"answer 2" and "idempotent-replayed" not in other.headers
+
+
+class Gate:
+    """An origin that holds every request until released."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+        self.count = 0
+
+    async def respond(self, _: OriginRequest) -> Response:
+        self.count += 1
+        number = self.count
+        await self.released.wait()
+        return Response(201, Headers(), f"answer {number}".encode())
+
+
+def test_a_duplicate_while_the_first_is_in_flight_gets_409_with_retry_after() -> None:
+    gate = Gate()
+    h = paying(FakeOrigin(respond=gate.respond), lock_timeout="45s")
+
+    async def scenario() -> list[Response]:
+        first = asyncio.ensure_future(h.gateway.handle(post(), h.background))
+        await asyncio.sleep(0)  # the first holds the claim and waits at the origin
+        while gate.count == 0:
+            await asyncio.sleep(0)
+        duplicate = await h.gateway.handle(post(), h.background)
+        gate.released.set()
+        return [await first, duplicate]
+
+    first, duplicate = asyncio.run(scenario())
+    h.flush()
+    assert first.status == 201
+    assert duplicate.status == 409
+    assert duplicate.headers.get("retry-after") == "45"
+    assert body_json(duplicate)["code"] == "idempotency_in_flight"
+    assert len(h.origin.sent) == 1
+
+
+def test_many_concurrent_duplicates_reach_the_origin_once() -> None:
+    gate = Gate()
+    h = paying(FakeOrigin(respond=gate.respond))
+
+    async def scenario() -> list[Response]:
+        tasks = [asyncio.ensure_future(h.gateway.handle(post(), h.background)) for _ in range(50)]
+        while gate.count == 0:
+            await asyncio.sleep(0)
+        for _ in range(100):
+            await asyncio.sleep(0)
+        gate.released.set()
+        return list(await asyncio.gather(*tasks))
+
+    answers = asyncio.run(scenario())
+    assert gate.count == 1
+    assert sorted({a.status for a in answers}) == [201, 409]
+    assert sum(a.status == 201 for a in answers) == 1
+    h.flush()
+    assert h.send(post()).body == b"answer 1"
+
+
+def test_a_rate_limited_request_keeps_no_claim() -> None:
+    h = harness({**PAYMENTS, "limits": "1/minute"}, upstream=FakeOrigin(respond=answering(201)))
+    assert h.send(post("first")).status == 201
+    denied = h.send(post("second"))
+    assert denied.status == 429
+    h.clock.advance(60_000)
+    retried = h.send(post("second"))
+    assert retried.status == 201 and "idempotent-replayed" not in retried.headers
+
+
+def test_an_origin_failure_releases_the_claim_for_the_retry() -> None:
+    upstream = FakeOrigin(respond=unreachable)
+    h = paying(upstream)
+    assert h.send(post()).status == 502
+    upstream.respond = answering(201)
+    retried = h.send(post())
+    assert retried.status == 201 and "idempotent-replayed" not in retried.headers
+    assert len(upstream.sent) == 2
+
+
+def test_a_5xx_is_released_unless_the_route_stores_them() -> None:
+    upstream = FakeOrigin(respond=answering(503))
+    h = paying(upstream)
+    assert [h.send(post()).status for _ in range(2)] == [503, 503]
+    assert len(upstream.sent) == 2
+    stored = paying(FakeOrigin(respond=answering(500)), store_5xx=True)
+    assert stored.send(post()).status == 500
+    replay = stored.send(post())
+    assert replay.status == 500 and replay.headers.get("idempotent-replayed") == "true"
+
+
+def test_a_stale_lock_is_taken_over_and_the_old_holders_late_result_is_refused() -> None:
+    gates = [asyncio.Event(), asyncio.Event()]
+    numbers = iter(range(1, 10))
+
+    async def respond(_: OriginRequest) -> Response:
+        number = next(numbers)
+        await gates[number - 1].wait()
+        return Response(201, Headers(), f"answer {number}".encode())
+
+    h = paying(FakeOrigin(respond=respond), lock_timeout="2s")
+    h.kv.failing = True  # keep replays on the Durable Object path
+
+    async def scenario() -> tuple[Response, Response]:
+        old = asyncio.ensure_future(h.gateway.handle(post(), h.background))
+        while not h.origin.sent:
+            await asyncio.sleep(0)
+        h.clock.advance(2_500)  # the old holder's lock has run out
+        new = asyncio.ensure_future(h.gateway.handle(post(), h.background))
+        while len(h.origin.sent) < 2:
+            await asyncio.sleep(0)
+        gates[1].set()
+        new_answer = await new
+        gates[0].set()
+        return await old, new_answer
+
+    old, new = asyncio.run(scenario())
+    h.flush()
+    assert (old.body, new.body) == (b"answer 1", b"answer 2")
+    assert h.events("idempotency_fenced")
+    replay = h.send(post())
+    assert replay.body == b"answer 2" and replay.headers.get("idempotent-replayed") == "true"
+
+
+def test_records_expire_after_the_retention() -> None:
+    h = paying(retention="2s")
+    h.send(post())
+    h.clock.advance(1_999)
+    assert h.send(post()).headers.get("idempotent-replayed") == "true"
+    h.clock.advance(1)
+    fresh = h.send(post())
+    assert fresh.body == b"answer 2" and "idempotent-replayed" not in fresh.headers
+
+
+def test_the_edge_copy_is_trusted_only_for_the_same_fingerprint() -> None:
+    h = paying()
+    h.send(post(body=b"one"))
+    assert h.send(post(body=b"two")).status == 422  # the Durable Object decides
+
+
+def test_a_body_too_large_to_keep_is_replayed_without_it() -> None:
+    h = paying(FakeOrigin(respond=answering(201, body=b"x" * 4096)), max_bytes=1024)
+    assert h.send(post()).body == b"x" * 4096
+    replay = h.send(post())
+    assert replay.status == 201 and replay.body is None
+    assert (replay.headers.get("idempotent-replayed-body") or "").startswith("omitted")
+
+
+def test_rate_limit_state_is_not_replayed_to_the_retry() -> None:
+    h = paying()
+    h.send(post())
+    replay = h.send(post())
+    assert "x-ratelimit-remaining" not in replay.headers
+
+
+def test_an_unreachable_record_store_follows_the_failure_policy() -> None:
+    closed = harness(
+        {**PAYMENTS, "on_store_error": "closed"}, upstream=FakeOrigin(respond=answering(201))
+    )
+    closed.records.failing = True
+    answer = closed.send(post())
+    assert answer.status == 503 and body_json(answer)["code"] == "idempotency_unavailable"
+    assert closed.origin.sent == []
+    opened = paying()
+    opened.records.failing = True
+    answer = opened.send(post())
+    assert answer.status == 201
+    assert answer.headers.get("x-edgelimiter-reason") == "idempotency_unavailable"
+
+
+def test_other_methods_pass_through() -> None:
+    h = harness(
+        {**PAYMENTS, "match": {"path": "/v1/payments"}}, upstream=FakeOrigin(respond=answering())
+    )
+    assert h.send(request("/v1/payments", "GET")).status == 200
+    assert h.records.calls == []
+
+
+def test_the_edge_record_holds_no_raw_key() -> None:
+    h = paying()
+    h.send(post("secret-key-value"))
+    assert all("secret-key-value" not in key for key, _ in h.kv.puts)
+    ((key, ttl),) = h.kv.puts
+    assert ttl == 86_400
+    data = json.loads(h.kv.values[key][0])
+    assert set(data) == {"fp", "exp", "response"}
