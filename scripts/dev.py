@@ -195,7 +195,11 @@ def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path |
         print(f"  curl -i -H 'x-api-key: k1' {url}/v1/search   # token bucket: 20 at once, 10/s")
         print(f"  curl -i {url}/v1/tenants/acme/items         # gcra keyed on tenant + IP")
         print(f"  curl -i -X POST {url}/v1/reports          # cost 10 of 60/minute")
-        print(f"  curl -i {url}/v1/catalog/shoes             # shadow: counted, never blocked")
+        print(f"  curl -i {url}/v1/catalog/shoes             # cached in KV: the 2nd is X-Cache: HIT")
+        print(
+            f"  curl -i -X POST -H 'x-api-key: k1' -H 'Idempotency-Key: order-1' -d '{{}}' "
+            f"{url}/v1/payments   # again: replayed"
+        )
         print(f"  curl -i {url}/health                       # no route: forwarded untouched")
         print(f'  curl -i -H \'MF-CF-Blob: {{"country":"DE","continent":"EU"}}\' {url}/v1/anything')
         print("\nCtrl-C stops the gateway and the demo origins.", flush=True)

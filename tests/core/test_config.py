@@ -37,6 +37,7 @@ def test_example_config_file_is_valid() -> None:
         "search",
         "tenant-api",
         "reports",
+        "payments",
         "catalog",
         "api",
     ]
@@ -50,6 +51,10 @@ def test_example_config_file_is_valid() -> None:
     search = parsed.routes[1].limits.limits
     assert [(lim.capacity, lim.rate.quota) for lim in search] == [(20, 10), (1000, 1000)]
     assert parsed.warnings == ()
+    by_name = {route.name: route for route in parsed.routes}
+    assert by_name["payments"].idempotency is not None
+    assert by_name["payments"].idempotency.required
+    assert by_name["catalog"].cache is not None and by_name["catalog"].cache.ttl_ms == 300_000
 
 
 def test_defaults() -> None:
