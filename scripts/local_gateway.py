@@ -68,6 +68,9 @@ class LocalGateway:
         kv_namespaces: default: the deployment's.
         broken_durable_objects: TEST ONLY, {binding: "throw" | "hang"}.
         broken_kv_namespaces: TEST ONLY, KV bindings whose every call throws.
+        replicas: copies of the Worker, each its own isolate sharing the Durable Objects
+            and KV; ``replica_urls`` then lists the copies after the first.
+        trigger_handlers: serve ``/cdn-cgi/handler/scheduled`` (see :meth:`run_scheduled`).
         compatibility_date: default: the deployment's.
         extra_spec: further launch.mjs spec fields (see its header), merged last.
         boot_timeout: seconds to wait for READY.
@@ -87,6 +90,8 @@ class LocalGateway:
         kv_namespaces: Sequence[str] | None = None,
         broken_durable_objects: Mapping[str, BrokenMode] | None = None,
         broken_kv_namespaces: Sequence[str] | None = None,
+        replicas: int = 1,
+        trigger_handlers: bool = False,
         compatibility_date: str | None = None,
         extra_spec: Mapping[str, Any] | None = None,
         boot_timeout: float = 90.0,
@@ -114,6 +119,10 @@ class LocalGateway:
             self._spec["brokenDurableObjects"] = dict(broken_durable_objects)
         if broken_kv_namespaces:
             self._spec["brokenKvNamespaces"] = list(broken_kv_namespaces)
+        if replicas > 1:
+            self._spec["replicas"] = replicas
+        if trigger_handlers:
+            self._spec["triggerHandlers"] = True
         self._spec.update(extra_spec or {})
         self._boot_timeout = boot_timeout
         self._echo_stderr = echo_stderr
@@ -126,6 +135,8 @@ class LocalGateway:
         self._spec_dir: str | None = None
         self.boot_seconds: float | None = None
         self.runtime: dict[str, Any] = {}
+        self.replica_urls: list[str] = []
+        """The other copies' base URLs (``replicas > 1``)."""
         """What the Worker was given, as seen from inside it (launch.mjs's RUNTIME line)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -139,6 +150,7 @@ class LocalGateway:
         spec_path.write_text(json.dumps(self._spec), encoding="utf-8")
         self._ready.clear()
         self._url = None
+        self.replica_urls = []
         self._stderr.clear()
         started = time.monotonic()
         self._process = subprocess.Popen(
@@ -229,6 +241,17 @@ class LocalGateway:
         """The launcher's pid, which is also its process group id."""
         return self._process.pid if self._process is not None else None
 
+    def run_scheduled(self, cron: str = "* * * * *") -> int:
+        """Run the Worker's Cron Trigger handler once (needs ``trigger_handlers``); the status."""
+        import urllib.parse  # noqa: PLC0415
+        import urllib.request  # noqa: PLC0415
+
+        query = urllib.parse.urlencode({"cron": cron})
+        url = f"{self.url}/cdn-cgi/handler/scheduled?{query}"
+        with urllib.request.urlopen(url, timeout=60) as answer:
+            answer.read()
+            return int(answer.status)
+
     def saw(self, text: str, timeout: float = 5.0) -> bool:
         """Whether ``text`` appears in the runtime's recent stderr within ``timeout`` s.
 
@@ -252,7 +275,9 @@ class LocalGateway:
         assert self._process is not None and self._process.stdout is not None
         for line in self._process.stdout:
             text = line.rstrip("\n")
-            if text.startswith("RUNTIME "):
+            if text.startswith("REPLICA "):
+                self.replica_urls.append(text.removeprefix("REPLICA ").strip().rstrip("/"))
+            elif text.startswith("RUNTIME "):
                 with contextlib.suppress(ValueError):
                     self.runtime = json.loads(text.removeprefix("RUNTIME "))
             elif not self._ready.is_set() and text.startswith("READY "):

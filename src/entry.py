@@ -1,7 +1,7 @@
 """The Worker entry point (``main`` in wrangler.toml after the build step).
 
 Exports the gateway (``Default``) and the Durable Object classes the runtime must find in
-the main module (``RateLimiter``, ``IdempotencyRecords``).
+the main module (``RateLimiter``, ``IdempotencyRecords``, ``OriginBreaker``).
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from typing import Any
 
 from workers import WorkerEntrypoint
 
+from durable_objects.breaker import OriginBreaker
 from durable_objects.idempotency import IdempotencyRecords
 from durable_objects.rate_limiter import RateLimiter
-from edge_limiter.platform.worker import handle_fetch
+from edge_limiter.platform.worker import handle_fetch, handle_scheduled
 
-__all__ = ["Default", "IdempotencyRecords", "RateLimiter"]
+__all__ = ["Default", "IdempotencyRecords", "OriginBreaker", "RateLimiter"]
 
 
 class Default(WorkerEntrypoint):  # type: ignore[misc]
@@ -22,3 +23,7 @@ class Default(WorkerEntrypoint):  # type: ignore[misc]
 
     async def fetch(self, request: Any) -> Any:
         return await handle_fetch(request, self.env, self.ctx)
+
+    async def scheduled(self, *_args: Any) -> None:
+        """Cron Triggers: probe the origins' health paths and feed their breakers."""
+        await handle_scheduled(self.env)

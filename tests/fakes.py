@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,47 @@ class FakeClock:
 
     def advance(self, ms: int) -> None:
         self.now += ms
+
+
+class FakeSleep:
+    """The retries' backoff on the fake clock: waiting moves time, nothing sleeps."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.clock.advance(round(seconds * 1000))
+        await asyncio.sleep(0)
+
+
+class MemoryBreakers:
+    """The origins' shared breakers (Durable Objects) in a dict: the real sync step."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, str] = {}
+        self.calls: list[str] = []
+        self.failing = False
+
+    async def call_sync(self, name: str, payload: str) -> str:
+        from edge_limiter.core.resilience.shared import (
+            SyncCall,
+            apply_sync,
+            decode_shared,
+            encode_shared,
+            state_to_json,
+        )
+
+        self.calls.append(name)
+        if self.failing:
+            raise RuntimeError("breaker Durable Object unreachable")
+        shared = apply_sync(SyncCall.from_json(payload), decode_shared(self.states.get(name)))
+        self.states[name] = encode_shared(shared)
+        return state_to_json(shared.breaker)
+
+    async def sync(self, name: str, payload: str) -> str:
+        return await self.call_sync(name, payload)
 
 
 class MemoryStore:
@@ -207,6 +249,8 @@ class Harness:
     logs: list[dict[str, Any]]
     kv: MemoryKV
     records: MemoryIdempotency
+    breakers: MemoryBreakers
+    sleep: FakeSleep
     background: Deferred = field(default_factory=Deferred)
 
     def send(self, request: Request, *, flush: bool = True) -> Response:
@@ -245,6 +289,8 @@ def harness(
     upstream = upstream if upstream is not None else FakeOrigin()
     kv = MemoryKV(clock)
     records = MemoryIdempotency(clock)
+    breakers = MemoryBreakers()
+    sleep = FakeSleep(clock)
     services = Services(
         store=store,
         origin=upstream,
@@ -252,9 +298,12 @@ def harness(
         log=logs.append,
         cache=kv,
         idempotency=records,
+        breakers=breakers,
+        random=random.Random(7).random,
+        sleep=sleep,
     )
     gateway = Gateway(parse_config(raw), services)
-    return Harness(gateway, clock, store, upstream, logs, kv, records)
+    return Harness(gateway, clock, store, upstream, logs, kv, records, breakers, sleep)
 
 
 def request(

@@ -246,13 +246,19 @@ def test_an_origin_timeout_is_a_504_and_a_network_failure_a_502() -> None:
     body = body_json(answer)
     assert body["code"] == "origin_timeout" and body["timeout_ms"] == 3_000
     assert slow.origin.sent[0].timeout_ms == 3_000
-    assert slow.events("origin_error")[0]["outcome"] == "timeout"
+    attempts = slow.events("origin_attempt")
+    assert [a["outcome"] for a in attempts] == ["timeout"] * 3  # a GET is retried
+    assert [t["outcome"] for t in body["tried"]] == ["timeout"] * 3
     down = harness(ROUTE, upstream=FakeOrigin(respond=unreachable))
     answer = down.send(request())
     assert answer.status == 502
-    assert "connection refused" in body_json(answer)["detail"]
+    assert "unreachable" in body_json(answer)["detail"]
     # The rate-limit headers are on failures too: the request was counted.
     assert answer.headers.get("x-ratelimit-remaining") == "2"
+    # A POST is never retried.
+    post = harness(ROUTE, upstream=FakeOrigin(respond=unreachable))
+    assert post.send(request(method="POST", body=b"x")).status == 502
+    assert len(post.origin.sent) == 1
 
 
 def test_an_origin_that_never_answers_is_cut_off_by_the_watchdog() -> None:

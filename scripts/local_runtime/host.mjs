@@ -224,7 +224,7 @@ function beforeRequest() {
 // `convert` applies python_from_rpc to the arguments and python_to_rpc to the result.
 const RELAXED_CONVERTED = new Set(["fetch", "test"]);
 const RAW_HANDLERS = {
-  worker: new Set(["connect"]),
+  worker: new Set(["connect", "scheduled"]),
   durableObject: new Set(["alarm", "connect", "webSocketMessage", "webSocketClose", "webSocketError"]),
 };
 // Handlers whose exceptions nobody else reports: workerd logs them as uncaught.

@@ -25,6 +25,11 @@
 //                                              binding to a host class that throws on / never
 //                                              answers every call
 //   brokenKvNamespaces   []                    TEST ONLY: KV bindings whose every call throws
+//   replicas             1                     how many copies of the Worker to run, each its
+//                                              own isolate sharing the Durable Objects and KV;
+//                                              copies after the first print `REPLICA <url>`
+//   triggerHandlers      false                 serve GET /cdn-cgi/handler/scheduled (runs the
+//                                              Cron Trigger handler; never in production)
 //   exitOnStdinEnd       false                 exit when stdin closes (the parent died)
 //
 // Prints two lines on stdout once a first request has been served (Pyodide boots while workerd
@@ -47,6 +52,7 @@ const PYODIDE_DIR = path.join(REPO, "node_modules", "pyodide");
 const CACHE_DIR = path.join(REPO, "node_modules", ".cache", "edge-limiter-local-runtime");
 const WARMUP_HEADER = "x-edge-local-runtime-warmup";
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const MAIN_WORKER = "gateway";
 // Flags this host implements itself: it runs Pyodide inside a JavaScript Worker.
 const HOSTED_FLAGS = ["python_workers"];
 
@@ -80,6 +86,8 @@ function readSpec(specPath) {
     sdkDir: undefined,
     brokenDurableObjects: {},
     brokenKvNamespaces: [],
+    replicas: 1,
+    triggerHandlers: false,
     exitOnStdinEnd: false,
     ...raw,
   };
@@ -223,7 +231,8 @@ function miniflareOptions(spec, warmupToken, stdlib) {
       { className: brokenBindings[binding] ?? className, useSQLite: true },
     ]),
   );
-  const options = {
+  const worker = {
+    name: MAIN_WORKER,
     modules,
     modulesRoot: HERE,
     compatibilityDate: spec.compatibilityDate,
@@ -231,10 +240,33 @@ function miniflareOptions(spec, warmupToken, stdlib) {
     bindings: spec.vars,
     durableObjects,
     kvNamespaces: spec.kvNamespaces,
+  };
+  // Replicas: the same Worker again, each its own isolate, sharing the main Worker's Durable
+  // Objects and KV (as isolates in different locations share them in production). Each is
+  // reached on a socket of its own.
+  const replicas = [];
+  for (let index = 1; index < spec.replicas; index++) {
+    replicas.push({
+      ...worker,
+      name: `${MAIN_WORKER}-${index}`,
+      durableObjects: Object.fromEntries(
+        Object.entries(durableObjects).map(([binding, target]) => [
+          binding,
+          { ...target, scriptName: MAIN_WORKER },
+        ]),
+      ),
+      unsafeDirectSockets: [{ host: spec.host, port: 0 }],
+    });
+  }
+  const options = {
+    workers: [worker, ...replicas],
     host: spec.host,
     port: spec.port,
     // A plain object or false: Miniflare would otherwise download a cf object from the internet.
     cf: spec.cf ?? false,
+    // GET /cdn-cgi/handler/scheduled runs the Worker's Cron Trigger handler (as
+    // `wrangler dev --test-scheduled` does); production has no such path.
+    unsafeTriggerHandlers: spec.triggerHandlers,
     log: new Log(LogLevel.WARN),
     logRequests: false,
     handleRuntimeStdio(stdout, stderr) {
@@ -303,6 +335,15 @@ try {
   }
   // What the Worker got, as seen from inside it (bindings by type, flags, date).
   process.stdout.write(`RUNTIME ${described}\n`);
+  for (let index = 1; index < spec.replicas; index++) {
+    const direct = await mf.unsafeGetDirectURL(`${MAIN_WORKER}-${index}`);
+    const answer = await fetch(direct, { headers: { [WARMUP_HEADER]: warmupToken } });
+    await answer.arrayBuffer();
+    if (answer.status !== 200) {
+      throw new Error(`replica ${index} warm-up answered ${answer.status}`);
+    }
+    process.stdout.write(`REPLICA ${direct.origin}\n`);
+  }
   const seconds = ((performance.now() - started) / 1000).toFixed(2);
   process.stderr.write(`launch.mjs: ready in ${seconds} s at ${origin}\n`);
   process.stdout.write(`READY ${origin}\n`);

@@ -69,8 +69,10 @@ def test_defaults() -> None:
     assert r.limits.key.ipv6_prefix == 64
     assert r.match.methods is None
     assert r.match.path.case_insensitive is False
-    assert r.forward.origin == "https://api.example.com"
-    assert r.forward.timeout_ms == 30_000
+    (origin,) = r.forward.pool.origins
+    assert origin.url == "https://api.example.com" and origin.name == "api.example.com"
+    assert r.forward.timeout_ms == 30_000 and origin.timeout_ms == 30_000
+    assert r.forward.retry.attempts == 3
     assert parsed.matrix_params == "keep"
 
 
@@ -257,7 +259,8 @@ def test_invalid_configs(raw: object, fragment: str) -> None:
 def test_route_origin_overrides_default() -> None:
     parsed = parse_config({"routes": [route(origin="http://127.0.0.1:9000/", timeout="2s")]})
     assert parsed.forward is None
-    assert parsed.routes[0].forward.origin == "http://127.0.0.1:9000"
+    (origin,) = parsed.routes[0].forward.pool.origins
+    assert origin.url == "http://127.0.0.1:9000" and origin.timeout_ms == 2_000
     assert parsed.routes[0].forward.timeout_ms == 2_000
 
 

@@ -32,7 +32,7 @@ lon = 8.68
 priority = 1
 timeout = "5s"
 max_in_flight = 50
-health = { path = "/health", interval = "30s", timeout = "2s" }
+health = { path = "/health", timeout = "2s", unhealthy_after = 3 }
 
 [[pools.api.origins]]
 name = "us"
@@ -81,7 +81,7 @@ def test_the_example_parses() -> None:
         priority=1,
         timeout_ms=5_000,
         max_in_flight=50,
-        health=HealthCheck("/health", 30_000, 2_000, ()),
+        health=HealthCheck("/health", 2_000, (), 3),
     )
     assert us == Origin("us", "http://us.api.example.com:8080/v1")
     assert pools["static"].origins == (Origin("cdn", "https://static.example.com"),)
@@ -172,10 +172,11 @@ def test_bad_urls(url: object, fragment: str) -> None:
         ({"timeout": 5}, "timeout", "duration"),
         ({"max_in_flight": 0}, "max_in_flight", "1..100000"),
         ({"health": "yes"}, "health", "must be a table"),
-        ({"health": {"interval": "30s"}}, "health.path", "is required"),
+        ({"health": {"timeout": "3s"}}, "health.path", "is required"),
         ({"health": {"path": "health"}}, "health.path", "is required"),
-        ({"health": {"path": "/h", "interval": "100ms"}}, "health.interval", "shorter"),
-        ({"health": {"path": "/h", "interval": "5s", "timeout": "6s"}}, "health.timeout", "longer"),
+        ({"health": {"path": "/h", "interval": "1m"}}, "health.interval", "unknown field"),
+        ({"health": {"path": "/h", "timeout": "2m"}}, "health.timeout", "longer"),
+        ({"health": {"path": "/h", "unhealthy_after": 0}}, "health.unhealthy_after", "1..100"),
         ({"health": {"path": "/h", "statuses": []}}, "health.statuses", "non-empty"),
         ({"health": {"path": "/h", "statuses": [700]}}, "health.statuses", "100..599"),
         ({"health": {"path": "/h", "method": "HEAD"}}, "health.method", "unknown field"),
@@ -223,7 +224,7 @@ def test_health_defaults_and_statuses() -> None:
     pools, problems = parse(one_origin(health={"path": "/up", "statuses": [204, 200, 204]}))
     assert problems == []
     health = pools["api"].origins[0].health
-    assert health == HealthCheck("/up", 30_000, 2_000, (200, 204))
+    assert health == HealthCheck("/up", 2_000, (200, 204), 2)
     assert health.healthy(204)
     assert not health.healthy(201)
     assert HealthCheck("/up").healthy(299)

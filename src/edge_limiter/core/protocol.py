@@ -43,8 +43,7 @@ class StoreRequest:
                 "algorithm": self.algorithm,
                 "cost": self.cost,
                 "limits": [
-                    [lim.rate.quota, lim.rate.window_ms, lim.name, lim.burst]
-                    for lim in self.limits
+                    [lim.rate.quota, lim.rate.window_ms, lim.name, lim.burst] for lim in self.limits
                 ],
             },
             separators=(",", ":"),

@@ -49,7 +49,9 @@ def table(value: object, where: str, problems: Problems) -> Mapping[str, Any] | 
     return None
 
 
-def boolean(raw: Mapping[str, Any], name: str, default: bool, where: str, problems: Problems) -> bool:
+def boolean(
+    raw: Mapping[str, Any], name: str, default: bool, where: str, problems: Problems
+) -> bool:
     """The bool field ``name`` of ``raw``, or ``default``."""
     value = raw.get(name, default)
     if isinstance(value, bool):

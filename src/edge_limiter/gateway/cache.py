@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 
-from ..core.caching.entry import Entry, decode_entry, encode_entry, is_fresh, replay_headers
+from ..core.caching.entry import (
+    Entry,
+    decode_entry,
+    encode_entry,
+    is_fresh,
+    replay_headers,
+    usable_stale,
+)
 from ..core.caching.keys import base_key, variant_key
 from ..core.caching.policy import (
     body_fits,
@@ -26,7 +33,7 @@ from ..core.caching.policy import (
 from ..core.caching.settings import CacheSettings
 from ..core.config import Route
 from ..core.errors import CacheEntryError
-from ..core.http.fields import origin_fields
+from ..core.http.fields import gateway_fields, origin_fields
 from ..core.http.messages import Headers, Response
 from .exchange import Exchange, Handler
 from .ports import KeyValueStore, Services
@@ -82,11 +89,16 @@ class Cache:
             scope_key=scope_key,
         )
         now = exchange.now_ms
+        stale: Entry | None = None
         if lookup.read:
             entry = await self._lookup(base, request_fields, now)
             if entry is not None and is_fresh(entry, now):
                 return await self._hit(exchange, entry)
+            if entry is not None and usable_stale(entry, now):
+                stale = entry
         response = await call_next(exchange)
+        if stale is not None and exchange.origin_failed:
+            return self._stale(exchange, stale, response)
         if lookup.write and exchange.reached_origin and request.method == "GET":
             await self._store(exchange, base, request_fields, response)
         response.headers.set(CACHE_HEADER, "MISS")
@@ -103,6 +115,18 @@ class Cache:
         for name, value in headers:
             out.set(name, value)
         out.set(CACHE_HEADER, "HIT")
+        body = entry.body if exchange.request.method == "GET" and entry.body else None
+        return Response(entry.status, out, body)
+
+    def _stale(self, exchange: Exchange, entry: Entry, failed: Response) -> Response:
+        """The stored copy standing in for origins that all failed (``stale_if_error``)."""
+        out = Headers(replay_headers(entry, exchange.now_ms))
+        for name, value in gateway_fields(failed.headers.items()):
+            out.set(name, value)
+        out.set(CACHE_HEADER, "STALE")
+        self.services.log(
+            {"event": "stale_served", "route": self.route.name, "failed_status": failed.status}
+        )
         body = entry.body if exchange.request.method == "GET" and entry.body else None
         return Response(entry.status, out, body)
 

@@ -39,7 +39,9 @@ class Exchange:
     key: str | None = None
     background: Background = field(default_factory=_NoBackground)
     reached_origin: bool = False
-    """Whether the origin answered (any status); False when the gateway answered itself."""
+    """Whether an origin answered (any status); False when the gateway answered itself."""
+    origin_failed: bool = False
+    """Whether every attempt at the origins failed (the answer is a failure)."""
     idempotency_token: int | None = None
     """The fencing token of the Idempotency-Key claim this request holds, if any."""
 

@@ -18,10 +18,10 @@ from ..core.http import problems
 from ..core.http.messages import Request, Response
 from .cache import Cache
 from .exchange import Exchange, Handler, Stage, chain, problem_response
-from .forward import Forward
 from .idempotency import Idempotency
 from .ports import Background, Services
 from .ratelimit import RateLimit
+from .upstream import Upstream
 
 
 class Gateway:
@@ -30,7 +30,8 @@ class Gateway:
     def __init__(self, config: Config, services: Services) -> None:
         self.config = config
         self.services = services
-        forward = Forward(services)
+        forward = Upstream(services)
+        self.upstream = forward
         self._routes: dict[str, Handler] = {}
         for route in config.routes:
             self._routes[route.name] = chain(self._stages(route), forward)
@@ -44,7 +45,9 @@ class Gateway:
         if route.idempotency is not None:
             if services.idempotency is None:
                 raise ConfigError(
-                    [f"route {route.name!r}.idempotency: needs the IDEMPOTENCY Durable Object binding"]
+                    [
+                        f"route {route.name!r}.idempotency: needs the IDEMPOTENCY Durable Object binding"
+                    ]
                 )
             stages.append(
                 Idempotency(

@@ -6,6 +6,8 @@ implement them with fakes, so the whole request path runs on CPython.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -78,6 +80,14 @@ class IdempotencyStore(Protocol):
         ...
 
 
+class BreakerStore(Protocol):
+    """One origin's shared breaker: calls the Durable Object named for the origin."""
+
+    async def sync(self, name: str, payload: str) -> str:
+        """Send a breaker sync (JSON text) and return the authoritative state (JSON text)."""
+        ...
+
+
 class Clock(Protocol):
     """Wall-clock time in integer milliseconds."""
 
@@ -110,3 +120,9 @@ class Services:
     """Workers KV for cached responses and edge copies of idempotency records."""
     idempotency: IdempotencyStore | None = None
     """The idempotency records' Durable Objects."""
+    breakers: BreakerStore | None = None
+    """The origins' shared breakers (None: each isolate's own breakers decide alone)."""
+    random: Callable[[], float] = random.random
+    """Uniform floats in [0, 1), for the jitter of retries."""
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    """Waits that many seconds (a retry's backoff)."""

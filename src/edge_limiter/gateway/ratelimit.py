@@ -55,8 +55,9 @@ class RateLimit:
         self.route = route
         self.services = services
         policy = route.limits
-        # The same check for every request of the route: encode it once.
+        # The same check (and refund) for every request of the route: encode them once.
         self.payload = StoreRequest("check", policy.algorithm, policy.limits, policy.cost).to_json()
+        self.refund = StoreRequest("refund", policy.algorithm, policy.limits, policy.cost).to_json()
         self.timeout_s = route.failure.store_timeout_ms / 1000
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
@@ -66,7 +67,18 @@ class RateLimit:
         response = await call_next(exchange)
         for name, value in admission.headers:
             response.headers.set(name, value)
+        if response.status in self.route.forward.refund_on and exchange.key is not None:
+            # The origins failed this request: give its quota back (after the response).
+            exchange.background.defer(self._refund(exchange.key))
         return response
+
+    async def _refund(self, key: str) -> None:
+        try:
+            await self.services.store.call(object_name(self.route.name, key), self.refund)
+        except Exception as exc:
+            self.services.log(
+                {"event": "refund_failed", "route": self.route.name, "error": repr(exc)[:200]}
+            )
 
     async def admit(self, exchange: Exchange) -> Admission:
         """Count the request: a 429 (or 400, or a fail-closed 503), or the headers to add."""

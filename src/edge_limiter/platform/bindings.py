@@ -50,6 +50,17 @@ class DurableObjectIdempotency:
         return str(await stub.call(payload))
 
 
+class DurableObjectBreakers:
+    """Calls ``OriginBreaker.sync`` on the object named for the origin."""
+
+    def __init__(self, namespace: Any) -> None:
+        self.namespace = namespace
+
+    async def sync(self, name: str, payload: str) -> str:
+        stub = self.namespace.getByName(name)
+        return str(await stub.sync(payload))
+
+
 class KvStore:
     """A Workers KV namespace holding bytes."""
 

@@ -13,7 +13,9 @@ from ..core.config.sources import CONFIG_VAR, ENV_VAR, select_config
 from ..core.errors import ConfigError
 from ..core.http import problems
 from ..gateway import Gateway, Services, log_line, problem_response
+from ..gateway.health import probe_all
 from .bindings import (
+    DurableObjectBreakers,
     DurableObjectIdempotency,
     DurableObjectStore,
     FetchOrigin,
@@ -25,6 +27,7 @@ from .convert import to_js_response, to_request
 
 STORE_BINDING = "RATE_LIMITER"
 IDEMPOTENCY_BINDING = "IDEMPOTENCY"
+BREAKERS_BINDING = "BREAKERS"
 CACHE_BINDING = "CACHE"
 
 # Bindings and vars are fixed for the life of an isolate (a deploy starts new isolates),
@@ -73,6 +76,7 @@ def build_gateway(env: Any) -> Gateway | ConfigError:
         _log({"event": "config_warning", "warning": warning})
     kv = getattr(env, CACHE_BINDING, None)
     records = getattr(env, IDEMPOTENCY_BINDING, None)
+    breakers = getattr(env, BREAKERS_BINDING, None)
     services = Services(
         store=DurableObjectStore(getattr(env, STORE_BINDING)),
         origin=FetchOrigin(),
@@ -80,6 +84,7 @@ def build_gateway(env: Any) -> Gateway | ConfigError:
         log=_log,
         cache=KvStore(kv) if kv is not None else None,
         idempotency=DurableObjectIdempotency(records) if records is not None else None,
+        breakers=DurableObjectBreakers(breakers) if breakers is not None else None,
     )
     try:
         return Gateway(config, services)
@@ -87,20 +92,35 @@ def build_gateway(env: Any) -> Gateway | ConfigError:
         return exc
 
 
-async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
-    """The Worker's ``fetch`` handler."""
+def gateway_for(env: Any) -> Gateway | ConfigError:
+    """This isolate's gateway, built on first use."""
     global _gateway  # noqa: PLW0603 - one gateway per isolate, on purpose
     if _gateway is None:
         # The runtime may start every isolate with the same seed; jitter must differ.
         random.seed(os.urandom(32))
         _gateway = build_gateway(env)
+    return _gateway
+
+
+async def handle_scheduled(env: Any) -> None:
+    """The Worker's ``scheduled`` handler (Cron Triggers): probe the origins' health."""
+    gateway = gateway_for(env)
+    if isinstance(gateway, ConfigError):
+        _log({"event": "config_error", "problems": gateway.problems})
+        return
+    await probe_all(gateway.config, gateway.services)
+
+
+async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
+    """The Worker's ``fetch`` handler."""
+    gateway = gateway_for(env)
     js_request = getattr(request, "js_object", request)
-    if isinstance(_gateway, ConfigError):
-        _log({"event": "config_error", "problems": _gateway.problems})
-        return to_js_response(problem_response(problems.misconfigured(_gateway.problems)))
+    if isinstance(gateway, ConfigError):
+        _log({"event": "config_error", "problems": gateway.problems})
+        return to_js_response(problem_response(problems.misconfigured(gateway.problems)))
     try:
         background = WaitUntil(ctx) if ctx is not None else None
-        response = await _gateway.handle(to_request(js_request), background)
+        response = await gateway.handle(to_request(js_request), background)
         return to_js_response(response)
     except Exception as exc:  # a bug: answer with a problem and log the traceback
         reference = os.urandom(6).hex()

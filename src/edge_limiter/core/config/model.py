@@ -9,6 +9,8 @@ from ..idempotency.settings import IdempotencySettings
 from ..keys import KeySpec
 from ..matching import PathPattern, host_matches, path_segments
 from ..rates import Limit
+from ..resilience.retry import RetrySettings
+from ..routing.origins import Pool
 
 DEFAULT_STORE_TIMEOUT_MS = 1_000
 DEFAULT_ORIGIN_TIMEOUT_MS = 30_000
@@ -60,10 +62,14 @@ class FailurePolicy:
 
 @dataclass(frozen=True, slots=True)
 class Forwarding:
-    """Where an admitted request goes, and how long the origin may take to answer."""
+    """Where an admitted request goes: a pool of origins (a single ``origin`` URL is a pool
+    of one), how long it may take there in all (``timeout_ms``, retries included), how it
+    retries, and which final statuses give its quota back (``refund_on``)."""
 
-    origin: str
+    pool: Pool
     timeout_ms: int = DEFAULT_ORIGIN_TIMEOUT_MS
+    retry: RetrySettings = field(default_factory=RetrySettings)
+    refund_on: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 ::
 
     origin = "https://api.example.com"   # where admitted and unmatched requests go
-    origin_timeout = "30s"               # how long an origin may take to answer
+                                         # (or pool = "NAME", one of [pools.NAME])
+    origin_timeout = "30s"               # how long a request may take at the origins
     store_timeout_ms = 1000              # budget for one Durable Object call
     paths = { case_insensitive = false, matrix_params = "keep" }
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +37,8 @@ from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..rates import Limit, parse_rate, parse_rates
+from ..resilience.retry import RetrySettings, parse_retry
+from ..routing.origins import Origin, Pool, parse_pools
 from ..validation import Problems, boolean, duration, integer, is_int, unknown_fields
 from .model import (
     DEFAULT_ORIGIN_TIMEOUT_MS,
@@ -55,7 +59,15 @@ POLICY_NAME_RE = ROUTE_NAME_RE
 MAX_STORE_TIMEOUT_MS = 30_000
 MAX_ORIGIN_TIMEOUT_MS = 10 * 60_000
 
-TOP_FIELDS = ("origin", "origin_timeout", "store_timeout_ms", "paths", "routes")
+TOP_FIELDS = (
+    "origin",
+    "pool",
+    "pools",
+    "origin_timeout",
+    "store_timeout_ms",
+    "paths",
+    "routes",
+)
 ROUTE_FIELDS = (
     "name",
     "match",
@@ -69,7 +81,10 @@ ROUTE_FIELDS = (
     "shadow",
     "on_store_error",
     "origin",
+    "pool",
     "timeout",
+    "retry",
+    "refund_on",
     "cache",
     "idempotency",
 )
@@ -323,14 +338,6 @@ def _parse_route(
     params = match.path.params if match is not None else ()
     key = _parse_key(raw, params, where, problems)
 
-    origin = defaults.origin
-    if raw.get("origin") is not None:
-        origin = check_origin(raw["origin"], f"{where}.origin", problems)
-    elif origin is None:
-        problems.add(
-            f"{where}.origin",
-            "no origin to forward to: set 'origin' on the route or at the top level",
-        )
     timeout = duration(
         raw,
         "timeout",
@@ -340,6 +347,20 @@ def _parse_route(
         minimum_ms=1,
         maximum_ms=MAX_ORIGIN_TIMEOUT_MS,
     )
+    pool = defaults.upstreams.for_route(raw, timeout, where, problems)
+    if pool is None and defaults.origin_url is not None:
+        # The top-level origin, with this route's timeout for each attempt.
+        pool = defaults.upstreams.of_url(defaults.origin_url, timeout, where, problems)
+    if pool is None and defaults.pool is None and raw.get("origin") is None:
+        problems.add(
+            f"{where}.origin",
+            "no origin to forward to: set 'origin' or 'pool' on the route or at the top level",
+        )
+    pool = pool if pool is not None else defaults.pool
+    retry = pool.retry if pool is not None else RetrySettings()
+    if raw.get("retry") is not None:
+        retry = parse_retry(raw["retry"], f"{where}.retry", problems)
+    refund_on = _statuses(raw.get("refund_on"), f"{where}.refund_on", problems)
     cache = parse_cache(raw.get("cache"), f"{where}.cache", problems)
     idempotency = parse_idempotency(raw.get("idempotency"), f"{where}.idempotency", problems)
     if idempotency is not None and idempotency.lock_timeout_ms <= timeout:
@@ -349,33 +370,81 @@ def _parse_route(
             "after the lock ends, while the first request is still at the origin, is "
             "forwarded again",
         )
-    if len(problems) != before or match is None or origin is None:
+    if len(problems) != before or match is None or pool is None:
         return None
     return Route(
         name=name,
         match=match,
         limits=RateLimitPolicy(algorithm, tuple(limits), key, cost, shadow),
         failure=FailurePolicy(on_store_error == "open", defaults.store_timeout_ms),
-        forward=Forwarding(origin, timeout),
+        forward=Forwarding(pool, timeout, retry, refund_on),
         cache=cache,
         idempotency=idempotency,
     )
 
 
+def _statuses(value: object, where: str, problems: Problems) -> frozenset[int]:
+    """A list of HTTP statuses (``refund_on = [502, 503, 504]``); empty when absent."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(is_int(v) and 100 <= v <= 599 for v in value):
+        problems.add(where, f"must be a list of HTTP statuses 100..599, got {value!r}")
+        return frozenset()
+    return frozenset(value)
+
+
+class _Upstreams:
+    """The pools a config defines, and the pools of one made for plain ``origin`` URLs."""
+
+    def __init__(self, pools: dict[str, Pool], timeout_ms: int) -> None:
+        self.pools = pools
+        self.timeout_ms = timeout_ms
+        self.by_url: dict[str, Pool] = {}
+        self.named = {o.name: o.url for pool in pools.values() for o in pool.origins}
+
+    def of_url(self, url: str, timeout_ms: int, where: str, problems: Problems) -> Pool:
+        """The pool of one for ``url``; its origin is named by the URL without scheme."""
+        name = url.split("://", 1)[1]
+        if self.named.get(name, url) != url:
+            problems.add(where, f"the origin name {name!r} is taken by a pool's origin")
+        key = f"{url}#{timeout_ms}"
+        if key not in self.by_url:
+            origin = Origin(name=name, url=url, timeout_ms=timeout_ms)
+            self.by_url[key] = Pool(name, (origin,))
+        return self.by_url[key]
+
+    def named_pool(self, value: object, where: str, problems: Problems) -> Pool | None:
+        if isinstance(value, str) and value in self.pools:
+            return self.pools[value]
+        known = ", ".join(self.pools) or "none defined"
+        problems.add(where, f"names no pool in [pools] (known: {known}), got {value!r}")
+        return None
+
+    def for_route(
+        self, raw: Mapping[str, Any], timeout_ms: int, where: str, problems: Problems
+    ) -> Pool | None:
+        """The route's own ``pool`` or ``origin``, if it sets one."""
+        if raw.get("pool") is not None and raw.get("origin") is not None:
+            problems.add(f"{where}.pool", "set 'pool' or 'origin', not both")
+            return None
+        if raw.get("pool") is not None:
+            return self.named_pool(raw["pool"], f"{where}.pool", problems)
+        if raw.get("origin") is not None:
+            url = check_origin(raw["origin"], f"{where}.origin", problems)
+            return self.of_url(url, timeout_ms, f"{where}.origin", problems) if url else None
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class _Defaults:
     """Top-level settings that routes inherit."""
 
-    def __init__(
-        self,
-        origin: str | None,
-        origin_timeout_ms: int,
-        store_timeout_ms: int,
-        case_insensitive: bool,
-    ) -> None:
-        self.origin = origin
-        self.origin_timeout_ms = origin_timeout_ms
-        self.store_timeout_ms = store_timeout_ms
-        self.case_insensitive = case_insensitive
+    upstreams: _Upstreams
+    pool: Pool | None
+    origin_url: str | None
+    origin_timeout_ms: int
+    store_timeout_ms: int
+    case_insensitive: bool
 
 
 def _unreachable(routes: list[Route], problems: Problems) -> None:
@@ -403,9 +472,6 @@ def parse_config(raw: object) -> Config:
         raise ConfigError([f"config: must be a table with 'routes', got {type(raw).__name__}"])
     unknown_fields(raw, TOP_FIELDS, "config", problems)
 
-    origin = None
-    if raw.get("origin") is not None:
-        origin = check_origin(raw["origin"], "config.origin", problems)
     origin_timeout = duration(
         raw,
         "origin_timeout",
@@ -415,6 +481,8 @@ def parse_config(raw: object) -> Config:
         minimum_ms=1,
         maximum_ms=MAX_ORIGIN_TIMEOUT_MS,
     )
+    upstreams = _Upstreams(parse_pools(raw.get("pools"), problems), origin_timeout)
+    default_pool = upstreams.for_route(raw, origin_timeout, "config", problems)
     store_timeout = integer(
         raw,
         "store_timeout_ms",
@@ -439,7 +507,19 @@ def parse_config(raw: object) -> Config:
                 f"must be one of {', '.join(MATRIX_MODES)}, got {matrix_params!r}",
             )
             matrix_params = "keep"
-    defaults = _Defaults(origin, origin_timeout, store_timeout, case_insensitive)
+    origin_url = (
+        check_origin(raw["origin"], "config.origin", Problems())
+        if raw.get("origin") is not None and raw.get("pool") is None
+        else None
+    )
+    defaults = _Defaults(
+        upstreams=upstreams,
+        pool=default_pool,
+        origin_url=origin_url,
+        origin_timeout_ms=origin_timeout,
+        store_timeout_ms=store_timeout,
+        case_insensitive=case_insensitive,
+    )
 
     raw_routes = raw.get("routes", [])
     if not isinstance(raw_routes, list):
@@ -462,5 +542,7 @@ def parse_config(raw: object) -> Config:
     if problems.items:
         raise ConfigError(problems.items)
     _unreachable(routes, problems)
-    forward = Forwarding(origin, origin_timeout) if origin is not None else None
+    forward = None
+    if default_pool is not None:
+        forward = Forwarding(default_pool, origin_timeout, default_pool.retry)
     return Config(tuple(routes), forward, matrix_params, tuple(problems.warnings))

@@ -38,6 +38,11 @@ _GATEWAY_FIELDS = frozenset(
 )
 
 
+def gateway_fields(fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Only the fields the gateway added for this client (rate-limit state, reason)."""
+    return [(name, value) for name, value in fields if name.lower() in _GATEWAY_FIELDS]
+
+
 def origin_fields(fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``fields`` without those the gateway added for one client (rate-limit state, cache
     status): what may be stored and replayed to others."""

@@ -176,29 +176,52 @@ def internal_error(reference: str) -> Problem:
     )
 
 
-def origin_unreachable(route: str | None, origin: str, cause: str) -> Problem:
-    """502: the origin could not be reached or answered with something unusable."""
-    members: dict[str, Any] = {"origin": origin}
-    if route is not None:
-        members["route"] = route
+def _tried(origins: Sequence[dict[str, Any]]) -> str:
+    """``eu (timeout), us (breaker_open)``."""
+    return ", ".join(f"{item['origin']} ({item['outcome']})" for item in origins) or "none"
+
+
+def origin_unreachable(route: str | None, pool: str, tried: Sequence[dict[str, Any]]) -> Problem:
+    """502: no origin could be reached (connection refused or reset, DNS, TLS)."""
     return Problem(
         502,
         "Bad Gateway",
-        f"The origin {origin} could not be reached ({cause}).",
+        f"No origin of pool '{pool}' could be reached; tried: {_tried(tried)}.",
         "origin_unreachable",
-        members=members,
+        members={"route": route, "pool": pool, "tried": list(tried)},
     )
 
 
-def origin_timeout(route: str | None, origin: str, timeout_ms: int) -> Problem:
-    """504: the origin did not answer within the route's timeout."""
-    members: dict[str, Any] = {"origin": origin, "timeout_ms": timeout_ms}
-    if route is not None:
-        members["route"] = route
+def origin_timeout(
+    route: str | None, pool: str, tried: Sequence[dict[str, Any]], timeout_ms: int
+) -> Problem:
+    """504: the origins did not answer within the route's timeout."""
     return Problem(
         504,
         "Gateway Timeout",
-        f"The origin {origin} did not answer within {timeout_ms} ms.",
+        f"No origin of pool '{pool}' answered within {timeout_ms} ms; tried: {_tried(tried)}.",
         "origin_timeout",
-        members=members,
+        members={"route": route, "pool": pool, "tried": list(tried), "timeout_ms": timeout_ms},
+    )
+
+
+def origins_unavailable(
+    route: str | None,
+    pool: str,
+    tried: Sequence[dict[str, Any]],
+    retry_after_ms: int,
+    busy: bool,
+) -> Problem:
+    """503: every origin is shed (breaker open, overloaded) or full (bulkhead), at once."""
+    retry = max(1, -(-retry_after_ms // 1000))
+    why = (
+        "at their concurrency limit" if busy else "unavailable (circuit breaker open or overloaded)"
+    )
+    return Problem(
+        503,
+        "Service Unavailable",
+        f"Every origin of pool '{pool}' is {why}; retry in {retry} s. Origins: {_tried(tried)}.",
+        "origin_busy" if busy else "origins_unavailable",
+        members={"route": route, "pool": pool, "tried": list(tried), "retry_after": retry},
+        headers=(("Retry-After", str(retry)),),
     )

@@ -16,7 +16,7 @@ A pool is a named list of interchangeable origins with one breaker and one retry
     priority = 1
     timeout = "5s"
     max_in_flight = 100
-    health = { path = "/health", interval = "30s", timeout = "2s", statuses = [200] }
+    health = { path = "/health", timeout = "2s", statuses = [200], unhealthy_after = 2 }
 
 Origin names are unique across all pools: they key the breaker state. The parser records
 every problem in a :class:`~edge_limiter.core.validation.Problems` (each naming the pool,
@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from ..resilience.breaker import BreakerSettings, parse_breaker
 from ..resilience.retry import RetrySettings, parse_retry
+from ..resilience.shared import DEFAULT_UNHEALTHY_AFTER
 from ..validation import Problems, integer, is_int, table, unknown_fields
 from ..validation import duration as duration_field
 
@@ -44,9 +45,9 @@ MAX_TIMEOUT_MS = 300_000
 DEFAULT_MAX_IN_FLIGHT = 100
 MAX_IN_FLIGHT = 100_000
 MAX_PRIORITY = 1_000_000
-DEFAULT_HEALTH_INTERVAL_MS = 30_000
+
 DEFAULT_HEALTH_TIMEOUT_MS = 2_000
-MAX_HEALTH_INTERVAL_MS = 3_600_000
+MAX_HEALTH_TIMEOUT_MS = 60_000
 
 #: Cloudflare's continent codes (``request.cf.continent``).
 CONTINENTS = frozenset({"AF", "AN", "AS", "EU", "NA", "OC", "SA"})
@@ -97,20 +98,21 @@ _ORIGIN_FIELDS = (
     "max_in_flight",
     "health",
 )
-_HEALTH_FIELDS = ("path", "interval", "timeout", "statuses")
+_HEALTH_FIELDS = ("path", "timeout", "statuses", "unhealthy_after")
 
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
-    """An active health check: ``GET path`` every ``interval_ms``, given ``timeout_ms``.
+    """An active health check: ``GET path`` at every Cron Trigger, given ``timeout_ms``.
 
     ``statuses`` are the answers that count as healthy; empty means any 2xx.
+    ``unhealthy_after`` failed probes in a row open the origin's breaker.
     """
 
     path: str
-    interval_ms: int = DEFAULT_HEALTH_INTERVAL_MS
     timeout_ms: int = DEFAULT_HEALTH_TIMEOUT_MS
     statuses: tuple[int, ...] = ()
+    unhealthy_after: int = DEFAULT_UNHEALTHY_AFTER
 
     def healthy(self, status: int) -> bool:
         """Whether an answer with ``status`` means the origin is up."""
@@ -169,14 +171,14 @@ def parse_pools(raw: object, problems: Problems) -> dict[str, Pool]:
     origin_owner: dict[str, str] = {}
     for name, raw_pool in pools_table.items():
         where = f"pool {name!r}"
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             problems.add(
                 where,
                 "name must be letters, digits, '_', '.', '-' (at most 64), starting "
                 "with a letter or digit",
             )
         pool = _parse_pool(str(name), raw_pool, where, origin_owner, problems)
-        if pool is not None and isinstance(name, str) and NAME_RE.match(name):
+        if pool is not None and isinstance(name, str) and NAME_RE.fullmatch(name):
             pools[name] = pool
     return pools
 
@@ -228,7 +230,7 @@ def _parse_origin(raw: object, where: str, problems: Problems) -> Origin | None:
         return None
     unknown_fields(fields, _ORIGIN_FIELDS, where, problems)
     name = fields.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         problems.add(
             f"{where}.name",
             "is required: letters, digits, '_', '.', '-' (at most 64), starting with a "
@@ -381,23 +383,17 @@ def _parse_health(raw: object, where: str, problems: Problems) -> HealthCheck | 
     if not isinstance(path, str) or not path.startswith("/") or any(ch <= " " for ch in path):
         problems.add(f"{where}.path", f"is required: a path like '/health', got {path!r}")
         path = "/"
-    interval = duration_field(
-        fields,
-        "interval",
-        DEFAULT_HEALTH_INTERVAL_MS,
-        where,
-        problems,
-        minimum_ms=1_000,
-        maximum_ms=MAX_HEALTH_INTERVAL_MS,
-    )
     timeout = duration_field(
         fields,
         "timeout",
-        min(DEFAULT_HEALTH_TIMEOUT_MS, interval),
+        DEFAULT_HEALTH_TIMEOUT_MS,
         where,
         problems,
         minimum_ms=1,
-        maximum_ms=interval,
+        maximum_ms=MAX_HEALTH_TIMEOUT_MS,
+    )
+    unhealthy_after = integer(
+        fields, "unhealthy_after", DEFAULT_UNHEALTHY_AFTER, where, problems, minimum=1, maximum=100
     )
     statuses: tuple[int, ...] = ()
     raw_statuses = fields.get("statuses")
@@ -413,4 +409,4 @@ def _parse_health(raw: object, where: str, problems: Problems) -> HealthCheck | 
             )
         else:
             statuses = tuple(sorted(set(raw_statuses)))
-    return HealthCheck(path, interval, timeout, statuses)
+    return HealthCheck(path, timeout, statuses, unhealthy_after)

@@ -1,0 +1,86 @@
+"""Active health checks: probe every origin that has a ``health`` table, feed its breaker.
+
+Run at every Cron Trigger (``[triggers] crons`` in wrangler.toml). Each probe is a ``GET``
+of the origin's health path with its own timeout; its result goes to the origin's shared
+breaker (:func:`~edge_limiter.core.resilience.shared.apply_health`), so an origin failing
+its probes is opened before users hit it, and one that passes again is tried again at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..core.config import Config
+from ..core.http.messages import Headers
+from ..core.resilience.shared import HealthReport, SyncCall
+from ..core.routing.origins import Origin, Pool
+from .ports import OriginError, OriginRequest, Services
+
+PROBE_HEADER = "X-EdgeLimiter-Health-Check"
+
+
+def pools_of(config: Config) -> list[Pool]:
+    """Every distinct pool the config forwards to."""
+    seen: dict[str, Pool] = {}
+    forwards = [route.forward for route in config.routes]
+    if config.forward is not None:
+        forwards.append(config.forward)
+    for forward in forwards:
+        seen.setdefault(forward.pool.name, forward.pool)
+    return list(seen.values())
+
+
+async def probe(origin: Origin, pool: Pool, services: Services) -> dict[str, Any]:
+    """Probe one origin and report to its breaker; what happened, for the log."""
+    health = origin.health
+    assert health is not None
+    started = services.clock.now_ms()
+    request = OriginRequest(
+        "GET",
+        origin.url + health.path,
+        Headers([(PROBE_HEADER, "1")]),
+        None,
+        health.timeout_ms,
+    )
+    status: int | None = None
+    error = ""
+    try:
+        response = await asyncio.wait_for(
+            services.origin.send(request), timeout=health.timeout_ms / 1000 + 0.25
+        )
+        status = response.status
+    except (OriginError, TimeoutError) as exc:
+        error = type(exc).__name__
+    healthy = status is not None and health.healthy(status)
+    ended = services.clock.now_ms()
+    result: dict[str, Any] = {
+        "event": "health_probe",
+        "origin": origin.name,
+        "healthy": healthy,
+        "status": status,
+        "latency_ms": ended - started,
+    }
+    if error:
+        result["error"] = error
+    if services.breakers is not None:
+        call = SyncCall(pool.breaker, health=HealthReport(ended, healthy, health.unhealthy_after))
+        try:
+            await services.breakers.sync(origin.name, call.to_json())
+        except Exception as exc:
+            result["report_error"] = repr(exc)[:200]
+    return result
+
+
+async def probe_all(config: Config, services: Services) -> list[dict[str, Any]]:
+    """Probe every origin with a health check, all at once; one log record each."""
+    probes = [
+        probe(origin, pool, services)
+        for pool in pools_of(config)
+        for origin in pool.origins
+        if origin.health is not None
+    ]
+    results = list(await asyncio.gather(*probes))
+    for result in results:
+        services.log(result)
+    return results

@@ -1,0 +1,439 @@
+"""The last stage: the request, as canonicalized and counted, to the best origin of its pool.
+
+For each request:
+
+1. its pool's origins are put in order for the client (:func:`order_origins`: its country,
+   then its continent, then distance, then priority);
+2. an attempt goes to the first origin whose circuit breaker allows a call and whose
+   bulkhead (at most ``max_in_flight`` per origin in this isolate) has room; the others are
+   skipped, never queued for;
+3. a failure (timeout, connection error, a failure status such as 502/503/504, or a 429,
+   which parks the origin until its ``Retry-After``) is recorded on the breaker, and an
+   idempotent request (GET, HEAD, OPTIONS, PUT, DELETE, or one holding an Idempotency-Key
+   claim) is retried on the next origin in the order after a full-jitter backoff,
+   within the route's deadline and the pool's retry budget; a POST without a claim never is;
+4. when every attempt failed: the last origin's own answer, or 502/503/504 saying which
+   origins were tried and why (breaker-open answers carry ``Retry-After``).
+
+Each isolate keeps its own copy of every origin's breaker and reports what it saw to the
+origin's shared breaker (a Durable Object) after the response, at most about once a
+second; the answer replaces its copy, so an outage one isolate sees protects the others.
+If that Durable Object is unreachable, the isolate's own breaker goes on deciding alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.http import problems
+from ..core.http.messages import Response
+from ..core.resilience.backoff import parse_retry_after, retry_delay_ms
+from ..core.resilience.breaker import (
+    BreakerDecision,
+    BreakerSettings,
+    BreakerState,
+    Outcome,
+    Permit,
+    Report,
+    adopt,
+    allow,
+    classify,
+    current_phase,
+    overloaded,
+    record,
+)
+from ..core.resilience.budget import RetryBudgetState
+from ..core.resilience.bulkhead import Bulkhead
+from ..core.resilience.retry import RetrySettings, is_idempotent
+from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, state_from_json
+from ..core.routing.geo import ClientLocation, order_origins
+from ..core.routing.origins import Origin, Pool
+from .exchange import Exchange, problem_response
+from .ports import (
+    Background,
+    OriginRequest,
+    OriginTimeoutError,
+    OriginUnreachableError,
+    Services,
+)
+
+ORIGIN_HEADER = "X-Origin"
+#: How stale an isolate's copy of a shared breaker may get before it reports and refreshes
+#: (after the response).
+SYNC_EVERY_MS = 1_000
+#: A copy older than this (a new isolate, or no traffic for a while) is refreshed before it
+#: decides: one round trip, so a breaker a health probe or another isolate opened holds
+#: from this isolate's first request on.
+REFRESH_BEFORE_USE_MS = 10_000
+#: The most a request waits for that refresh; past it, the old copy decides.
+REFRESH_TIMEOUT_S = 0.2
+#: Extra time the gateway's own watchdog allows beyond an attempt's timeout, so the
+#: platform's abort (which closes the connection) normally fires first.
+WATCHDOG_GRACE_S = 0.25
+#: The longest an origin's Retry-After may park it.
+MAX_RETRY_AFTER_MS = 300_000
+
+
+@dataclass(slots=True)
+class _Copy:
+    """This isolate's copy of one origin's breaker, and what it has not reported yet."""
+
+    state: BreakerState = field(default_factory=BreakerState)
+    pending: list[Report] = field(default_factory=list)
+    synced_at: int = -SYNC_EVERY_MS
+    syncing: bool = False
+
+
+class BreakerBoard:
+    """Every origin's breaker as this isolate sees it, kept in step with the shared ones."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.copies: dict[str, _Copy] = {}
+
+    def _copy(self, name: str) -> _Copy:
+        copy = self.copies.get(name)
+        if copy is None:
+            copy = self.copies[name] = _Copy()
+        return copy
+
+    def allow(self, origin: str, settings: BreakerSettings, now: int) -> BreakerDecision:
+        copy = self._copy(origin)
+        decision, copy.state = allow(copy.state, settings, now)
+        return decision
+
+    def give_back(self, origin: str, settings: BreakerSettings, permit: Permit) -> None:
+        """Return an unused permit (a half-open trial that was never made)."""
+        copy = self._copy(origin)
+        copy.state = record(copy.state, settings, 0, Outcome.OVERLOAD, permit)
+
+    def phase(self, origin: str, now: int) -> str:
+        return current_phase(self._copy(origin).state, now).value
+
+    def record(
+        self,
+        origin: str,
+        settings: BreakerSettings,
+        now: int,
+        outcome: Outcome,
+        *,
+        permit: Permit | None,
+        overloaded_until: int = 0,
+    ) -> None:
+        copy = self._copy(origin)
+        if outcome is Outcome.OVERLOAD and overloaded_until > now:
+            copy.state = overloaded(copy.state, now, overloaded_until)
+        copy.state = record(copy.state, settings, now, outcome, permit)
+        copy.pending.append(Report(now, outcome, permit, overloaded_until))
+        del copy.pending[:-MAX_PENDING_REPORTS]
+
+    def sync_soon(
+        self, origin: str, settings: BreakerSettings, now: int, background: Background
+    ) -> None:
+        """Report and refresh after the response when the copy is about a second old."""
+        if self.services.breakers is None:
+            return
+        copy = self._copy(origin)
+        if copy.syncing or now - copy.synced_at < SYNC_EVERY_MS:
+            return
+        copy.syncing = True
+        copy.synced_at = now
+        background.defer(self._sync(origin, settings, copy))
+
+    async def refresh_if_old(self, origin: str, settings: BreakerSettings, now: int) -> None:
+        """Refresh a copy too old to trust before it decides (see REFRESH_BEFORE_USE_MS)."""
+        if self.services.breakers is None:
+            return
+        copy = self._copy(origin)
+        if copy.syncing or now - copy.synced_at < REFRESH_BEFORE_USE_MS:
+            return
+        copy.syncing = True
+        copy.synced_at = now
+        try:
+            await asyncio.wait_for(self._sync(origin, settings, copy), REFRESH_TIMEOUT_S)
+        except TimeoutError:
+            copy.syncing = False
+
+    async def _sync(self, origin: str, settings: BreakerSettings, copy: _Copy) -> None:
+        assert self.services.breakers is not None
+        reports, copy.pending = copy.pending, []
+        try:
+            answer = await self.services.breakers.sync(
+                origin, SyncCall(settings, tuple(reports)).to_json()
+            )
+            copy.state = adopt(copy.state, state_from_json(answer))
+        except Exception as exc:  # the isolate's own breaker goes on deciding alone
+            copy.pending = (reports + copy.pending)[-MAX_PENDING_REPORTS:]
+            self.services.log(
+                {"event": "breaker_sync_error", "origin": origin, "error": repr(exc)[:200]}
+            )
+        finally:
+            copy.syncing = False
+
+
+@dataclass(slots=True)
+class _Tried:
+    """What happened at one origin (for the log and a failure's problem body)."""
+
+    origin: str
+    outcome: str
+    status: int | None = None
+    retry_after_ms: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"origin": self.origin, "outcome": self.outcome}
+        if self.status is not None:
+            out["status"] = self.status
+        return out
+
+
+class Upstream:
+    """Sends requests to their pool's origins; see the module docstring."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.breakers = BreakerBoard(services)
+        self.bulkheads: dict[str, Bulkhead] = {}
+        self.budgets: dict[tuple[str, RetrySettings], RetryBudgetState] = {}
+        self.orders: dict[tuple[str, Any], tuple[Origin, ...]] = {}
+
+    def _order(self, pool: Pool, exchange: Exchange) -> tuple[Origin, ...]:
+        if len(pool.origins) == 1:
+            return pool.origins
+        client = exchange.request.client
+        where = (
+            client.country or None,
+            client.continent or None,
+            client.latitude,
+            client.longitude,
+        )
+        key = (pool.name, where)
+        order = self.orders.get(key)
+        if order is None:
+            order = order_origins(pool.origins, ClientLocation(*where))
+            if len(self.orders) > 4_096:  # bounded: a handful of locations per pool
+                self.orders.clear()
+            self.orders[key] = order
+        return order
+
+    def _bulkhead(self, origin: Origin) -> Bulkhead:
+        bulkhead = self.bulkheads.get(origin.name)
+        if bulkhead is None:
+            bulkhead = self.bulkheads[origin.name] = Bulkhead(origin.max_in_flight)
+        return bulkhead
+
+    def _give_back(self, origin: Origin, pool: Pool, permit: Permit) -> None:
+        """Undo a choice that will not be used: its bulkhead slot and any trial permit."""
+        self._bulkhead(origin).release()
+        self.breakers.give_back(origin.name, pool.breaker, permit)
+
+    async def _choose(
+        self,
+        order: tuple[Origin, ...],
+        start: int,
+        pool: Pool,
+        now: int,
+        tried: list[_Tried],
+        *,
+        background: Background,
+    ) -> tuple[int, Origin, Permit] | None:
+        """The first origin from ``start`` (wrapping) that may take a call now."""
+        for step in range(len(order)):
+            position = (start + step) % len(order)
+            origin = order[position]
+            bulkhead = self._bulkhead(origin)
+            if not bulkhead.try_acquire():
+                tried.append(_Tried(origin.name, "bulkhead_full"))
+                continue
+            await self.breakers.refresh_if_old(origin.name, pool.breaker, now)
+            decision = self.breakers.allow(origin.name, pool.breaker, now)
+            if decision.permit is None:
+                # Skipped, not called: still report and refresh it about once a second.
+                self.breakers.sync_soon(origin.name, pool.breaker, now, background)
+                bulkhead.release()
+                refusal = decision.refusal.value if decision.refusal else "open"
+                outcome = "breaker_open" if refusal != "overloaded" else "overloaded"
+                tried.append(_Tried(origin.name, outcome, retry_after_ms=decision.retry_after_ms))
+                continue
+            return position, origin, decision.permit
+        return None
+
+    def _may_retry(self, exchange: Exchange, retry: RetrySettings, now: int) -> bool:
+        key = (exchange.forward.pool.name, retry)
+        budget = retry.budget()
+        allowed, self.budgets[key] = budget.try_spend(
+            self.budgets.get(key, RetryBudgetState()), now
+        )
+        return allowed
+
+    async def __call__(self, exchange: Exchange) -> Response:
+        services = self.services
+        clock = services.clock
+        forward = exchange.forward
+        pool, retry = forward.pool, forward.retry
+        request = exchange.request
+        order = self._order(pool, exchange)
+        start = clock.now_ms()
+        deadline = start + forward.timeout_ms
+        retryable = retry.attempts > 1 and is_idempotent(
+            request.method, exchange.idempotency_token is not None
+        )
+        budget_key = (pool.name, retry)
+        if retryable:
+            self.budgets[budget_key] = retry.budget().note_request(
+                self.budgets.get(budget_key, RetryBudgetState()), start
+            )
+        tried: list[_Tried] = []
+        last: Response | None = None
+        previous: Origin | None = None
+        retry_after_ms: int | None = None
+        position = 0
+        attempts = retry.attempts if retryable else 1
+        for attempt in range(attempts):
+            now = clock.now_ms()
+            if attempt and not self._may_retry(exchange, retry, now):
+                services.log({"event": "retry_budget_exhausted", "route": exchange.route_name})
+                break
+            chosen = await self._choose(
+                order, position, pool, now, tried, background=exchange.background
+            )
+            if chosen is None:
+                break
+            position, origin, permit = chosen
+            position += 1  # the next attempt prefers the next origin in the order
+            if attempt:
+                # Full jitter; an origin's Retry-After only holds for that same origin.
+                wait_for = retry_after_ms if origin is previous else None
+                delay = retry_delay_ms(
+                    attempt - 1, retry.base_ms, retry.cap_ms, services.random, wait_for
+                )
+                if now + delay >= deadline:
+                    self._give_back(origin, pool, permit)
+                    break
+                if delay > 0:
+                    await services.sleep(delay / 1000)
+            try:
+                response, outcome, retry_after_ms = await self._attempt(
+                    exchange, origin, permit, attempt=attempt, deadline=deadline, tried=tried
+                )
+            finally:
+                self._bulkhead(origin).release()
+            if response is not None and outcome in (Outcome.SUCCESS, Outcome.SLOW):
+                return response
+            if response is not None:
+                last = response
+            previous = origin
+        exchange.origin_failed = True
+        if last is not None:
+            return last  # the origin's own failure answer, passed on
+        return problem_response(self._failure(exchange, tried))
+
+    async def _attempt(
+        self,
+        exchange: Exchange,
+        origin: Origin,
+        permit: Permit,
+        *,
+        attempt: int,
+        deadline: int,
+        tried: list[_Tried],
+    ) -> tuple[Response | None, Outcome, int | None]:
+        """One call to ``origin``: its response (None on an error), outcome, Retry-After."""
+        services = self.services
+        clock = services.clock
+        pool = exchange.forward.pool
+        request = exchange.request
+        started = clock.now_ms()
+        timeout_ms = min(origin.timeout_ms, max(1, deadline - started))
+        url = origin.url + exchange.path + (f"?{request.query}" if request.query else "")
+        outgoing = OriginRequest(
+            request.method, url, request.headers, request.body, timeout_ms, request.native
+        )
+        response: Response | None = None
+        error: str | None = None
+        try:
+            response = await asyncio.wait_for(
+                services.origin.send(outgoing), timeout=timeout_ms / 1000 + WATCHDOG_GRACE_S
+            )
+        except (OriginTimeoutError, TimeoutError):
+            error = "timeout"
+        except OriginUnreachableError as exc:
+            error = f"unreachable: {exc}"[:200]
+        ended = clock.now_ms()
+        status = response.status if response is not None else None
+        outcome = classify(status, error, ended - started, pool.breaker)
+        retry_after_ms: int | None = None
+        overloaded_until = 0
+        if response is not None:
+            exchange.reached_origin = True
+            response.headers.set(ORIGIN_HEADER, origin.name)
+            retry_after_ms = parse_retry_after(response.headers.get("retry-after"), ended)
+            if outcome is Outcome.OVERLOAD:
+                pause = min(retry_after_ms or 1_000, MAX_RETRY_AFTER_MS)
+                overloaded_until = ended + pause
+        self.breakers.record(
+            origin.name,
+            pool.breaker,
+            ended,
+            outcome,
+            permit=permit,
+            overloaded_until=overloaded_until,
+        )
+        self.breakers.sync_soon(origin.name, pool.breaker, ended, exchange.background)
+        kind = "timeout" if error == "timeout" else ("unreachable" if error else outcome.value)
+        tried.append(_Tried(origin.name, kind, status))
+        if attempt or outcome is not Outcome.SUCCESS:
+            # A first attempt that succeeds is the ordinary case (the access log has it);
+            # every failure, and every retry, is logged.
+            self._log_attempt(
+                exchange,
+                origin,
+                attempt,
+                kind=kind,
+                status=status,
+                latency_ms=ended - started,
+                error=error,
+            )
+        return response, outcome, retry_after_ms
+
+    def _log_attempt(
+        self,
+        exchange: Exchange,
+        origin: Origin,
+        attempt: int,
+        *,
+        kind: str,
+        status: int | None,
+        latency_ms: int,
+        error: str | None,
+    ) -> None:
+        ended = self.services.clock.now_ms()
+        self.services.log(
+            {
+                "event": "origin_attempt",
+                "route": exchange.route_name,
+                "origin": origin.name,
+                "attempt": attempt + 1,
+                "outcome": kind,
+                "status": status,
+                "latency_ms": latency_ms,
+                "breaker": self.breakers.phase(origin.name, ended),
+                **({"detail": error} if error and error != "timeout" else {}),
+            }
+        )
+
+    def _failure(self, exchange: Exchange, tried: list[_Tried]) -> problems.Problem:
+        """The answer when no origin answered: which were tried, and why each failed."""
+        route = exchange.route_name
+        pool = exchange.forward.pool.name
+        described = [t.describe() for t in tried]
+        attempted = [t for t in tried if t.outcome in ("timeout", "unreachable")]
+        if not attempted:
+            waits = [t.retry_after_ms for t in tried if t.retry_after_ms > 0]
+            busy = all(t.outcome == "bulkhead_full" for t in tried)
+            return problems.origins_unavailable(route, pool, described, min(waits, default=0), busy)
+        if attempted[-1].outcome == "timeout":
+            return problems.origin_timeout(route, pool, described, exchange.forward.timeout_ms)
+        return problems.origin_unreachable(route, pool, described)

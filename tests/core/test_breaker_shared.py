@@ -1,0 +1,125 @@
+"""The shared breaker's Durable Object step: reports replayed, health probes, the protocol."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge_limiter.core.errors import ProtocolError
+from edge_limiter.core.resilience.breaker import (
+    BreakerSettings,
+    BreakerState,
+    Outcome,
+    Phase,
+    Report,
+)
+from edge_limiter.core.resilience.shared import (
+    HealthReport,
+    SharedState,
+    SyncCall,
+    apply_health,
+    apply_reports,
+    apply_sync,
+    decode_settings,
+    decode_shared,
+    encode_settings,
+    encode_shared,
+    state_from_json,
+    state_to_json,
+)
+
+SETTINGS = BreakerSettings(failure_rate=50, window=4, min_calls=4, open_for_ms=10_000)
+T0 = 1_700_000_000_000
+
+
+def failures(count: int, start: int = T0) -> list[Report]:
+    return [Report(start + n, Outcome.FAILURE) for n in range(count)]
+
+
+def test_reports_from_isolates_trip_the_shared_breaker_at_the_threshold() -> None:
+    three = apply_reports(BreakerState(), SETTINGS, failures(3))
+    assert three.phase is Phase.CLOSED
+    four = apply_reports(BreakerState(), SETTINGS, failures(4))
+    assert four.phase is Phase.OPEN and four.open_until == T0 + 3 + 10_000
+
+
+def test_while_open_reported_calls_do_not_count_then_trials_close_it() -> None:
+    opened = apply_reports(BreakerState(), SETTINGS, failures(4))
+    ignored = apply_reports(opened, SETTINGS, [Report(T0 + 100, Outcome.SUCCESS)])
+    assert ignored == opened
+    after = opened.open_until
+    trials = [Report(after + n, Outcome.SUCCESS) for n in range(2)]
+    closed = apply_reports(opened, SETTINGS, trials)
+    assert closed.phase is Phase.CLOSED and closed.trips == 0
+
+
+def test_reports_are_replayed_in_time_order_whatever_order_they_arrive_in() -> None:
+    reports = [*failures(4), Report(T0 + 20_000, Outcome.SUCCESS)]
+    assert apply_reports(BreakerState(), SETTINGS, reversed(reports)) == apply_reports(
+        BreakerState(), SETTINGS, reports
+    )
+
+
+def test_an_overload_report_parks_the_origin_without_a_failure() -> None:
+    parked = apply_reports(
+        BreakerState(), SETTINGS, [Report(T0, Outcome.OVERLOAD, None, T0 + 30_000)]
+    )
+    assert parked.cool_down_until == T0 + 30_000 and parked.recent == ""
+
+
+def test_failed_probes_open_a_closed_breaker_and_a_passing_one_ends_the_wait() -> None:
+    shared = apply_health(SharedState(), SETTINGS, HealthReport(T0, False, 2))
+    assert shared.breaker.phase is Phase.CLOSED and shared.failed_probes == 1
+    shared = apply_health(shared, SETTINGS, HealthReport(T0 + 60_000, False, 2))
+    assert shared.breaker.phase is Phase.OPEN
+    assert shared.breaker.open_until == T0 + 60_000 + 10_000
+    healed = apply_health(shared, SETTINGS, HealthReport(T0 + 61_000, True, 2))
+    assert healed.breaker.open_until == T0 + 61_000 and healed.failed_probes == 0
+    # Its next reported call is a trial.
+    trial = apply_reports(healed.breaker, SETTINGS, [Report(T0 + 61_001, Outcome.SUCCESS)])
+    assert trial.phase is Phase.HALF_OPEN and trial.successes == 1
+
+
+def test_a_passing_probe_resets_the_run_of_failures() -> None:
+    shared = apply_health(SharedState(), SETTINGS, HealthReport(T0, False, 2))
+    shared = apply_health(shared, SETTINGS, HealthReport(T0 + 1, True, 2))
+    shared = apply_health(shared, SETTINGS, HealthReport(T0 + 2, False, 2))
+    assert shared.breaker.phase is Phase.CLOSED
+
+
+def test_the_protocol_round_trips() -> None:
+    call = SyncCall(SETTINGS, tuple(failures(2)), HealthReport(T0, False, 3))
+    again = SyncCall.from_json(call.to_json())
+    assert again == call
+    shared = apply_sync(again, SharedState())
+    assert decode_shared(encode_shared(shared)) == shared
+    assert state_from_json(state_to_json(shared.breaker)) == shared.breaker
+    assert decode_settings(encode_settings(SETTINGS)) == SETTINGS
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "{}", '{"settings":{}}', '{"settings":' + '{"failure_rate":"x"}' + "}", "[1]"],
+)
+def test_malformed_syncs_are_protocol_errors(text: str) -> None:
+    with pytest.raises(ProtocolError):
+        SyncCall.from_json(text)
+
+
+def test_unreadable_stored_state_is_a_fresh_breaker() -> None:
+    assert decode_shared("garbage") == SharedState()
+    assert decode_shared(None) == SharedState()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30_000), st.sampled_from(list(Outcome))), max_size=40))
+def test_the_shared_state_never_goes_half_open_before_its_open_time(
+    steps: list[tuple[int, Outcome]],
+) -> None:
+    state = BreakerState()
+    for at, outcome in sorted(steps):
+        before = state
+        state = apply_reports(state, SETTINGS, [Report(T0 + at, outcome)])
+        if before.phase is Phase.OPEN and T0 + at < before.open_until:
+            assert state.phase is Phase.OPEN and state.recent == before.recent

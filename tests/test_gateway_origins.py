@@ -1,0 +1,292 @@
+"""Origin pools through the whole gateway on CPython: geo order, failover, breakers shared
+between isolates, health probes, retries with jitter and budget, bulkheads, deadlines,
+stale-if-error and refunds (fake origins, clock, sleep and breaker store)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from edge_limiter.core.http.messages import Headers, Response
+from edge_limiter.core.resilience.breaker import BreakerSettings
+from edge_limiter.core.resilience.shared import HealthReport, SyncCall
+from edge_limiter.gateway import Gateway, OriginRequest, OriginUnreachableError, Services
+
+from .fakes import FakeOrigin, Harness, body_json, harness, request
+
+POOLS: dict[str, Any] = {
+    "api": {
+        "breaker": {"failure_rate": 50, "window": 4, "min_calls": 4, "open_for": "10s"},
+        "retry": {"attempts": 3, "base": "100ms", "cap": "1s", "budget": 0.5},
+        "origins": [
+            {"name": "eu", "url": "http://eu.test", "continents": ["EU"], "countries": ["CH"]},
+            {"name": "us", "url": "http://us.test", "continents": ["NA"], "priority": 1},
+            {"name": "ap", "url": "http://ap.test", "continents": ["AS"], "priority": 2},
+        ],
+    }
+}
+ROUTE: dict[str, Any] = {
+    "name": "api",
+    "match": {"path": "/v1/*"},
+    "limits": "1000/hour",
+    "pool": "api",
+}
+
+
+class Origins:
+    """Fake origins by host: each answers 200 naming itself, or fails as a test says."""
+
+    def __init__(self) -> None:
+        self.down: set[str] = set()
+        self.status: dict[str, int] = {}
+        self.headers: dict[str, list[tuple[str, str]]] = {}
+        self.hits: list[str] = []
+        self.hold: asyncio.Event | None = None
+
+    async def respond(self, outgoing: OriginRequest) -> Response:
+        host = outgoing.url.split("://", 1)[1].split("/", 1)[0].split(".")[0]
+        self.hits.append(host)
+        if self.hold is not None:
+            await self.hold.wait()
+        if host in self.down:
+            raise OriginUnreachableError(f"connection refused by {host}")
+        status = self.status.get(host, 200)
+        return Response(status, Headers(self.headers.get(host, [])), f"from {host}".encode())
+
+
+def pooled(
+    origins: Origins, *routes: dict[str, Any], pools: dict[str, Any] | None = None
+) -> Harness:
+    return harness(
+        *(routes or (ROUTE,)),
+        upstream=FakeOrigin(respond=origins.respond),
+        origin=None,
+        pools=pools or POOLS,
+    )
+
+
+def from_(country: str, continent: str, path: str = "/v1/x", method: str = "GET", **kw: Any):  # type: ignore[no-untyped-def]
+    req = request(path, method, **kw)
+    req.client = type(req.client)(ip=req.client.ip, country=country, continent=continent)
+    return req
+
+
+def test_clients_reach_their_regions_origin() -> None:
+    origins = Origins()
+    h = pooled(origins)
+    cases = {("DE", "EU"): "eu", ("US", "NA"): "us", ("JP", "AS"): "ap", ("CH", "EU"): "eu"}
+    for (country, continent), expected in cases.items():
+        answer = h.send(from_(country, continent))
+        assert answer.headers.get("x-origin") == expected
+        assert answer.body == f"from {expected}".encode()
+    # No location: a deterministic order (priority, then name).
+    assert h.send(request()).headers.get("x-origin") == "eu"
+
+
+def test_a_dead_origin_fails_over_with_no_failed_idempotent_request() -> None:
+    origins = Origins()
+    origins.down.add("eu")
+    h = pooled(origins)
+    answers = [h.send(from_("DE", "EU")) for _ in range(10)]
+    assert all(a.status == 200 for a in answers)
+    assert {a.headers.get("x-origin") for a in answers} == {"us"}
+    # The breaker opened after 4 failures in a row: eu is skipped, not even tried.
+    assert origins.hits.count("eu") == 4
+    eu_attempts = [a for a in h.events("origin_attempt") if a["origin"] == "eu"]
+    assert eu_attempts[-1]["breaker"] == "open"
+
+
+def test_a_post_without_a_key_is_never_retried() -> None:
+    origins = Origins()
+    origins.down.add("eu")
+    h = pooled(origins)
+    answer = h.send(from_("DE", "EU", method="POST", body=b"x"))
+    assert answer.status == 502
+    assert origins.hits == ["eu"]
+    assert body_json(answer)["tried"] == [{"origin": "eu", "outcome": "unreachable"}]
+
+
+def test_the_breaker_opens_skips_and_closes_after_recovery() -> None:
+    origins = Origins()
+    origins.status["eu"] = 503
+    h = pooled(origins)
+    for _ in range(4):
+        h.send(from_("DE", "EU"))
+    eu_hits = origins.hits.count("eu")
+    answer = h.send(from_("DE", "EU"))
+    assert answer.headers.get("x-origin") == "us"
+    assert origins.hits.count("eu") == eu_hits  # open: not called
+    origins.status.pop("eu")
+    h.clock.advance(10_000)  # the open time is over: trials go to eu
+    answers = [h.send(from_("DE", "EU")) for _ in range(3)]
+    assert [a.headers.get("x-origin") for a in answers] == ["eu", "eu", "eu"]
+    assert h.events("origin_attempt")[-1]["breaker"] == "closed"
+
+
+def test_an_outage_seen_by_one_isolate_protects_the_others() -> None:
+    origins = Origins()
+    origins.down.add("eu")
+    a = pooled(origins)
+    b = pooled(origins)
+    b.gateway = Gateway(b.gateway.config, Services(**{**_services(b), "breakers": a.breakers}))
+    for _ in range(4):
+        a.send(from_("DE", "EU"))  # a's own breaker opens after 4 failures
+    a.clock.advance(1_500)
+    a.send(from_("DE", "EU"))  # eu skipped; a reports what it saw (after the response)
+    assert a.breakers.calls.count("eu") >= 2
+    # b's copy of eu was never synced: it refreshes it before its first decision and
+    # skips eu without ever seeing it fail itself.
+    for _ in range(6):
+        assert b.send(from_("DE", "EU")).headers.get("x-origin") == "us"
+        b.clock.advance(1_100)
+    assert origins.hits.count("eu") == 4
+
+
+def _services(h: Harness) -> dict[str, Any]:
+    services = h.gateway.services
+    return {name: getattr(services, name) for name in services.__dataclass_fields__}
+
+
+def test_an_unreachable_breaker_store_leaves_the_isolate_deciding_alone() -> None:
+    origins = Origins()
+    origins.down.add("eu")
+    h = pooled(origins)
+    h.breakers.failing = True
+    for _ in range(6):
+        assert h.send(from_("DE", "EU")).status == 200
+    assert origins.hits.count("eu") == 4  # the local breaker still opened
+    assert h.events("breaker_sync_error")
+
+
+def test_health_probes_open_and_close_the_shared_breaker() -> None:
+    origins = Origins()
+    h = pooled(origins)
+    settings = BreakerSettings(failure_rate=50, window=4, min_calls=4, open_for_ms=10_000)
+    now = h.clock.now
+
+    def probe(healthy: bool, at: int) -> None:
+        call = SyncCall(settings, health=HealthReport(at, healthy, 2))
+        asyncio.run(h.breakers.sync("eu", call.to_json()))
+
+    probe(False, now)
+    probe(False, now + 1)  # two failed probes in a row: open, with no user traffic
+    answer = h.send(from_("DE", "EU"))
+    assert answer.headers.get("x-origin") == "us"
+    assert origins.hits == ["us"]  # no user request ever reached eu
+    probe(True, h.clock.now)  # recovered: the wait is over at once
+    h.flush()
+    h.clock.advance(1_500)
+    h.send(from_("DE", "EU"))
+    h.flush()
+    h.clock.advance(1_500)
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
+
+
+def test_backoff_is_full_jitter_within_the_cap_and_the_deadline_holds() -> None:
+    origins = Origins()
+    origins.down.update({"eu", "us", "ap"})
+    h = pooled(origins, {**ROUTE, "timeout": "10s"})
+    answer = h.send(from_("DE", "EU"))
+    assert answer.status == 502
+    assert len(h.sleep.waits) == 2
+    assert all(0 <= wait <= 1.0 for wait in h.sleep.waits)
+    assert [t["origin"] for t in body_json(answer)["tried"]] == ["eu", "us", "ap"]
+    short = pooled(origins, {**ROUTE, "timeout": "50ms"})
+    short.send(from_("DE", "EU"))
+    assert sum(short.sleep.waits) < 0.05  # never waits past the deadline
+
+
+def test_a_429_parks_the_origin_until_its_retry_after() -> None:
+    origins = Origins()
+    origins.status["eu"] = 429
+    origins.headers["eu"] = [("retry-after", "30")]
+    h = pooled(origins)
+    first = h.send(from_("DE", "EU"))
+    assert first.headers.get("x-origin") == "us"
+    origins.status.pop("eu")
+    h.clock.advance(20_000)
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "us"
+    h.clock.advance(10_001)
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
+
+
+def test_the_bulkhead_sends_excess_to_the_next_origin_or_answers_503_at_once() -> None:
+    origins = Origins()
+    origins.hold = asyncio.Event()
+    pools = {"one": {"origins": [{"name": "solo", "url": "http://solo.test", "max_in_flight": 2}]}}
+    h = pooled(origins, {**ROUTE, "pool": "one"}, pools=pools)
+
+    async def scenario() -> list[Response]:
+        tasks = [asyncio.ensure_future(h.gateway.handle(request(), h.background)) for _ in range(4)]
+        while len(origins.hits) < 2:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        done = [t for t in tasks if t.done()]
+        assert origins.hold is not None
+        origins.hold.set()
+        await asyncio.gather(*tasks)
+        return [t.result() for t in done]
+
+    shed = asyncio.run(scenario())
+    h.flush()
+    assert len(origins.hits) == 2  # never more than 2 in flight
+    assert [r.status for r in shed] == [503, 503]
+    assert body_json(shed[0])["code"] == "origin_busy"
+
+
+def test_every_origin_open_is_a_503_with_retry_after_naming_them() -> None:
+    origins = Origins()
+    origins.status.update({"eu": 503, "us": 503, "ap": 503})
+    h = pooled(origins)
+    for _ in range(8):
+        h.send(from_("DE", "EU"))
+    answer = h.send(from_("DE", "EU"))
+    assert answer.status == 503
+    body = body_json(answer)
+    assert body["code"] == "origins_unavailable"
+    assert {t["outcome"] for t in body["tried"]} == {"breaker_open"}
+    assert 1 <= int(answer.headers.get("retry-after") or 0) <= 10
+
+
+def test_the_retry_budget_keeps_an_outage_from_multiplying_load() -> None:
+    origins = Origins()
+    origins.status.update({"eu": 500})  # not a failure status: no breaker, only retries?
+    pools = {
+        "api": {
+            **POOLS["api"],
+            "breaker": {"failure_statuses": [500], "window": 100, "min_calls": 100},
+            "retry": {"attempts": 3, "budget": 0.1, "min_per_second": 1},
+            "origins": [POOLS["api"]["origins"][0]],
+        }
+    }
+    h = pooled(origins, pools=pools)
+    for _ in range(50):
+        h.send(from_("DE", "EU"))
+    # 50 requests may add at most 10% retries (plus the floor of 1 a second).
+    assert len(origins.hits) <= 50 + 5 + 10
+    assert h.events("retry_budget_exhausted")
+
+
+def test_stale_if_error_serves_the_cached_copy_when_every_origin_fails() -> None:
+    origins = Origins()
+    cached = {**ROUTE, "cache": {"ttl": "1m", "stale_if_error": "10m"}}
+    h = pooled(origins, cached)
+    assert h.send(from_("DE", "EU")).body == b"from eu"
+    h.clock.advance(120_000)  # past its freshness, within stale_if_error
+    origins.down.update({"eu", "us", "ap"})
+    stale = h.send(from_("DE", "EU"))
+    assert stale.status == 200 and stale.body == b"from eu"
+    assert stale.headers.get("x-cache") == "STALE" and stale.headers.get("age") == "120"
+    h.clock.advance(600_000)
+    assert h.send(from_("DE", "EU")).status == 502  # past the stale window too
+
+
+def test_refund_on_gives_the_quota_back_when_the_origins_fail() -> None:
+    origins = Origins()
+    origins.status.update({"eu": 502, "us": 502, "ap": 502})
+    limited = {**ROUTE, "limits": "2/hour", "refund_on": [502], "retry": {"attempts": 1}}
+    h = pooled(origins, limited)
+    for _ in range(5):
+        assert h.send(from_("DE", "EU")).status == 502  # refunded: never 429
+    origins.status.clear()
+    assert [h.send(from_("DE", "EU")).status for _ in range(3)] == [200, 200, 429]
