@@ -14,6 +14,7 @@ to the response (for cache tests: ``?h=cache-control:max-age%3D1``).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,17 +33,23 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         # The request target exactly as received: never parsed as a URL, so "//x" stays a path.
         path, _, query = self.path.partition("?")
-        status = 200
+        status = self.server.fail_status or 200
         number = self.server.record(self.command, path)
         # The last two segments: ".../status/503", ".../slow/2500".
         parts = path.strip("/").split("/")[-2:]
         if len(parts) == 2 and parts[0] == "status" and parts[1].isdigit():
             status = int(parts[1])
-        delay = self.headers.get("x-demo-delay", "")
+        delay = self.headers.get("x-demo-delay", "") or str(self.server.delay_ms or "")
         if len(parts) == 2 and parts[0] == "slow" and parts[1].isdigit():
             delay = parts[1]
-        if delay.isdigit():
-            time.sleep(min(int(delay), 60_000) / 1000)
+        try:
+            if delay.isdigit():
+                time.sleep(min(int(delay), 60_000) / 1000)
+            self._respond(status, number, path, query, body)
+        finally:
+            self.server.leave()
+
+    def _respond(self, status: int, number: int, path: str, query: str, body: bytes) -> None:
         payload = json.dumps(
             {
                 "n": number,
@@ -82,12 +89,28 @@ class _OriginServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.name = name
         self.hits: list[tuple[str, str]] = []
+        self.fail_status: int | None = None
+        self.delay_ms = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._lock = threading.Lock()
 
     def record(self, method: str, path: str) -> int:
         with self._lock:
             self.hits.append((method, path))
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
             return len(self.hits)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away (a gateway timeout) is no error worth a traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class DemoOrigin:
@@ -108,6 +131,29 @@ class DemoOrigin:
         """Every (method, path) that reached this origin, in order."""
         with self._server._lock:
             return list(self._server.hits)
+
+    @property
+    def fail_status(self) -> int | None:
+        """When set, every request is answered with this status (an origin in trouble)."""
+        return self._server.fail_status
+
+    @fail_status.setter
+    def fail_status(self, status: int | None) -> None:
+        self._server.fail_status = status
+
+    @property
+    def delay_ms(self) -> int:
+        """How long every answer waits (a slow origin)."""
+        return self._server.delay_ms
+
+    @delay_ms.setter
+    def delay_ms(self, ms: int) -> None:
+        self._server.delay_ms = ms
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests this origin has had in progress at once."""
+        return self._server.max_in_flight
 
     def stop(self) -> None:
         """Stop serving and close the socket."""

@@ -1,0 +1,247 @@
+"""Origin pools end to end on the local runtime: real origin servers on loopback that the
+tests make slow, failing or dead, clients in different countries (MF-CF-Blob), and two
+isolates (two copies of the Worker in one runtime) sharing the breakers' Durable Objects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from demo_origin import DemoOrigin
+from local_gateway import LocalGateway
+
+from .conftest import fresh_ip, track
+
+pytestmark = pytest.mark.e2e
+
+NAMES = ("eu", "us", "ap", "fo-eu", "fo-us", "st-eu", "st-us", "hc-a", "hc-b", "p-a", "p-b")
+NAMES += ("tiny", "lone", "slow")
+BREAKER = {"failure_rate": 50, "window": 4, "min_calls": 4, "open_for": "3s"}
+RETRY = {"attempts": 3, "base": "10ms", "cap": "50ms"}
+
+
+def region(name: str, continent: str, priority: int, **more: Any) -> dict[str, Any]:
+    return {"name": name, "url": "", "continents": [continent], "priority": priority, **more}
+
+
+POOLS: dict[str, Any] = {
+    "geo": [region("eu", "EU", 0), region("us", "NA", 1), region("ap", "AS", 2)],
+    "fo": [region("fo-eu", "EU", 0), region("fo-us", "NA", 1)],
+    "stop": [region("st-eu", "EU", 0), region("st-us", "NA", 1)],
+    "hc": [
+        region("hc-a", "EU", 0, health={"path": "/health", "timeout": "1s", "unhealthy_after": 2}),
+        region("hc-b", "NA", 1),
+    ],
+    "post": [region("p-a", "EU", 0), region("p-b", "NA", 1)],
+    "tiny": [{"name": "tiny", "url": "", "max_in_flight": 2}],
+    "lone": [{"name": "lone", "url": ""}],
+    "slow": [{"name": "slow", "url": ""}],
+}
+
+
+def pool_config(origins: dict[str, DemoOrigin]) -> dict[str, Any]:
+    pools = {}
+    for pool, members in POOLS.items():
+        listed = [{**member, "url": origins[member["name"]].url} for member in members]
+        pools[pool] = {"breaker": BREAKER, "retry": RETRY, "origins": listed}
+    pools["tiny"]["retry"] = {"attempts": 1}
+
+    def route(name: str, pool: str, **more: Any) -> dict[str, Any]:
+        return {
+            "name": name,
+            "match": {"path": f"/{name}/*"},
+            "limits": "10000/hour",
+            "pool": pool,
+            **more,
+        }
+
+    return {
+        "pools": pools,
+        "routes": [
+            route("geo", "geo"),
+            route("fo", "fo"),
+            route("stop", "stop"),
+            route("hc", "hc"),
+            route("post", "post"),
+            route("tiny", "tiny"),
+            route("stale", "lone", cache={"ttl": "1s", "stale_if_error": "1m"}),
+            route("deadline", "slow", timeout="1s"),
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def origins() -> Iterator[dict[str, DemoOrigin]]:
+    servers = {name: DemoOrigin(name) for name in NAMES}
+    try:
+        yield servers
+    finally:
+        for server in servers.values():
+            with contextlib.suppress(OSError):
+                server.stop()
+
+
+@pytest.fixture(scope="module")
+def pools_gateway(
+    worker_dir: Path, origins: dict[str, DemoOrigin], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalGateway]:
+    gw = LocalGateway(
+        worker_dir,
+        {"EDGE_LIMITER": pool_config(origins)},
+        persist_dir=tmp_path_factory.mktemp("pools"),
+        replicas=2,
+        trigger_handlers=True,
+    )
+    track(gw.start())
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def get(base: str, path: str, country: str = "", continent: str = "", **kw: Any) -> httpx.Response:
+    headers = {"cf-connecting-ip": fresh_ip(), **kw.pop("headers", {})}
+    if country:
+        headers["mf-cf-blob"] = json.dumps({"country": country, "continent": continent})
+    return httpx.request(kw.pop("method", "GET"), base + path, headers=headers, timeout=30, **kw)
+
+
+def hits(origin: DemoOrigin, prefix: str = "/") -> int:
+    return sum(1 for _, path in origin.hits if path.startswith(prefix) and path != "/health")
+
+
+def test_clients_reach_their_regions_origin(pools_gateway: LocalGateway) -> None:
+    for (country, continent), expected in {
+        ("DE", "EU"): "eu",
+        ("US", "NA"): "us",
+        ("JP", "AS"): "ap",
+    }.items():
+        answer = get(pools_gateway.url, "/geo/x", country, continent)
+        assert answer.status_code == 200
+        assert answer.headers["x-origin"] == expected
+        assert answer.json()["origin"] == expected
+
+
+def test_a_stopped_origin_fails_over_with_no_failed_idempotent_request(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    origins["st-eu"].stop()  # connection refused from now on
+    answers = [get(pools_gateway.url, "/stop/x", "DE", "EU") for _ in range(12)]
+    assert [a.status_code for a in answers] == [200] * 12
+    assert {a.headers["x-origin"] for a in answers} == {"st-us"}
+
+
+def test_the_breaker_opens_is_shared_by_the_other_isolate_and_closes_on_recovery(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    failing = origins["fo-eu"]
+    failing.fail_status = 503
+    main, other = pools_gateway.url, pools_gateway.replica_urls[0]
+    for _ in range(4):  # each: fo-eu answers 503, the retry goes to fo-us
+        assert get(main, "/fo/x", "DE", "EU").headers["x-origin"] == "fo-us"
+    assert hits(failing) == 4
+    time.sleep(1.1)  # the main isolate reports what it saw about once a second
+    assert get(main, "/fo/x", "DE", "EU").headers["x-origin"] == "fo-us"
+    assert hits(failing) == 4  # open: skipped
+    # The other isolate never saw fo-eu fail, and skips it too.
+    for _ in range(5):
+        assert get(other, "/fo/x", "DE", "EU").headers["x-origin"] == "fo-us"
+    assert hits(failing) == 4
+    # Recovery: after the open time, trials reach fo-eu and close the breaker.
+    failing.fail_status = None
+    deadline = time.monotonic() + 15
+    while get(main, "/fo/x", "DE", "EU").headers["x-origin"] != "fo-eu":
+        assert time.monotonic() < deadline, "the breaker never closed"
+        time.sleep(0.3)
+    assert [get(main, "/fo/x", "DE", "EU").headers["x-origin"] for _ in range(3)] == ["fo-eu"] * 3
+
+
+def test_health_probes_open_a_breaker_with_no_user_traffic(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    sick = origins["hc-a"]
+    sick.fail_status = 503
+    assert pools_gateway.run_scheduled() == 200
+    assert pools_gateway.run_scheduled() == 200  # two failed probes in a row
+    assert pools_gateway.saw('"event":"health_probe","origin":"hc-a","healthy":false')
+    for base in (pools_gateway.url, pools_gateway.replica_urls[0]):
+        assert get(base, "/hc/x", "DE", "EU").headers["x-origin"] == "hc-b"
+    assert hits(sick) == 0  # no user request ever reached it
+    sick.fail_status = None
+    assert pools_gateway.run_scheduled() == 200  # it passes: tried again at once
+    deadline = time.monotonic() + 15
+    while get(pools_gateway.url, "/hc/x", "DE", "EU").headers["x-origin"] != "hc-a":
+        assert time.monotonic() < deadline, "traffic never went back to hc-a"
+        time.sleep(0.3)
+
+
+def test_a_post_without_a_key_is_never_retried(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    origins["p-a"].fail_status = 503
+    answer = get(pools_gateway.url, "/post/x", "DE", "EU", method="POST", content=b"x")
+    assert answer.status_code == 503 and answer.headers["x-origin"] == "p-a"
+    assert hits(origins["p-a"]) == 1 and hits(origins["p-b"]) == 0
+    origins["p-a"].fail_status = None
+
+
+def test_the_bulkhead_caps_requests_in_flight(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    tiny = origins["tiny"]
+    tiny.delay_ms = 1_000
+
+    async def burst() -> list[tuple[int, float]]:
+        async with httpx.AsyncClient(base_url=pools_gateway.url, timeout=30) as client:
+
+            async def one() -> tuple[int, float]:
+                started = time.monotonic()
+                answer = await client.get("/tiny/x", headers={"cf-connecting-ip": fresh_ip()})
+                return answer.status_code, time.monotonic() - started
+
+            return list(await asyncio.gather(*(one() for _ in range(6))))
+
+    results = asyncio.run(burst())
+    tiny.delay_ms = 0
+    assert tiny.max_in_flight <= 2
+    assert sorted(status for status, _ in results) == [200, 200, 503, 503, 503, 503]
+    assert all(seconds < 0.8 for status, seconds in results if status == 503)  # at once
+
+
+def test_stale_if_error_serves_the_cached_copy(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    lone = origins["lone"]
+    first = get(pools_gateway.url, "/stale/x")
+    assert first.status_code == 200 and first.headers["x-cache"] == "MISS"
+    deadline = time.monotonic() + 10
+    while get(pools_gateway.url, "/stale/x").headers["x-cache"] != "HIT":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1.2)  # no longer fresh (1 s), still within stale_if_error (1 m)
+    lone.fail_status = 503
+    stale = get(pools_gateway.url, "/stale/x")
+    lone.fail_status = None
+    assert stale.status_code == 200 and stale.headers["x-cache"] == "STALE"
+    assert stale.json() == first.json() and int(stale.headers["age"]) >= 1
+
+
+def test_every_failure_answer_arrives_within_the_route_deadline(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    origins["slow"].delay_ms = 5_000
+    started = time.monotonic()
+    answer = get(pools_gateway.url, "/deadline/x")
+    elapsed = time.monotonic() - started
+    origins["slow"].delay_ms = 0
+    assert answer.status_code == 504
+    body = answer.json()
+    assert body["code"] == "origin_timeout" and body["tried"][0]["origin"] == "slow"
+    assert elapsed < 2.0  # the 1 s deadline, not the origin's 5 s
