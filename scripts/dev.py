@@ -9,7 +9,9 @@ server per origin URL the config names). Your own config in front of your own ba
     scripts/dev --env staging --origin default=http://localhost:8080
 
 ``--origin NAME=URL`` sends the origin NAME (its URL as written in the config, its host,
-or ``default`` for the top-level ``origin``) to URL; origins not mapped go to demo origins.
+a pool origin's ``name``, or ``default`` for the top-level ``origin``) to URL; origins not
+mapped go to demo origins. ``GET /cdn-cgi/handler/scheduled`` runs the Cron Trigger
+handler (the health checks), as ``wrangler dev --test-scheduled`` does.
 Counters persist under ``.local/dev/`` (``--fresh`` forgets them).
 """
 
@@ -42,16 +44,21 @@ from project_config import (  # noqa: E402
 )
 
 
-def rewrite_origins(document: Any, local: Callable[[str, bool], str]) -> Any:
+def rewrite_origins(document: Any, local: Callable[..., str]) -> Any:
     """``document`` (a config, with any ``env`` tables) with every origin URL replaced.
 
-    ``local(url, is_default)`` gives the URL to use instead.
+    ``local(url, is_default, name=None)`` gives the URL to use instead (``name``: a pool
+    origin's name).
     """
     if not isinstance(document, dict):
         return document
     out = dict(document)
     if isinstance(out.get("origin"), str):
         out["origin"] = local(out["origin"], True)
+    if isinstance(out.get("pools"), dict):
+        out["pools"] = {
+            pool_name: _local_pool(pool, local) for pool_name, pool in out["pools"].items()
+        }
     if isinstance(out.get("routes"), list):
         out["routes"] = [
             {**route, "origin": local(route["origin"], False)}
@@ -62,6 +69,18 @@ def rewrite_origins(document: Any, local: Callable[[str, bool], str]) -> Any:
     if isinstance(out.get("env"), dict):
         out["env"] = {name: rewrite_origins(table, local) for name, table in out["env"].items()}
     return out
+
+
+def _local_pool(pool: Any, local: Callable[..., str]) -> Any:
+    if not isinstance(pool, dict) or not isinstance(pool.get("origins"), list):
+        return pool
+    origins = [
+        {**o, "url": local(o["url"], False, name=o.get("name"))}
+        if isinstance(o, dict) and isinstance(o.get("url"), str)
+        else o
+        for o in pool["origins"]
+    ]
+    return {**pool, "origins": origins}
 
 
 def parse_mappings(values: list[str]) -> dict[str, str]:
@@ -87,13 +106,13 @@ class OriginMap:
         self.demos: dict[str, DemoOrigin] = {}
         self.routes: dict[str, str] = {}
 
-    def __call__(self, url: str, is_default: bool) -> str:
+    def __call__(self, url: str, is_default: bool, name: str | None = None) -> str:
         host = urlsplit(url).netloc
-        for name in (url, url.rstrip("/"), host, "default" if is_default else None):
-            if name is not None and name in self.mappings:
-                self.used.add(name)
-                self.routes[url] = self.mappings[name]
-                return self.mappings[name]
+        for alias in (url, url.rstrip("/"), host, "default" if is_default else None, name):
+            if alias is not None and alias in self.mappings:
+                self.used.add(alias)
+                self.routes[url] = self.mappings[alias]
+                return self.mappings[alias]
         if url not in self.demos:
             self.demos[url] = DemoOrigin(name=url)
         self.routes[url] = self.demos[url].url
@@ -163,7 +182,12 @@ def main() -> int:
             print(f"--origin: the config names no origin {', '.join(unused)}", file=sys.stderr)
             return 2
         gateway = LocalGateway(
-            worker_dir, overrides, deployment=dep, persist_dir=persist, port=args.port
+            worker_dir,
+            overrides,
+            deployment=dep,
+            persist_dir=persist,
+            port=args.port,
+            trigger_handlers=True,
         )
         return serve(gateway, origins, persist, file)
     finally:
@@ -201,6 +225,7 @@ def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path |
             f"{url}/v1/payments   # again: replayed"
         )
         print(f"  curl -i {url}/health                       # no route: forwarded untouched")
+        print(f"  curl -i {url}/cdn-cgi/handler/scheduled    # run the health checks (cron)")
         print(f'  curl -i -H \'MF-CF-Blob: {{"country":"DE","continent":"EU"}}\' {url}/v1/anything')
         print("\nCtrl-C stops the gateway and the demo origins.", flush=True)
         signal.signal(signal.SIGTERM, _interrupt)

@@ -76,6 +76,11 @@ def test_dev_serves_the_example_config_and_stops_cleanly(tmp_path: Path) -> None
         answer = httpx.get(f"{base}/health")
         assert answer.status_code == 200
         assert answer.json()["origin"] == "https://api.example.com"  # the demo stand-in
+        # The example's pool: its origins stand in locally too (never the internet).
+        tenant = httpx.get(
+            f"{base}/v1/tenants/acme/items", headers={"cf-connecting-ip": "192.0.2.11"}
+        )
+        assert tenant.status_code == 200 and tenant.headers["x-origin"] in ("eu", "us")
         # Spelled differently, the same route and counter.
         spelled = httpx.post(f"{base}//v1/%6cogin", headers={"cf-connecting-ip": "192.0.2.10"})
         assert spelled.status_code == 429
