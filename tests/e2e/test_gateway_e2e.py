@@ -265,8 +265,9 @@ def test_an_unreachable_origin_is_a_502_naming_it(gateway: LocalGateway) -> None
     answer = get(gateway, "/dead", fresh_ip())
     assert answer.status_code == 502
     problem = answer.json()
-    assert problem["code"] == "origin_unreachable" and problem["origin"] == "http://127.0.0.1:9"
-    assert gateway.saw('"event":"origin_error"')
+    assert problem["code"] == "origin_unreachable" and problem["pool"] == "127.0.0.1:9"
+    assert {t["outcome"] for t in problem["tried"]} == {"unreachable"}
+    assert gateway.saw('"event":"origin_attempt","route":"dead"')
 
 
 def test_the_runtime_gets_what_wrangler_toml_gives_production(gateway: LocalGateway) -> None:

@@ -393,6 +393,10 @@ def _statuses(value: object, where: str, problems: Problems) -> frozenset[int]:
     return frozenset(value)
 
 
+#: The bulkhead of a plain ``origin`` URL: no cap.
+UNCAPPED = 1_000_000_000
+
+
 class _Upstreams:
     """The pools a config defines, and the pools of one made for plain ``origin`` URLs."""
 
@@ -409,7 +413,8 @@ class _Upstreams:
             problems.add(where, f"the origin name {name!r} is taken by a pool's origin")
         key = f"{url}#{timeout_ms}"
         if key not in self.by_url:
-            origin = Origin(name=name, url=url, timeout_ms=timeout_ms)
+            # A plain URL has no concurrency cap (a pool's origins have max_in_flight).
+            origin = Origin(name=name, url=url, timeout_ms=timeout_ms, max_in_flight=UNCAPPED)
             self.by_url[key] = Pool(name, (origin,))
         return self.by_url[key]
 
