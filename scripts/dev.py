@@ -83,6 +83,19 @@ def _local_pool(pool: Any, local: Callable[..., str]) -> Any:
     return {**pool, "origins": origins}
 
 
+def dev_vars(wrangler: Path) -> dict[str, str]:
+    """Secrets for local runs from ``.dev.vars`` beside wrangler.toml (as wrangler reads it)."""
+    path = wrangler.parent / ".dev.vars"
+    if not path.exists():
+        return {}
+    found: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and name and not name.startswith("#"):
+            found[name.strip()] = value.strip().strip('"')
+    return found
+
+
 def parse_mappings(values: list[str]) -> dict[str, str]:
     """``NAME=URL`` pairs; raises SystemExit with a clear message on a malformed one."""
     mappings: dict[str, str] = {}
@@ -168,7 +181,7 @@ def main() -> int:
         shutil.rmtree(persist, ignore_errors=True)
     worker_dir = ROOT / "build" / "dev-worker"
     origins = OriginMap(mappings)
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = dict(dev_vars(args.wrangler))
     try:
         build(worker_dir)
         if file is not None:
@@ -210,7 +223,12 @@ def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path |
         for original, local in origins.routes.items():
             kind = "demo origin" if original in origins.demos else "your origin"
             print(f"  origin {original} -> {kind} {local}")
-        print(f"  counters persist in {persist}/ (--fresh forgets them)\n")
+        print(f"  counters persist in {persist}/ (--fresh forgets them)")
+        if gateway.runtime.get("bindings", {}).get("EDGE_LIMITER_ADMIN_TOKEN"):
+            print(f"  admin API and status page: {url}/_edge-limiter/ (token from .dev.vars)")
+        else:
+            print("  admin API: off (put EDGE_LIMITER_ADMIN_TOKEN=... in .dev.vars to enable it)")
+        print()
         print("Try (with the example config):")
         print(
             f"  curl -i -X POST {url}/v1/login            # 5/minute per IP (sliding_log); 6th is 429"

@@ -71,6 +71,8 @@ class LocalGateway:
         replicas: copies of the Worker, each its own isolate sharing the Durable Objects
             and KV; ``replica_urls`` then lists the copies after the first.
         trigger_handlers: serve ``/cdn-cgi/handler/scheduled`` (see :meth:`run_scheduled`).
+        record_analytics: TEST ONLY, every Analytics Engine data point is also printed to the
+            runtime's stderr as ``ANALYTICS {json}`` (locally, the dataset keeps nothing).
         compatibility_date: default: the deployment's.
         extra_spec: further launch.mjs spec fields (see its header), merged last.
         boot_timeout: seconds to wait for READY.
@@ -92,6 +94,7 @@ class LocalGateway:
         broken_kv_namespaces: Sequence[str] | None = None,
         replicas: int = 1,
         trigger_handlers: bool = False,
+        record_analytics: bool = False,
         compatibility_date: str | None = None,
         extra_spec: Mapping[str, Any] | None = None,
         boot_timeout: float = 90.0,
@@ -111,6 +114,10 @@ class LocalGateway:
                 durable_objects if durable_objects is not None else dep.durable_objects
             ),
             "kvNamespaces": list(kv_namespaces if kv_namespaces is not None else dep.kv_namespaces),
+            "analyticsEngineDatasets": {
+                item["binding"]: {"dataset": item.get("dataset", item["binding"])}
+                for item in dep.other_bindings.get("analytics_engine_datasets", [])
+            },
             "exitOnStdinEnd": True,
         }
         if persist_dir is not None:
@@ -123,6 +130,8 @@ class LocalGateway:
             self._spec["replicas"] = replicas
         if trigger_handlers:
             self._spec["triggerHandlers"] = True
+        if record_analytics:
+            self._spec["recordAnalytics"] = True
         self._spec.update(extra_spec or {})
         self._boot_timeout = boot_timeout
         self._echo_stderr = echo_stderr
@@ -137,6 +146,7 @@ class LocalGateway:
         self.runtime: dict[str, Any] = {}
         self.replica_urls: list[str] = []
         """The other copies' base URLs (``replicas > 1``)."""
+        self._probe: tuple[str, str] | None = None
         """What the Worker was given, as seen from inside it (launch.mjs's RUNTIME line)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -241,6 +251,22 @@ class LocalGateway:
         """The launcher's pid, which is also its process group id."""
         return self._process.pid if self._process is not None else None
 
+    def durable_object_calls(self, base: str | None = None) -> dict[str, int]:
+        """How many times each Durable Object method was called, as counted by the host of
+        the isolate behind ``base`` (default: the main one): ``{"RateLimiter.decide": 12}``.
+
+        Durable Objects live in the main isolate, so its count is every isolate's calls.
+        """
+        import urllib.request  # noqa: PLC0415
+
+        if self._probe is None:
+            raise LocalGatewayError("the runtime printed no probe token")
+        header, token = self._probe
+        request = urllib.request.Request(base or self.url, headers={header: token})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            calls: dict[str, int] = json.loads(answer.read())["calls"]
+        return calls
+
     def run_scheduled(self, cron: str = "* * * * *") -> int:
         """Run the Worker's Cron Trigger handler once (needs ``trigger_handlers``); the status."""
         import urllib.parse  # noqa: PLC0415
@@ -275,7 +301,10 @@ class LocalGateway:
         assert self._process is not None and self._process.stdout is not None
         for line in self._process.stdout:
             text = line.rstrip("\n")
-            if text.startswith("REPLICA "):
+            if text.startswith("PROBE "):
+                _, header, token = text.split(" ", 2)
+                self._probe = (header, token.strip())
+            elif text.startswith("REPLICA "):
                 self.replica_urls.append(text.removeprefix("REPLICA ").strip().rstrip("/"))
             elif text.startswith("RUNTIME "):
                 with contextlib.suppress(ValueError):

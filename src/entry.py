@@ -1,7 +1,7 @@
 """The Worker entry point (``main`` in wrangler.toml after the build step).
 
 Exports the gateway (``Default``) and the Durable Object classes the runtime must find in
-the main module (``RateLimiter``, ``IdempotencyRecords``, ``OriginBreaker``).
+the main module (``RateLimiter``, ``IdempotencyRecords``, ``OriginBreaker``, ``Control``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from typing import Any
 from workers import WorkerEntrypoint
 
 from durable_objects.breaker import OriginBreaker
+from durable_objects.control import Control
 from durable_objects.idempotency import IdempotencyRecords
 from durable_objects.rate_limiter import RateLimiter
 from edge_limiter.platform.worker import handle_fetch, handle_scheduled
 
-__all__ = ["Default", "IdempotencyRecords", "OriginBreaker", "RateLimiter"]
+__all__ = ["Control", "Default", "IdempotencyRecords", "OriginBreaker", "RateLimiter"]
 
 
 class Default(WorkerEntrypoint):  # type: ignore[misc]

@@ -82,6 +82,33 @@ class MemoryBreakers:
         return await self.call_sync(name, payload)
 
 
+class MemoryControl:
+    """The Control Durable Object in memory: the real steps, on the fake clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.stored: dict[str, str] = {}
+        self.calls: list[str] = []
+
+    async def overrides(self, payload: str) -> str:
+        from edge_limiter.core.control import apply_overrides_call
+
+        self.calls.append("overrides")
+        answer, stored = apply_overrides_call(payload, self.stored.get("o"), self.clock.now)
+        if stored is not None:
+            self.stored["o"] = stored
+        return answer
+
+    async def stats(self, payload: str) -> str:
+        from edge_limiter.core.control import apply_stats_call
+
+        self.calls.append("stats")
+        answer, stored = apply_stats_call(payload, self.stored.get("s"), self.clock.now)
+        if stored is not None:
+            self.stored["s"] = stored
+        return answer
+
+
 class MemoryStore:
     """Durable Objects in a dict: one row table per object name, the real protocol step."""
 
@@ -251,6 +278,7 @@ class Harness:
     records: MemoryIdempotency
     breakers: MemoryBreakers
     sleep: FakeSleep
+    control: MemoryControl
     background: Deferred = field(default_factory=Deferred)
 
     def send(self, request: Request, *, flush: bool = True) -> Response:
@@ -277,6 +305,7 @@ def harness(
     *routes: dict[str, Any],
     store: Any = None,
     upstream: FakeOrigin | None = None,
+    admin_token: str | None = None,
     **top: Any,
 ) -> Harness:
     """A gateway for ``routes`` (and top-level fields ``top``; ``origin=None`` for none)."""
@@ -291,6 +320,7 @@ def harness(
     records = MemoryIdempotency(clock)
     breakers = MemoryBreakers()
     sleep = FakeSleep(clock)
+    control = MemoryControl(clock)
     services = Services(
         store=store,
         origin=upstream,
@@ -299,11 +329,13 @@ def harness(
         cache=kv,
         idempotency=records,
         breakers=breakers,
+        control=control,
+        admin_token=admin_token,
         random=random.Random(7).random,
         sleep=sleep,
     )
     gateway = Gateway(parse_config(raw), services)
-    return Harness(gateway, clock, store, upstream, logs, kv, records, breakers, sleep)
+    return Harness(gateway, clock, store, upstream, logs, kv, records, breakers, sleep, control)
 
 
 def request(

@@ -176,7 +176,7 @@ def test_shadow_route_counts_but_never_blocks() -> None:
     assert last["x-edgelimiter-reason"] == "shadow"
     assert last["x-ratelimit-remaining"] == "0"
     assert "retry-after" not in last
-    assert len(h.events("shadow_limited")) == 2
+    assert len(h.events("shadow")) == 2
 
 
 def test_multiple_limits_and_cost() -> None:

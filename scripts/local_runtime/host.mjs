@@ -246,6 +246,9 @@ function callMode(kind, name) {
 }
 
 const pythonInstances = new WeakMap();
+// How many times each Durable Object method was called in this isolate (tests count the
+// calls a feature saves; reported by the launcher's token-protected probe).
+const callCounts = {};
 
 function callPython(wrapper, name, mode, args) {
   beforeRequest();
@@ -275,8 +278,12 @@ function forwardingClass(Base, kind, className) {
     }
     const mode = callMode(kind, name);
     const logFailure = LOGGED_FAILURES[kind].has(name);
+    const counted = `${className}.${name}`;
     Object.defineProperty(wrapper.prototype, name, {
       value: async function (...args) {
+        if (kind === "durableObject") {
+          callCounts[counted] = (callCounts[counted] ?? 0) + 1;
+        }
         try {
           return await callPython(this, name, mode, args);
         } catch (error) {
@@ -315,13 +322,21 @@ export const entrypoint = (() => {
 
 /**
  * TEST ONLY: `env` with the KV namespaces named in `brokenKvNamespaces` replaced by one whose
- * every operation fails, as KV does when it is overloaded or unreachable.
+ * every operation fails, as KV does when it is overloaded or unreachable, and the Analytics
+ * Engine datasets in `recordAnalytics` printing every data point (locally they keep none).
  */
 function withBrokenKv(env) {
   const broken = config.brokenKvNamespaces ?? [];
-  if (broken.length === 0) {
+  const recorded = config.recordAnalytics ?? [];
+  if (broken.length === 0 && recorded.length === 0) {
     return env;
   }
+  const recording = (name) => ({
+    writeDataPoint(point) {
+      console.error(`ANALYTICS ${JSON.stringify({ binding: name, ...point })}`);
+      return env[name].writeDataPoint(point);
+    },
+  });
   const failing = (name) => {
     const fail = async (operation) => {
       throw new Error(`local runtime: KV namespace ${name} is broken on purpose (${operation})`);
@@ -336,7 +351,13 @@ function withBrokenKv(env) {
   };
   return new Proxy(env, {
     get(target, property, receiver) {
-      return broken.includes(property) ? failing(property) : Reflect.get(target, property, receiver);
+      if (broken.includes(property)) {
+        return failing(property);
+      }
+      if (recorded.includes(property)) {
+        return recording(property);
+      }
+      return Reflect.get(target, property, receiver);
     },
   });
 }
@@ -363,6 +384,7 @@ function describeRuntime(env) {
     compatibilityFlags: config.compatibilityFlags,
     pythonCompatFlags: config.pythonCompatFlags,
     bindings,
+    calls: callCounts,
   };
 }
 

@@ -13,6 +13,9 @@
 //   vars                 {}                    env vars; objects become JSON bindings
 //   durableObjects       {"RATE_LIMITER": "RateLimiter"}   binding name -> Python class name
 //   kvNamespaces         ["CACHE"]
+//   analyticsEngineDatasets {}                 binding -> {dataset}
+//   recordAnalytics      false                 TEST ONLY: print every data point written to
+//                                              stderr as `ANALYTICS {json}`
 //   compatibilityDate    REQUIRED              the Worker's date (wrangler.toml's); no default, so
 //                                              the local runtime never silently differs
 //   compatibilityFlags   []                    the Worker's flags; "python_workers" is implemented
@@ -80,6 +83,8 @@ function readSpec(specPath) {
     vars: {},
     durableObjects: { RATE_LIMITER: "RateLimiter" },
     kvNamespaces: ["CACHE"],
+    analyticsEngineDatasets: {},
+    recordAnalytics: false,
     compatibilityDate: undefined,
     compatibilityFlags: [],
     pythonCompatFlags: undefined,
@@ -202,6 +207,7 @@ function miniflareOptions(spec, warmupToken, stdlib) {
     compatibilityDate: spec.compatibilityDate,
     compatibilityFlags: spec.compatibilityFlags,
     brokenKvNamespaces: spec.brokenKvNamespaces,
+    recordAnalytics: spec.recordAnalytics ? Object.keys(spec.analyticsEngineDatasets) : [],
     warmupToken,
   };
   const file = (name) => path.join(HERE, name);
@@ -240,6 +246,7 @@ function miniflareOptions(spec, warmupToken, stdlib) {
     bindings: spec.vars,
     durableObjects,
     kvNamespaces: spec.kvNamespaces,
+    analyticsEngineDatasets: spec.analyticsEngineDatasets,
   };
   // Replicas: the same Worker again, each its own isolate, sharing the main Worker's Durable
   // Objects and KV (as isolates in different locations share them in production). Each is
@@ -335,6 +342,8 @@ try {
   }
   // What the Worker got, as seen from inside it (bindings by type, flags, date).
   process.stdout.write(`RUNTIME ${described}\n`);
+  // The probe's token, for the test harness on the other end of this pipe only.
+  process.stdout.write(`PROBE ${WARMUP_HEADER} ${warmupToken}\n`);
   for (let index = 1; index < spec.replicas; index++) {
     const direct = await mf.unsafeGetDirectURL(`${MAIN_WORKER}-${index}`);
     const answer = await fetch(direct, { headers: { [WARMUP_HEADER]: warmupToken } });

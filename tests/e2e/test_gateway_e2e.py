@@ -288,6 +288,8 @@ def test_the_runtime_gets_what_wrangler_toml_gives_production(gateway: LocalGate
         assert bindings.pop(binding["name"]) == "DurableObjectNamespace"
     for namespace in wrangler["kv_namespaces"]:
         assert bindings.pop(namespace["binding"]) == "KvNamespace"
+    for dataset in wrangler.get("analytics_engine_datasets", []):
+        assert bindings.pop(dataset["binding"])  # the local simulator's class
     for name in wrangler.get("vars", {}):
         assert name in bindings
     assert bindings.pop("EDGE_LIMITER") == "json"  # the tests' config, laid over the vars

@@ -24,6 +24,8 @@ from .limiter import check_all, combine, peek_all, refund_all
 from .rates import Limit, Rate
 
 OPS = ("check", "peek", "refund", "reset")
+#: The largest state (in ints) a denial sends along for the isolate's deny cache.
+MAX_SHARED_STATE_INTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +88,15 @@ def _decision_to_list(d: Decision) -> list[Any]:
 
 @dataclass(frozen=True, slots=True)
 class StoreResponse:
-    """What the Durable Object answers: one decision per limit, in the request's order."""
+    """What the Durable Object answers: one decision per limit, in the request's order.
+
+    On a denial it also sends the limits' states it decided on (``rows``: each encoded, or
+    ``None`` for a fresh state) when they are small, so the isolate's deny cache can answer
+    the key's next requests exactly as the object would, without asking it.
+    """
 
     decisions: tuple[Decision, ...]
+    rows: tuple[list[int] | None, ...] | None = None
 
     @property
     def decision(self) -> Decision:
@@ -97,23 +105,35 @@ class StoreResponse:
 
     def to_json(self) -> str:
         """Compact JSON text for the RPC answer."""
-        return json.dumps(
-            {"ds": [_decision_to_list(d) for d in self.decisions]}, separators=(",", ":")
-        )
+        data: dict[str, Any] = {"ds": [_decision_to_list(d) for d in self.decisions]}
+        if self.rows is not None:
+            data["st"] = list(self.rows)
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, limits: tuple[Limit, ...]) -> StoreResponse:
         """Parse an answer for a request over ``limits``; raises :class:`ProtocolError`."""
         try:
             data = json.loads(text)
-            return cls(
-                tuple(
-                    _decision_from_list(item, limit)
-                    for item, limit in zip(data["ds"], limits, strict=True)
-                )
+            decisions = tuple(
+                _decision_from_list(item, limit)
+                for item, limit in zip(data["ds"], limits, strict=True)
             )
+            rows = None
+            if data.get("st") is not None:
+                rows = tuple(
+                    None if row is None else [int(v) for v in row]
+                    for row in _same_length(data["st"], limits)
+                )
+            return cls(decisions, rows)
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc
+
+
+def _same_length(items: list[Any], limits: tuple[Limit, ...]) -> list[Any]:
+    if len(items) != len(limits):
+        raise ValueError(f"{len(items)} states for {len(limits)} limits")
+    return items
 
 
 def _decision_from_list(item: list[Any], policy: Limit | None) -> Decision:
@@ -180,7 +200,15 @@ def apply(request: StoreRequest, rows: dict[str, list[int]], now: int) -> StoreR
         else:  # reset
             new_states = [algorithm.reset() for algorithm in algorithms]
         result = peek_all(algorithms, new_states, now, 1)
-    response = StoreResponse(result.decisions)
+    rows_out: tuple[list[int] | None, ...] | None = None
+    if request.op == "check" and not result.decision.allowed:
+        encoded = [
+            None if state is None else algorithm.encode(state)
+            for algorithm, state in zip(algorithms, states, strict=True)
+        ]
+        if sum(len(row) for row in encoded if row is not None) <= MAX_SHARED_STATE_INTS:
+            rows_out = tuple(encoded)
+    response = StoreResponse(result.decisions, rows_out)
 
     writes: dict[str, tuple[list[int], int]] = {}
     deletes: list[str] = []

@@ -16,9 +16,11 @@ from ..core.config import Config, Forwarding, Route
 from ..core.errors import ConfigError, PathError
 from ..core.http import problems
 from ..core.http.messages import Request, Response
+from .admin import Admin
 from .cache import Cache
 from .exchange import Exchange, Handler, Stage, chain, problem_response
 from .idempotency import Idempotency
+from .operations import Operating
 from .ports import Background, Services
 from .ratelimit import RateLimit
 from .upstream import Upstream
@@ -30,6 +32,8 @@ class Gateway:
     def __init__(self, config: Config, services: Services) -> None:
         self.config = config
         self.services = services
+        self.operating = Operating(config, services)
+        self.admin = Admin(config, services, self.operating)
         forward = Upstream(services)
         self.upstream = forward
         self._routes: dict[str, Handler] = {}
@@ -40,7 +44,7 @@ class Gateway:
     def _stages(self, route: Route) -> list[Stage]:
         """The stages a route's requests walk, in order (only those the route needs)."""
         services = self.services
-        limiter = RateLimit(route, services)
+        limiter = RateLimit(route, self.config, services, self.operating)
         stages: list[Stage] = []
         if route.idempotency is not None:
             if services.idempotency is None:
@@ -68,6 +72,8 @@ class Gateway:
         except PathError as exc:
             self.services.log({"event": "bad_path", "reason": str(exc)})
             return problem_response(problems.bad_path(str(exc)))
+        if self.admin.owns(path):
+            return await self.admin.handle(request, path, self.services.clock.now_ms())
         host = canonical_host(request.host, request.scheme)
         matched = self.config.match(request.method, host, path)
         if matched is None:

@@ -88,6 +88,26 @@ class BreakerStore(Protocol):
         ...
 
 
+class ControlStore(Protocol):
+    """The Control Durable Object: per-key overrides and the status page's counters."""
+
+    async def overrides(self, payload: str) -> str:
+        """List, set or remove overrides (JSON text in and out)."""
+        ...
+
+    async def stats(self, payload: str) -> str:
+        """Add a batch of counters, or read the summary (JSON text in and out)."""
+        ...
+
+
+class Analytics(Protocol):
+    """A Workers Analytics Engine dataset."""
+
+    def write(self, blobs: list[str], doubles: list[float], indexes: list[str]) -> None:
+        """Write one data point (never blocks the request)."""
+        ...
+
+
 class Clock(Protocol):
     """Wall-clock time in integer milliseconds."""
 
@@ -122,6 +142,12 @@ class Services:
     """The idempotency records' Durable Objects."""
     breakers: BreakerStore | None = None
     """The origins' shared breakers (None: each isolate's own breakers decide alone)."""
+    control: ControlStore | None = None
+    """Overrides and counters (None: no overrides, no status page counters)."""
+    analytics: Analytics | None = None
+    """Where each decision is also written as a data point, when configured."""
+    admin_token: str | None = None
+    """The admin API's bearer secret (None: the admin API is disabled)."""
     random: Callable[[], float] = random.random
     """Uniform floats in [0, 1), for the jitter of retries."""
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep

@@ -1,20 +1,33 @@
-"""The rate-limit stage: one Durable Object call per request decides, all limits at once."""
+"""The rate-limit stage: one Durable Object call per request decides, all limits at once.
+
+Before that call: a per-key override may give the key other limits or exempt it, and the
+deny cache answers a key known to be over its limit exactly as the object would, without
+asking it. Every decision is counted, logged (allowed ones sampled) and written to
+Analytics Engine when configured.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from ..core.config import Route
-from ..core.decision import Reason
-from ..core.errors import AmbiguousRequestError, ProtocolError
+from ..core.algorithms import Algorithm, make_algorithm
+from ..core.config import Config, Route
+from ..core.decision import Decision, Reason
+from ..core.denycache import shifted
+from ..core.errors import AmbiguousRequestError, ProtocolError, StateError
 from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Response
 from ..core.keys import object_name
+from ..core.limiter import check_all, combine
+from ..core.overrides import Override
 from ..core.protocol import StoreRequest, StoreResponse
+from ..core.rates import Limit
 from .exchange import Exchange, Handler, problem_response
+from .operations import Operating
 from .ports import Services
 
 
@@ -40,25 +53,48 @@ def request_key(route: Route, exchange: Exchange) -> str | Response:
     return exchange.key
 
 
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One way of counting a route's requests: its limits, encoded once."""
+
+    limits: tuple[Limit, ...]
+    algorithms: tuple[Algorithm[Any], ...]
+    payload: str
+    refund: str
+
+    @classmethod
+    def of(cls, algorithm: str, limits: tuple[Limit, ...], cost: int) -> Check:
+        return cls(
+            limits,
+            tuple(make_algorithm(algorithm, limit) for limit in limits),
+            StoreRequest("check", algorithm, limits, cost).to_json(),
+            StoreRequest("refund", algorithm, limits, cost).to_json(),
+        )
+
+
 @dataclass(slots=True)
 class Admission:
     """The rate limit's verdict: an answer to give now, or headers for the eventual one."""
 
     answer: Response | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
+    refund: str | None = None
 
 
 class RateLimit:
     """Counts the request against the route's limits; answers 429 or lets it through."""
 
-    def __init__(self, route: Route, services: Services) -> None:
+    def __init__(
+        self, route: Route, config: Config, services: Services, operating: Operating
+    ) -> None:
         self.route = route
         self.services = services
+        self.operating = operating
         policy = route.limits
-        # The same check (and refund) for every request of the route: encode them once.
-        self.payload = StoreRequest("check", policy.algorithm, policy.limits, policy.cost).to_json()
-        self.refund = StoreRequest("refund", policy.algorithm, policy.limits, policy.cost).to_json()
+        self.check = Check.of(policy.algorithm, policy.limits, policy.cost)
+        self.shadow = policy.shadow or config.ops.shadow
         self.timeout_s = route.failure.store_timeout_ms / 1000
+        self._override_checks: dict[str, Check] = {}
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         admission = await self.admit(exchange)
@@ -67,18 +103,30 @@ class RateLimit:
         response = await call_next(exchange)
         for name, value in admission.headers:
             response.headers.set(name, value)
-        if response.status in self.route.forward.refund_on and exchange.key is not None:
+        refund = admission.refund
+        if refund and response.status in self.route.forward.refund_on and exchange.key:
             # The origins failed this request: give its quota back (after the response).
-            exchange.background.defer(self._refund(exchange.key))
+            exchange.background.defer(self._refund(exchange.key, refund))
         return response
 
-    async def _refund(self, key: str) -> None:
+    async def _refund(self, key: str, payload: str) -> None:
         try:
-            await self.services.store.call(object_name(self.route.name, key), self.refund)
+            await self.services.store.call(object_name(self.route.name, key), payload)
         except Exception as exc:
             self.services.log(
                 {"event": "refund_failed", "route": self.route.name, "error": repr(exc)[:200]}
             )
+        self.operating.deny.clear()
+
+    def _check_for(self, override: Override | None) -> Check:
+        if override is None or not override.limits:
+            return self.check
+        check = self._override_checks.get(override.id)
+        if check is None:
+            policy = self.route.limits
+            check = Check.of(policy.algorithm, override.limits, policy.cost)
+            self._override_checks[override.id] = check
+        return check
 
     async def admit(self, exchange: Exchange) -> Admission:
         """Count the request: a 429 (or 400, or a fail-closed 503), or the headers to add."""
@@ -86,36 +134,117 @@ class RateLimit:
         key = request_key(route, exchange)
         if isinstance(key, Response):
             return Admission(key)
+        now = exchange.now_ms
+        operating = self.operating
+        override = await operating.override_for(route.name, key, now, exchange.background)
+        digest = key_digest(key)
+        if override is not None and override.exempt:
+            self._record("exempt", digest, None, 0, exchange, override=override)
+            return Admission(headers=[(REASON_HEADER, "exempt")])
+        check = self._check_for(override)
+        name = object_name(route.name, key)
+        if not self.shadow and operating.deny_enabled:
+            cached = operating.deny.lookup((name, check.payload), now)
+            if cached is not None:
+                decisions = self._replay(
+                    check, cached.rows, cached.decisions, now, cached.denied_at
+                )
+                if not combine(decisions).allowed:
+                    return self._deny(exchange, decisions, digest, 0, override, cached=True)
+        started = self.services.clock.now_ms()
         try:
             answer = await asyncio.wait_for(
-                self.services.store.call(object_name(route.name, key), self.payload),
-                timeout=self.timeout_s,
+                self.services.store.call(name, check.payload), timeout=self.timeout_s
             )
-            decisions = StoreResponse.from_json(answer, route.limits.limits).decisions
+            response = StoreResponse.from_json(answer, check.limits)
         except (Exception, asyncio.CancelledError) as exc:  # any store failure: the policy decides
-            return self._store_failed(exc)
-
-        decision = StoreResponse(decisions).decision
-        if not decision.allowed and route.limits.shadow:
-            decision = replace(decision, allowed=True, retry_after=0, reason=Reason.SHADOW)
-            self.services.log(
-                {"event": "shadow_limited", "route": route.name, "key_hash": key_digest(key)}
-            )
-        headers = rate_limit_headers(decision, decisions)
+            return self._store_failed(exc, exchange, digest)
+        latency = self.services.clock.now_ms() - started
+        decisions = response.decisions
+        decision = combine(decisions)
         if decision.allowed:
-            return Admission(headers=headers)
-        problem = problems.quota_exceeded(route.name, decisions, instance=exchange.path)
-        self.services.log(
-            {
-                "event": "limited",
-                "route": route.name,
-                "key_hash": key_digest(key),
-                "violated": problem.members["violated-policies"],
-            }
+            self._record("allowed", digest, decision, latency, exchange, override=override)
+            return Admission(headers=rate_limit_headers(decision, decisions), refund=check.refund)
+        if self.shadow:
+            shadowed = replace(decision, allowed=True, retry_after=0, reason=Reason.SHADOW)
+            self._record("shadow", digest, decision, latency, exchange, override=override)
+            return Admission(headers=rate_limit_headers(shadowed, decisions), refund=check.refund)
+        if operating.deny_enabled:
+            operating.deny.remember((name, check.payload), now, decisions, response.rows)
+        return self._deny(exchange, decisions, digest, latency, override, cached=False)
+
+    def _replay(
+        self,
+        check: Check,
+        rows: tuple[list[int] | None, ...] | None,
+        decisions: tuple[Decision, ...],
+        now: int,
+        denied_at: int,
+    ) -> tuple[Decision, ...]:
+        """The object's decision at ``now``, recomputed from the states it sent (which no
+        admission has changed since); without them, its decisions shifted in time."""
+        if rows is None:
+            return shifted(decisions, now - denied_at)
+        try:
+            states = [
+                None if row is None else algorithm.decode(row)
+                for algorithm, row in zip(check.algorithms, rows, strict=True)
+            ]
+        except (StateError, ValueError):
+            return shifted(decisions, now - denied_at)
+        return check_all(check.algorithms, states, now, self.route.limits.cost).decisions
+
+    def _deny(
+        self,
+        exchange: Exchange,
+        decisions: tuple[Decision, ...],
+        digest: str,
+        latency: int,
+        override: Override | None,
+        *,
+        cached: bool,
+    ) -> Admission:
+        decision = combine(decisions)
+        problem = problems.quota_exceeded(self.route.name, decisions, instance=exchange.path)
+        event = "cached_denial" if cached else "limited"
+        self._record(
+            event,
+            digest,
+            decision,
+            latency,
+            exchange,
+            override=override,
+            extra={"violated": problem.members["violated-policies"]},
         )
+        headers = rate_limit_headers(decision, decisions)
         return Admission(problem_response(problem, headers))
 
-    def _store_failed(self, exc: BaseException) -> Admission:
+    def _record(
+        self,
+        event: str,
+        digest: str,
+        decision: Decision | None,
+        latency: int,
+        exchange: Exchange,
+        *,
+        override: Override | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        details = dict(extra or {})
+        if override is not None:
+            details["override"] = override.id
+        self.operating.record(
+            route=self.route.name,
+            event=event,
+            key_hash=digest,
+            decision=decision,
+            latency_ms=latency,
+            background=exchange.background,
+            now=exchange.now_ms,
+            extra=details or None,
+        )
+
+    def _store_failed(self, exc: BaseException, exchange: Exchange, digest: str) -> Admission:
         route = self.route
         if isinstance(exc, ProtocolError):
             cause = f"protocol: {exc}"
@@ -123,13 +252,13 @@ class RateLimit:
             cause = "timeout"
         else:
             cause = type(exc).__name__
-        self.services.log(
-            {
-                "event": "store_unavailable",
-                "route": route.name,
-                "cause": cause,
-                "policy": "open" if route.failure.fail_open else "closed",
-            }
+        self._record(
+            "store_unavailable",
+            digest,
+            None,
+            0,
+            exchange,
+            extra={"cause": cause, "policy": "open" if route.failure.fail_open else "closed"},
         )
         reason = [(REASON_HEADER, Reason.STORE_UNAVAILABLE.value)]
         if not route.failure.fail_open:

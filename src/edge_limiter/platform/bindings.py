@@ -10,6 +10,7 @@ from typing import Any
 import js
 from pyodide.ffi import JsException, to_js
 
+from ..core.control import CONTROL_OBJECT
 from ..core.http.messages import Response
 from ..gateway.ports import OriginRequest, OriginTimeoutError, OriginUnreachableError
 from .convert import JsBody, JsHeaders, absent, js_body, js_headers, untouched
@@ -59,6 +60,30 @@ class DurableObjectBreakers:
     async def sync(self, name: str, payload: str) -> str:
         stub = self.namespace.getByName(name)
         return str(await stub.sync(payload))
+
+
+class DurableObjectControl:
+    """The Control Durable Object (one instance, ``control``)."""
+
+    def __init__(self, namespace: Any) -> None:
+        self.namespace = namespace
+
+    async def overrides(self, payload: str) -> str:
+        return str(await self.namespace.getByName(CONTROL_OBJECT).overrides(payload))
+
+    async def stats(self, payload: str) -> str:
+        return str(await self.namespace.getByName(CONTROL_OBJECT).stats(payload))
+
+
+class AnalyticsDataset:
+    """A Workers Analytics Engine dataset binding."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def write(self, blobs: list[str], doubles: list[float], indexes: list[str]) -> None:
+        point = {"blobs": blobs, "doubles": doubles, "indexes": indexes}
+        self.dataset.writeDataPoint(to_js(point, dict_converter=js.Object.fromEntries))
 
 
 class KvStore:

@@ -15,7 +15,9 @@ from ..core.http import problems
 from ..gateway import Gateway, Services, log_line, problem_response
 from ..gateway.health import probe_all
 from .bindings import (
+    AnalyticsDataset,
     DurableObjectBreakers,
+    DurableObjectControl,
     DurableObjectIdempotency,
     DurableObjectStore,
     FetchOrigin,
@@ -28,6 +30,10 @@ from .convert import to_js_response, to_request
 STORE_BINDING = "RATE_LIMITER"
 IDEMPOTENCY_BINDING = "IDEMPOTENCY"
 BREAKERS_BINDING = "BREAKERS"
+CONTROL_BINDING = "CONTROL"
+ANALYTICS_BINDING = "ANALYTICS"
+#: The admin API's bearer secret (`npx wrangler secret put EDGE_LIMITER_ADMIN_TOKEN`).
+ADMIN_TOKEN_VAR = "EDGE_LIMITER_ADMIN_TOKEN"
 CACHE_BINDING = "CACHE"
 
 # Bindings and vars are fixed for the life of an isolate (a deploy starts new isolates),
@@ -77,6 +83,9 @@ def build_gateway(env: Any) -> Gateway | ConfigError:
     kv = getattr(env, CACHE_BINDING, None)
     records = getattr(env, IDEMPOTENCY_BINDING, None)
     breakers = getattr(env, BREAKERS_BINDING, None)
+    control = getattr(env, CONTROL_BINDING, None)
+    analytics = getattr(env, ANALYTICS_BINDING, None)
+    token = getattr(env, ADMIN_TOKEN_VAR, None)
     services = Services(
         store=DurableObjectStore(getattr(env, STORE_BINDING)),
         origin=FetchOrigin(),
@@ -85,6 +94,9 @@ def build_gateway(env: Any) -> Gateway | ConfigError:
         cache=KvStore(kv) if kv is not None else None,
         idempotency=DurableObjectIdempotency(records) if records is not None else None,
         breakers=DurableObjectBreakers(breakers) if breakers is not None else None,
+        control=DurableObjectControl(control) if control is not None else None,
+        analytics=AnalyticsDataset(analytics) if analytics is not None else None,
+        admin_token=str(token) if isinstance(token, str) and token else None,
     )
     try:
         return Gateway(config, services)

@@ -6,7 +6,7 @@ raised as ONE :class:`~edge_limiter.core.errors.ConfigError` naming route and fi
 
 from __future__ import annotations
 
-from .model import Config, FailurePolicy, Forwarding, Match, RateLimitPolicy, Route
+from .model import Config, FailurePolicy, Forwarding, Match, Operations, RateLimitPolicy, Route
 from .parse import parse_config
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "FailurePolicy",
     "Forwarding",
     "Match",
+    "Operations",
     "RateLimitPolicy",
     "Route",
     "parse_config",

@@ -88,6 +88,26 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True)
+class Operations:
+    """Settings for running the gateway, beside the routes.
+
+    ``shadow``: every route counts and reports but never blocks (for rolling out a config).
+    The deny cache remembers keys over their limit for at most ``deny_cache_ttl_ms``
+    (0: off). The admin API lives under ``admin_prefix``. Overrides are reloaded every
+    ``overrides_refresh_ms``. Allowed requests are logged at the rate ``sample_allowed``;
+    ``near_limit`` is the share of a limit used that counts as close to it.
+    """
+
+    shadow: bool = False
+    deny_cache_ttl_ms: int = 10_000
+    deny_cache_max_keys: int = 10_000
+    admin_prefix: str = "/_edge-limiter"
+    overrides_refresh_ms: int = 10_000
+    sample_allowed: float = 0.0
+    near_limit: float = 0.8
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole gateway config: routes in priority order, and the defaults they share.
 
@@ -100,6 +120,7 @@ class Config:
     routes: tuple[Route, ...]
     forward: Forwarding | None = None
     matrix_params: str = "keep"
+    ops: Operations = field(default_factory=Operations)
     warnings: tuple[str, ...] = field(default=(), compare=False)
     folds_case: bool = field(init=False, compare=False)
     """Whether any route matches paths case-insensitively (then paths are folded once)."""
@@ -107,6 +128,13 @@ class Config:
     def __post_init__(self) -> None:
         folds = any(route.match.path.case_insensitive for route in self.routes)
         object.__setattr__(self, "folds_case", folds)
+
+    def route(self, name: str) -> Route | None:
+        """The route called ``name``."""
+        for route in self.routes:
+            if route.name == name:
+                return route
+        return None
 
     def match(self, method: str, host: str, path: str) -> tuple[Route, dict[str, str]] | None:
         """The first route matching a request (canonical host and path), with its parameters."""

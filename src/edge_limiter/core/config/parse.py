@@ -47,6 +47,7 @@ from .model import (
     FailurePolicy,
     Forwarding,
     Match,
+    Operations,
     RateLimitPolicy,
     Route,
 )
@@ -60,6 +61,11 @@ MAX_STORE_TIMEOUT_MS = 30_000
 MAX_ORIGIN_TIMEOUT_MS = 10 * 60_000
 
 TOP_FIELDS = (
+    "shadow",
+    "deny_cache",
+    "admin",
+    "overrides",
+    "logging",
     "origin",
     "pool",
     "pools",
@@ -470,6 +476,74 @@ def _unreachable(routes: list[Route], problems: Problems) -> None:
                 break
 
 
+_ADMIN_PREFIX_RE = re.compile(r"(/[A-Za-z0-9_.~-]+)+")
+
+
+def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
+    """The top-level operator settings: shadow, deny_cache, admin, overrides, logging."""
+    defaults = Operations()
+    shadow = boolean(raw, "shadow", False, "config", problems)
+    ttl, max_keys = defaults.deny_cache_ttl_ms, defaults.deny_cache_max_keys
+    deny = raw.get("deny_cache", {})
+    if isinstance(deny, Mapping):
+        unknown_fields(deny, ("enabled", "max_keys", "max_ttl"), "config.deny_cache", problems)
+        enabled = boolean(deny, "enabled", True, "config.deny_cache", problems)
+        ttl = duration(
+            deny, "max_ttl", ttl, "config.deny_cache", problems, minimum_ms=1, maximum_ms=300_000
+        )
+        max_keys = integer(
+            deny, "max_keys", max_keys, "config.deny_cache", problems, minimum=1, maximum=1_000_000
+        )
+        ttl = ttl if enabled else 0
+    else:
+        problems.add("config.deny_cache", f"must be a table, got {deny!r}")
+    prefix = defaults.admin_prefix
+    admin = raw.get("admin", {})
+    if isinstance(admin, Mapping):
+        unknown_fields(admin, ("prefix",), "config.admin", problems)
+        prefix = admin.get("prefix", prefix)
+        if not isinstance(prefix, str) or not _ADMIN_PREFIX_RE.fullmatch(prefix):
+            problems.add(
+                "config.admin.prefix",
+                f"must be a path like '/_edge-limiter' (no trailing slash), got {prefix!r}",
+            )
+            prefix = defaults.admin_prefix
+    else:
+        problems.add("config.admin", f"must be a table, got {admin!r}")
+    refresh = defaults.overrides_refresh_ms
+    overrides = raw.get("overrides", {})
+    if isinstance(overrides, Mapping):
+        unknown_fields(overrides, ("refresh",), "config.overrides", problems)
+        refresh = duration(
+            overrides,
+            "refresh",
+            refresh,
+            "config.overrides",
+            problems,
+            minimum_ms=1_000,
+            maximum_ms=300_000,
+        )
+    else:
+        problems.add("config.overrides", f"must be a table, got {overrides!r}")
+    sample, near = defaults.sample_allowed, defaults.near_limit
+    logging = raw.get("logging", {})
+    if isinstance(logging, Mapping):
+        unknown_fields(logging, ("sample_allowed", "near_limit"), "config.logging", problems)
+        sample = _fraction(logging, "sample_allowed", sample, problems)
+        near = _fraction(logging, "near_limit", near, problems)
+    else:
+        problems.add("config.logging", f"must be a table, got {logging!r}")
+    return Operations(shadow, ttl, max_keys, prefix, refresh, sample, near)
+
+
+def _fraction(raw: Mapping[str, Any], name: str, default: float, problems: Problems) -> float:
+    value = raw.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        problems.add(f"config.logging.{name}", f"must be a number from 0 to 1, got {value!r}")
+        return default
+    return float(value)
+
+
 def parse_config(raw: object) -> Config:
     """Parse and validate a whole config; raises one :class:`ConfigError` listing every problem."""
     problems = Problems()
@@ -526,6 +600,7 @@ def parse_config(raw: object) -> Config:
         case_insensitive=case_insensitive,
     )
 
+    ops = _operations(raw, problems)
     raw_routes = raw.get("routes", [])
     if not isinstance(raw_routes, list):
         problems.add("config.routes", f"must be a list of route tables, got {raw_routes!r}")
@@ -550,4 +625,4 @@ def parse_config(raw: object) -> Config:
     forward = None
     if default_pool is not None:
         forward = Forwarding(default_pool, origin_timeout, default_pool.retry)
-    return Config(tuple(routes), forward, matrix_params, tuple(problems.warnings))
+    return Config(tuple(routes), forward, matrix_params, ops, tuple(problems.warnings))

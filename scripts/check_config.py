@@ -1,0 +1,158 @@
+"""``scripts/check-config``: check the gateway config exactly as the Worker parses it.
+
+    scripts/check-config [FILE] [--wrangler wrangler.toml] [--env NAME]
+    scripts/check-config --explain METHOD URL [--header "Name: value"] [--ip ADDR]
+                         [--country CC --continent XX]
+
+Prints the effective table of routes (match, key, limits with burst, algorithm, shadow,
+failure policy, cache, idempotency, origin pool) and every warning; exits 1 listing every
+error with its route and field. ``--explain`` prints which route a request would hit, its
+canonical path, its key, and the Durable Object it maps to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "src"))
+
+from project_config import (  # noqa: E402
+    ProjectConfigError,
+    check_project,
+    config_file,
+    deployment,
+    raw_config,
+    read_toml,
+)
+
+from edge_limiter.core.config import Config, parse_config  # noqa: E402
+from edge_limiter.core.errors import ConfigError  # noqa: E402
+from edge_limiter.core.explain import describe_route, explain  # noqa: E402
+from edge_limiter.core.http.messages import Client  # noqa: E402
+
+
+def _limits(route: dict[str, Any]) -> str:
+    parts = []
+    for limit in route["limits"]:
+        text = limit["rate"]
+        if limit["capacity"] != int(text.split(" ", 1)[0]):
+            text += f" (burst {limit['capacity']})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def table(config: Config) -> str:
+    """The routes as an aligned text table, in the order they are tried."""
+    rows = [
+        [
+            "route",
+            "match",
+            "key",
+            "limits",
+            "algorithm",
+            "shadow",
+            "on failure",
+            "cache",
+            "idempotency",
+            "pool",
+        ]
+    ]
+    for route in config.routes:
+        info = describe_route(route)
+        match = info["match"]
+        methods = ",".join(match["methods"]) if isinstance(match["methods"], list) else "*"
+        host = "" if match["host"] == "*" else f" on {match['host']}"
+        cache = info["cache"]
+        idem = info["idempotency"]
+        rows.append(
+            [
+                info["name"],
+                f"{methods} {match['path']}{host}"
+                + (" (any case)" if match["case_insensitive"] else ""),
+                "+".join(info["key"]),
+                _limits(info),
+                info["algorithm"],
+                "yes" if info["shadow"] or config.ops.shadow else "no",
+                info["on_store_error"],
+                f"{cache['ttl_ms'] // 1000}s {cache['scope']}" if cache else "-",
+                idem["mode"] if idem else "-",
+                f"{info['pool']} ({len(info['origins'])})",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "file", nargs="?", type=Path, help="config file (default: edge-limiter.toml)"
+    )
+    parser.add_argument("--wrangler", type=Path, default=ROOT / "wrangler.toml")
+    parser.add_argument("--env", default=None, help="a wrangler environment")
+    parser.add_argument("--explain", nargs=2, metavar=("METHOD", "URL"))
+    parser.add_argument("--header", action="append", default=[], metavar="'Name: value'")
+    parser.add_argument("--ip", default="", help="the client address (CF-Connecting-IP)")
+    parser.add_argument("--country", default="")
+    parser.add_argument("--continent", default="")
+    parser.add_argument("--json", action="store_true", help="print --explain as JSON")
+    args = parser.parse_args(argv)
+
+    check = check_project(args.wrangler, args.file)
+    if check.problems:
+        print(f"{len(check.problems)} problem(s):", file=sys.stderr)
+        for problem in check.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    try:
+        dep = deployment(read_toml(args.wrangler), args.env)
+        path = config_file(args.wrangler, args.file)
+        document = read_toml(path) if path is not None else None
+        config = parse_config(raw_config(dep, document, path.name if path else ""))
+    except (ProjectConfigError, ConfigError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.explain:
+        headers = []
+        for header in args.header:
+            name, sep, value = header.partition(":")
+            if not sep:
+                parser.error(f"--header {header!r}: expected 'Name: value'")
+            headers.append((name.strip(), value.strip()))
+        client = Client(ip=args.ip, country=args.country.upper(), continent=args.continent.upper())
+        result = explain(config, args.explain[0], args.explain[1], headers, client)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            for name, value in result.items():
+                print(f"{name + ':':<18}{value}")
+        return 0 if "error" not in result else 2
+    where = path.name if path is not None else "vars.EDGE_LIMITER"
+    env = f" [env.{args.env}]" if args.env else ""
+    print(f"{where}{env}: {len(config.routes)} routes, tried in this order\n")
+    print(table(config))
+    if config.forward is not None:
+        print(f"\nunmatched requests: forwarded to {config.forward.pool.name}, unlimited")
+    else:
+        print("\nunmatched requests: 404 (no top-level origin)")
+    if config.ops.shadow:
+        print("global shadow mode: ON (nothing is blocked)")
+    for warning in check.warnings:
+        print(f"warning: {warning}")
+    print("\nOK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""What the gateway would do with a request, without doing it: for the config check's
+``--explain`` and the admin API's ``explain``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .canonical import canonical_host, canonical_path
+from .config import Config, Route
+from .errors import AmbiguousRequestError, PathError
+from .http.messages import Client, Headers, Request
+from .keys import object_name
+from .routing.geo import ClientLocation, order_origins
+
+
+def describe_route(route: Route) -> dict[str, Any]:
+    """A route as plain data: what it matches, limits, and where it forwards."""
+    limits = route.limits
+    out: dict[str, Any] = {
+        "name": route.name,
+        "match": {
+            "path": route.match.path.source,
+            "methods": sorted(route.match.methods) if route.match.methods else "*",
+            "host": route.match.host or "*",
+            "case_insensitive": route.match.path.case_insensitive,
+        },
+        "algorithm": limits.algorithm,
+        "limits": [
+            {"name": lim.name, "rate": str(lim.rate), "capacity": lim.capacity}
+            for lim in limits.limits
+        ],
+        "key": [str(part) for part in limits.key.parts],
+        "cost": limits.cost,
+        "shadow": limits.shadow,
+        "on_store_error": "open" if route.failure.fail_open else "closed",
+        "pool": route.forward.pool.name,
+        "origins": [origin.name for origin in route.forward.pool.origins],
+        "timeout_ms": route.forward.timeout_ms,
+        "retry_attempts": route.forward.retry.attempts,
+        "cache": None,
+        "idempotency": None,
+    }
+    if route.cache is not None:
+        out["cache"] = {
+            "ttl_ms": route.cache.ttl_ms,
+            "scope": route.cache.scope,
+            "stale_if_error_ms": route.cache.stale_if_error_ms,
+        }
+    if route.idempotency is not None:
+        out["idempotency"] = {
+            "mode": route.idempotency.mode,
+            "methods": list(route.idempotency.methods),
+            "retention_ms": route.idempotency.retention_ms,
+        }
+    return out
+
+
+def explain(
+    config: Config,
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]] | None = None,
+    client: Client | None = None,
+) -> dict[str, Any]:
+    """Which route ``method url`` hits, its canonical path, key and Durable Object."""
+    scheme, _, rest = url.partition("://")
+    if not rest:
+        return {"error": f"{url!r} is not an absolute URL like https://api.example.com/v1/x"}
+    authority, slash, target = rest.partition("/")
+    raw_path, _, query = (slash + target).partition("?")
+    raw_path = raw_path or "/"
+    out: dict[str, Any] = {"method": method.upper(), "url": url}
+    try:
+        path = canonical_path(raw_path, config.matrix_params)
+    except PathError as exc:
+        out.update(status=400, error=f"bad_path: {exc}")
+        return out
+    host = canonical_host(authority, scheme.lower())
+    out.update(canonical_path=path, canonical_host=host)
+    matched = config.match(out["method"], host, path)
+    if matched is None:
+        if config.forward is None:
+            out.update(route=None, status=404)
+        else:
+            out.update(route=None, forward_to=config.forward.pool.name, limited=False)
+        return out
+    route, params = matched
+    request = Request(
+        out["method"],
+        raw_path,
+        query,
+        authority,
+        scheme,
+        Headers(headers or []),
+        client or Client(),
+    )
+    out.update(route=route.name, params=params)
+    try:
+        key = route.limits.key.compute(request, params)
+    except AmbiguousRequestError as exc:
+        out.update(status=400, error=f"ambiguous_key: {exc}")
+        return out
+    where = request.client
+    order = order_origins(
+        route.forward.pool.origins,
+        ClientLocation(
+            where.country or None, where.continent or None, where.latitude, where.longitude
+        ),
+    )
+    out.update(
+        key=key,
+        durable_object=object_name(route.name, key),
+        limits=[str(lim.rate) for lim in route.limits.limits],
+        algorithm=route.limits.algorithm,
+        shadow=route.limits.shadow or config.ops.shadow,
+        origins=[origin.name for origin in order],
+    )
+    return out

@@ -1,0 +1,309 @@
+"""The admin API, under the config's ``admin.prefix`` (``/_edge-limiter`` by default).
+
+Enabled only when the ``EDGE_LIMITER_ADMIN_TOKEN`` secret is set; every call needs it as
+``Authorization: Bearer <token>`` (or, for a browser, HTTP Basic with it as the password),
+compared in constant time. Missing or wrong credentials get 401 and nothing else. Admin
+paths are never forwarded and never rate limited by the routes.
+
+=========================================  ================================================
+``GET  {prefix}/``                         the status page (HTML)
+``GET  {prefix}/api/config``               the effective config
+``GET  {prefix}/api/explain?method=&url=`` which route, key and Durable Object a request gets
+``GET  {prefix}/api/keys?route=&key=``     a key's state, and what its next request would get
+``POST {prefix}/api/keys/reset?route=&key=``          forget a key's counters
+``POST {prefix}/api/keys/refund?route=&key=&cost=``   give a key ``cost`` units back
+``GET  {prefix}/api/overrides``            list per-key overrides
+``POST {prefix}/api/overrides``            set one (JSON body: route, key, limits | exempt,
+                                           reason, expires_in | expires_at)
+``DELETE {prefix}/api/overrides/{id}``     remove one
+``GET  {prefix}/api/breakers``             every origin's shared breaker
+``GET  {prefix}/api/stats``                recent decisions by route, most limited keys
+=========================================  ================================================
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl
+
+from ..core.config import Config
+from ..core.explain import describe_route, explain
+from ..core.http import problems
+from ..core.http.fields import rate_limit_headers
+from ..core.http.messages import Headers, Request, Response
+from ..core.keys import object_name
+from ..core.limiter import combine
+from ..core.overrides import OverrideError, decode_overrides, parse_override
+from ..core.protocol import StoreRequest, StoreResponse
+from ..core.resilience.breaker import current_phase
+from ..core.resilience.shared import SyncCall, state_from_json
+from .exchange import problem_response
+from .health import pools_of
+from .operations import Operating
+from .ports import Services
+from .ratelimit import key_digest
+
+JSON = "application/json"
+
+
+def _json(status: int, data: Any) -> Response:
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    headers = Headers([("content-type", JSON), ("cache-control", "no-store")])
+    return Response(status, headers, body)
+
+
+def _fail(status: int, title: str, detail: str, code: str) -> Response:
+    return problem_response(problems.Problem(status, title, detail, code))
+
+
+class Admin:
+    """Answers requests under the admin prefix; see the module docstring."""
+
+    def __init__(self, config: Config, services: Services, operating: Operating) -> None:
+        self.config = config
+        self.services = services
+        self.operating = operating
+        self.prefix = config.ops.admin_prefix
+
+    def owns(self, path: str) -> bool:
+        """Whether a canonical path is the admin API's."""
+        return path == self.prefix or path.startswith(self.prefix + "/")
+
+    def _authorized(self, request: Request) -> bool:
+        token = self.services.admin_token
+        if not token:
+            return False
+        header = request.headers.get("authorization") or ""
+        scheme, _, credentials = header.partition(" ")
+        offered = ""
+        if scheme.lower() == "bearer":
+            offered = credentials.strip()
+        elif scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(credentials.strip(), validate=True).decode()
+            except (ValueError, UnicodeDecodeError):
+                decoded = ""
+            offered = decoded.partition(":")[2]
+        # Constant time whatever the offered value: compare digests of equal length.
+        return hmac.compare_digest(
+            hmac.new(b"edge-limiter", offered.encode(), "sha256").digest(),
+            hmac.new(b"edge-limiter", token.encode(), "sha256").digest(),
+        )
+
+    async def handle(self, request: Request, path: str, now: int) -> Response:
+        if not self.services.admin_token:
+            return problem_response(problems.not_found(request.method, path))
+        page = path in (self.prefix, self.prefix + "/")
+        if not self._authorized(request):
+            response = _fail(401, "Unauthorized", "Credentials are required.", "unauthorized")
+            challenge = 'Basic realm="edge-limiter"' if page else 'Bearer realm="edge-limiter"'
+            response.headers.set("www-authenticate", challenge)
+            self.services.log({"event": "admin_unauthorized", "path": path})
+            return response
+        params = dict(parse_qsl(request.query, keep_blank_values=True))
+        action = path[len(self.prefix) :].rstrip("/") or "/"
+        method = request.method
+        try:
+            if page and method in ("GET", "HEAD"):
+                return await self._page(now)
+            if action == "/api/config" and method == "GET":
+                return self._config()
+            if action == "/api/explain" and method == "GET":
+                return self._explain(params)
+            if action == "/api/keys" and method == "GET":
+                return await self._key(params, "peek")
+            if action in ("/api/keys/reset", "/api/keys/refund") and method == "POST":
+                return await self._key(params, action.rsplit("/", 1)[1])
+            if action == "/api/overrides" and method == "GET":
+                return await self._overrides('{"op":"list"}', now)
+            if action == "/api/overrides" and method == "POST":
+                return await self._set_override(request, now)
+            if action.startswith("/api/overrides/") and method == "DELETE":
+                ident = action.removeprefix("/api/overrides/")
+                return await self._overrides(json.dumps({"op": "delete", "id": ident}), now)
+            if action == "/api/breakers" and method == "GET":
+                return _json(200, {"breakers": await self._breakers(now)})
+            if action == "/api/stats" and method == "GET":
+                return _json(200, await self._stats())
+        except _AdminError as exc:
+            return _fail(exc.status, exc.title, str(exc), exc.code)
+        return _fail(404, "Not Found", f"No admin endpoint {method} {action}.", "no_admin_endpoint")
+
+    # --- endpoints ------------------------------------------------------------------------
+
+    def _config(self) -> Response:
+        ops = self.config.ops
+        return _json(
+            200,
+            {
+                "routes": [describe_route(route) for route in self.config.routes],
+                "pools": sorted(pool.name for pool in pools_of(self.config)),
+                "shadow": ops.shadow,
+                "deny_cache_ttl_ms": ops.deny_cache_ttl_ms,
+                "overrides_refresh_ms": ops.overrides_refresh_ms,
+                "warnings": list(self.config.warnings),
+            },
+        )
+
+    def _explain(self, params: dict[str, str]) -> Response:
+        if not params.get("url"):
+            raise _AdminError(400, "the url parameter is required")
+        return _json(200, explain(self.config, params.get("method", "GET"), params["url"]))
+
+    def _route_and_key(self, params: dict[str, str]) -> tuple[Any, str]:
+        route = self.config.route(params.get("route", ""))
+        if route is None:
+            names = ", ".join(r.name for r in self.config.routes)
+            raise _AdminError(400, f"route must be one of: {names}")
+        key = params.get("key")
+        if not key:
+            raise _AdminError(400, "key is required (as the config check's --explain prints it)")
+        return route, key
+
+    async def _key(self, params: dict[str, str], op: str) -> Response:
+        route, key = self._route_and_key(params)
+        policy = route.limits
+        cost = policy.cost
+        if op == "refund":
+            try:
+                cost = int(params.get("cost", policy.cost))
+            except ValueError as exc:
+                raise _AdminError(400, "cost must be an integer") from exc
+            if cost < 1:
+                raise _AdminError(400, "cost must be at least 1")
+        override = self.operating.overrides.find(route.name, key, self.services.clock.now_ms())
+        limits = override.limits if override is not None and override.limits else policy.limits
+        request = StoreRequest(op, policy.algorithm, limits, cost)
+        name = object_name(route.name, key)
+        try:
+            answer = await self.services.store.call(name, request.to_json())
+            response = StoreResponse.from_json(answer, limits)
+        except Exception as exc:
+            raise _AdminError(
+                503, f"the key's Durable Object failed: {type(exc).__name__}"
+            ) from exc
+        if op != "peek":
+            self.operating.deny.clear()
+            self.services.log(
+                {"event": f"admin_{op}", "route": route.name, "key_hash": key_digest(key)}
+            )
+        decision = combine(response.decisions)
+        return _json(
+            200,
+            {
+                "route": route.name,
+                "key": key,
+                "durable_object": name,
+                "done": op,
+                "override": override.describe() if override is not None else None,
+                "limits": [
+                    {
+                        "policy": d.policy.name if d.policy else "",
+                        "limit": d.limit,
+                        "remaining": d.remaining,
+                        "reset_after_ms": d.reset_after,
+                        "retry_after_ms": d.retry_after,
+                        "allowed": d.allowed,
+                    }
+                    for d in response.decisions
+                ],
+                "next_request": {
+                    "allowed": decision.allowed,
+                    "headers": dict(rate_limit_headers(decision, response.decisions)),
+                },
+            },
+        )
+
+    async def _overrides(self, call: str, now: int) -> Response:
+        control = self.services.control
+        if control is None:
+            raise _AdminError(503, "overrides need the CONTROL Durable Object binding")
+        try:
+            answer = json.loads(await control.overrides(call))
+        except Exception as exc:
+            raise _AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
+        if "error" in answer:
+            raise _AdminError(409, answer["error"])
+        listed = answer.get("overrides", [])
+        self.operating.override_set(decode_overrides(json.dumps(listed)), now)
+        return _json(200, answer)
+
+    async def _set_override(self, request: Request, now: int) -> Response:
+        raw = await request.body.read() if request.body is not None else b""
+        try:
+            data = json.loads(raw or b"null")
+        except ValueError as exc:
+            raise _AdminError(400, f"the body is not JSON: {exc}") from exc
+        algorithms = {route.name: route.limits.algorithm for route in self.config.routes}
+        try:
+            override = parse_override(data, now, algorithms)
+        except OverrideError as exc:
+            raise _AdminError(400, str(exc)) from exc
+        self.services.log(
+            {"event": "admin_override_set", "route": override.route, "id": override.id}
+        )
+        return await self._overrides(
+            json.dumps({"op": "put", "override": override.describe()}), now
+        )
+
+    async def _breakers(self, now: int) -> dict[str, str]:
+        breakers = self.services.breakers
+        phases: dict[str, str] = {}
+        for pool in pools_of(self.config):
+            for origin in pool.origins:
+                phase = "unknown"
+                if breakers is not None:
+                    try:
+                        text = await breakers.sync(origin.name, SyncCall(pool.breaker).to_json())
+                        phase = current_phase(state_from_json(text), now).value
+                    except Exception:
+                        phase = "unreachable"
+                phases[origin.name] = phase
+        return phases
+
+    async def _stats(self) -> dict[str, Any]:
+        control = self.services.control
+        if control is None:
+            return {"routes": {}, "top_limited": []}
+        try:
+            result: dict[str, Any] = json.loads(await control.stats('{"op":"get"}'))
+        except Exception as exc:
+            raise _AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
+        return result
+
+    async def _page(self, now: int) -> Response:
+        from .statuspage import render  # noqa: PLC0415 - only the page needs it
+
+        stats = await self._stats()
+        overrides: list[dict[str, Any]] = []
+        if self.services.control is not None:
+            try:
+                listed = json.loads(await self.services.control.overrides('{"op":"list"}'))
+                overrides = listed.get("overrides", [])
+            except Exception:
+                overrides = []
+        breakers = await self._breakers(now)
+        when = datetime.fromtimestamp(now / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        html = render(self.config, stats, overrides, breakers, when)
+        headers = Headers(
+            [("content-type", "text/html; charset=utf-8"), ("cache-control", "no-store")]
+        )
+        return Response(200, headers, html.encode())
+
+
+class _AdminError(Exception):
+    """An admin call that cannot be done as asked."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = {400: "Bad Request", 409: "Conflict", 503: "Service Unavailable"}.get(
+            status, "Error"
+        )
+        self.code = {400: "bad_admin_request", 409: "admin_conflict"}.get(
+            status, "admin_unavailable"
+        )

@@ -1,0 +1,141 @@
+"""What an isolate keeps for the operator: the deny cache, the overrides, the counters, and
+the record of every decision (a log line, a data point, a counter)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from ..core.config import Config
+from ..core.decision import Decision
+from ..core.denycache import DenyCache
+from ..core.overrides import Override, OverrideTable, decode_overrides
+from ..core.stats import StatsBatch
+from .ports import Background, Services
+
+#: How often an isolate sends its counters to the Control object, at most.
+STATS_FLUSH_MS = 1_000
+#: The most a request waits for a first load of the overrides.
+FIRST_LOAD_TIMEOUT_S = 0.3
+
+
+class Operating:
+    """Per-isolate operator state, shared by every route's stages."""
+
+    def __init__(self, config: Config, services: Services) -> None:
+        self.config = config
+        self.services = services
+        ops = config.ops
+        self.deny = DenyCache(ops.deny_cache_max_keys, max(1, ops.deny_cache_ttl_ms))
+        self.deny_enabled = ops.deny_cache_ttl_ms > 0
+        self.overrides = OverrideTable()
+        self.overrides_loaded_at: int | None = None
+        self._loading = False
+        self.stats = StatsBatch()
+        self._stats_flushed_at = 0
+
+    # --- overrides ------------------------------------------------------------------------
+
+    async def override_for(
+        self, route: str, key: str, now: int, background: Background
+    ) -> Override | None:
+        """The live override for ``key`` on ``route``, reloading the list when it is old."""
+        control = self.services.control
+        if control is None:
+            return None
+        refresh = self.config.ops.overrides_refresh_ms
+        if self.overrides_loaded_at is None:
+            # The isolate's first request: load once, briefly, before deciding.
+            try:
+                await asyncio.wait_for(self.reload_overrides(now), FIRST_LOAD_TIMEOUT_S)
+            except TimeoutError:
+                self.overrides_loaded_at = now  # try again later, in the background
+        elif now - self.overrides_loaded_at >= refresh and not self._loading:
+            self._loading = True
+            background.defer(self.reload_overrides(now))
+        return self.overrides.find(route, key, now)
+
+    async def reload_overrides(self, now: int) -> None:
+        control = self.services.control
+        assert control is not None
+        self._loading = True
+        try:
+            text = await control.overrides('{"op":"list"}')
+            listed = json.loads(text)["overrides"]
+            self.overrides = OverrideTable(decode_overrides(json.dumps(listed)))
+            self.overrides_loaded_at = now
+        except Exception as exc:  # keep the old list; try again at the next refresh
+            self.overrides_loaded_at = now
+            self.services.log({"event": "overrides_load_error", "error": repr(exc)[:200]})
+        finally:
+            self._loading = False
+
+    def override_set(self, overrides: list[Override], now: int) -> None:
+        """The admin API changed the list in this isolate: use it at once."""
+        self.overrides = OverrideTable(overrides)
+        self.overrides_loaded_at = now
+        self.deny.clear()
+
+    # --- decisions ------------------------------------------------------------------------
+
+    def record(
+        self,
+        *,
+        route: str,
+        event: str,
+        key_hash: str | None,
+        decision: Decision | None,
+        latency_ms: int,
+        background: Background,
+        now: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Count a decision, log it (allowed ones sampled), and write its data point."""
+        services = self.services
+        ops = self.config.ops
+        self.stats.note(route, event, key_hash)
+        near = False
+        remaining = limit = 0
+        if decision is not None:
+            remaining, limit = decision.remaining, decision.limit
+            near = limit > 0 and (limit - remaining) >= ops.near_limit * limit
+        if event != "allowed" or (ops.sample_allowed and services.random() < ops.sample_allowed):
+            record: dict[str, Any] = {
+                "event": event,
+                "route": route,
+                "key_hash": key_hash,
+                "latency_ms": latency_ms,
+            }
+            if decision is not None:
+                record.update(remaining=remaining, limit=limit, near_limit=near)
+            if extra:
+                record.update(extra)
+            services.log(record)
+        if services.analytics is not None:
+            used = (limit - remaining) / limit if limit else 0.0
+            try:
+                services.analytics.write(
+                    [route, event, key_hash or "", "near_limit" if near else ""],
+                    [float(latency_ms), float(remaining), float(limit), used],
+                    [route],
+                )
+            except Exception as exc:  # analytics never fails a request
+                services.log({"event": "analytics_error", "error": repr(exc)[:200]})
+        self._flush_soon(now, background)
+
+    def _flush_soon(self, now: int, background: Background) -> None:
+        control = self.services.control
+        if control is None or not self.stats or now - self._stats_flushed_at < STATS_FLUSH_MS:
+            return
+        batch, self.stats = self.stats, StatsBatch()
+        self._stats_flushed_at = now
+        background.defer(self._flush(batch, now))
+
+    async def _flush(self, batch: StatsBatch, now: int) -> None:
+        control = self.services.control
+        assert control is not None
+        try:
+            await control.stats(json.dumps({"op": "add", "batch": json.loads(batch.to_json(now))}))
+        except Exception as exc:
+            self.services.log({"event": "stats_flush_error", "error": repr(exc)[:200]})

@@ -1,0 +1,164 @@
+"""The admin API on CPython: authentication, every endpoint, and that it is never forwarded,
+never rate limited, and never puts a secret or a raw key in a log line."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from .fakes import Harness, body_json, harness, request
+
+TOKEN = "admin-secret-7f3c"
+ROUTES: list[dict[str, Any]] = [
+    {
+        "name": "api",
+        "match": {"path": "/v1/*"},
+        "limits": "3/minute",
+        "algorithm": "sliding_log",
+        "key": "header:x-api-key",
+    },
+    {"name": "everything", "match": {"path": "*"}, "limits": "1/hour"},
+]
+
+
+def admin(h: Harness, path: str, method: str = "GET", token: str | None = TOKEN, **kw: Any):  # type: ignore[no-untyped-def]
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    headers.update(kw.pop("headers", {}))
+    path, _, query = path.partition("?")
+    return h.send(request("/_edge-limiter" + path, method, query=query, headers=headers, **kw))
+
+
+def gw(**top: Any) -> Harness:
+    return harness(*ROUTES, admin_token=TOKEN, **top)
+
+
+def test_disabled_without_a_token_and_never_forwarded() -> None:
+    h = harness(*ROUTES)
+    answer = h.send(request("/_edge-limiter/api/config"))
+    assert answer.status == 404 and h.origin.sent == [] and h.store.calls == []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"authorization": "Bearer wrong"},
+        {"authorization": f"Bearer {TOKEN}x"},
+        {"authorization": f"Basic {base64.b64encode(b'admin:wrong').decode()}"},
+        {"authorization": "Basic !!!"},
+        {"authorization": TOKEN},
+    ],
+)
+def test_missing_or_wrong_credentials_get_401_and_nothing_else(headers: dict[str, str]) -> None:
+    h = gw()
+    answer = admin(h, "/api/config", token=None, headers=headers)
+    assert answer.status == 401
+    assert (answer.headers.get("www-authenticate") or "").startswith("Bearer")
+    body = body_json(answer)
+    assert set(body) == {"type", "title", "status", "detail", "code"}
+    assert "routes" not in answer.body.decode() if isinstance(answer.body, bytes) else True
+    assert h.origin.sent == [] and h.store.calls == []
+
+
+def test_the_page_accepts_basic_auth_and_asks_for_it() -> None:
+    h = gw()
+    challenge = h.send(request("/_edge-limiter/"))
+    assert challenge.status == 401 and (challenge.headers.get("www-authenticate") or "").startswith(
+        "Basic"
+    )
+    basic = base64.b64encode(f"ops:{TOKEN}".encode()).decode()
+    page = h.send(request("/_edge-limiter/", headers={"authorization": f"Basic {basic}"}))
+    assert page.status == 200 and (page.headers.get("content-type") or "").startswith("text/html")
+    html = page.body.decode() if isinstance(page.body, bytes) else ""
+    assert "<script" not in html and 'http-equiv="refresh"' in html and "api" in html
+
+
+def test_admin_paths_are_never_rate_limited_by_user_routes() -> None:
+    h = gw()
+    statuses = [admin(h, "/api/config").status for _ in range(5)]
+    assert statuses == [200] * 5
+    assert h.store.calls == [] and h.origin.sent == []
+
+
+def test_config_and_explain() -> None:
+    h = gw()
+    config = body_json(admin(h, "/api/config"))
+    assert [r["name"] for r in config["routes"]] == ["api", "everything"]
+    explained = body_json(admin(h, "/api/explain?method=GET&url=https://a.test//v1/%78"))
+    assert explained["route"] == "api" and explained["canonical_path"] == "/v1/x"
+    assert admin(h, "/api/explain").status == 400
+
+
+def test_a_keys_state_peek_reset_and_refund() -> None:
+    h = gw()
+    for _ in range(3):
+        h.send(request("/v1/x", headers={"x-api-key": "alice"}))
+    key = "header:x-api-key=alice"
+    peek = body_json(admin(h, f"/api/keys?route=api&key={key}"))
+    assert peek["next_request"]["allowed"] is False
+    assert peek["limits"][0]["remaining"] == 0
+    assert peek["next_request"]["headers"]["Retry-After"]
+    calls = len(h.store.calls)
+    assert body_json(admin(h, f"/api/keys?route=api&key={key}"))["done"] == "peek"
+    assert h.send(request("/v1/x", headers={"x-api-key": "alice"})).status == 429
+    refunded = body_json(admin(h, f"/api/keys/refund?route=api&key={key}&cost=1", "POST"))
+    assert refunded["next_request"]["allowed"] is True
+    assert h.send(request("/v1/x", headers={"x-api-key": "alice"})).status == 200
+    admin(h, f"/api/keys/reset?route=api&key={key}", "POST")
+    assert [h.send(request("/v1/x", headers={"x-api-key": "alice"})).status for _ in range(3)] == [
+        200
+    ] * 3
+    assert len(h.store.calls) > calls
+    assert admin(h, "/api/keys?route=nope&key=x").status == 400
+    assert admin(h, "/api/keys?route=api").status == 400
+
+
+def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> None:
+    h = gw()
+    for _ in range(3):
+        h.send(request("/v1/x", headers={"x-api-key": "premium_1"}))
+    assert h.send(request("/v1/x", headers={"x-api-key": "premium_1"})).status == 429
+    body = {"route": "api", "key": "premium_*", "limits": "10/minute", "reason": "plan"}
+    created = admin(h, "/api/overrides", "POST", body=json.dumps(body).encode())
+    assert created.status == 200
+    (override,) = body_json(created)["overrides"]
+    # Other limits: another counter, in effect at once (the deny cache was cleared).
+    assert h.send(request("/v1/x", headers={"x-api-key": "premium_1"})).status == 200
+    listed = body_json(admin(h, "/api/overrides"))["overrides"]
+    assert [o["id"] for o in listed] == [override["id"]] and listed[0]["reason"] == "plan"
+    bad = admin(h, "/api/overrides", "POST", body=b'{"route": "api", "key": "x"}')
+    assert bad.status == 400 and "either limits" in body_json(bad)["detail"]
+    assert admin(h, "/api/overrides", "POST", body=b"not json").status == 400
+    removed = admin(h, f"/api/overrides/{override['id']}", "DELETE")
+    assert body_json(removed)["deleted"] is True
+    assert h.send(request("/v1/x", headers={"x-api-key": "premium_1"})).status == 429
+
+
+def test_breakers_and_stats() -> None:
+    h = gw()
+    h.send(request("/v1/x", headers={"x-api-key": "a"}))
+    breakers = body_json(admin(h, "/api/breakers"))["breakers"]
+    assert breakers == {"origin.test": "closed"}
+    for _ in range(4):
+        h.send(request("/v1/x", headers={"x-api-key": "b"}))
+    h.clock.advance(1_000)
+    h.send(request("/v1/x", headers={"x-api-key": "c"}))
+    stats = body_json(admin(h, "/api/stats"))
+    assert stats["routes"]["api"]["5m"]["limited"] >= 1
+    assert stats["top_limited"][0]["route"] == "api"
+    assert admin(h, "/api/nothing-here").status == 404
+
+
+def test_no_secret_or_raw_key_ever_reaches_a_log_line() -> None:
+    h = gw(logging={"sample_allowed": 1.0})
+    for key in ("sk_live_abcdef", "sk_live_abcdef", "sk_live_abcdef", "sk_live_abcdef"):
+        h.send(request("/v1/x", headers={"x-api-key": key, "authorization": "Bearer user-token"}))
+    admin(h, "/api/config", token="wrong-token-value")
+    admin(h, "/api/keys/reset?route=api&key=header:x-api-key=sk_live_abcdef", "POST")
+    text = json.dumps(h.logs)
+    for secret in ("sk_live_abcdef", "user-token", TOKEN, "wrong-token-value"):
+        assert secret not in text
+    assert h.events("allowed") and h.events("limited")

@@ -1,0 +1,179 @@
+"""The operator's side of the request path on CPython: global shadow, the deny cache
+(checked against the Durable Object's own decisions), overrides, logs and analytics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge_limiter.core.overrides import parse_override
+
+from .fakes import Harness, harness, request
+
+ROUTE: dict[str, Any] = {
+    "name": "api",
+    "match": {"path": "/v1/*"},
+    "limits": "3/minute",
+    "algorithm": "sliding_log",
+    "key": "header:x-api-key",
+}
+
+
+def call(key: str = "k1", **kw: Any):  # type: ignore[no-untyped-def]
+    return request("/v1/x", headers={"x-api-key": key}, **kw)
+
+
+class Recorder:
+    """A fake Analytics Engine dataset."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[list[str], list[float], list[str]]] = []
+
+    def write(self, blobs: list[str], doubles: list[float], indexes: list[str]) -> None:
+        self.points.append((blobs, doubles, indexes))
+
+
+def with_analytics(h: Harness) -> Recorder:
+    recorder = Recorder()
+    object.__setattr__(h.gateway.services, "analytics", recorder)
+    return recorder
+
+
+def test_global_shadow_counts_and_reports_but_never_blocks() -> None:
+    h = harness(ROUTE, shadow=True)
+    answers = [h.send(call()) for _ in range(5)]
+    assert [a.status for a in answers] == [200] * 5
+    assert answers[-1].headers.get("x-edgelimiter-reason") == "shadow"
+    assert len(h.events("shadow")) == 2 and len(h.store.calls) == 5
+
+
+def test_the_deny_cache_answers_without_a_store_call_with_identical_headers() -> None:
+    cached = harness(ROUTE)
+    plain = harness(ROUTE, deny_cache={"enabled": False})
+    for h in (cached, plain):
+        for _ in range(3):
+            h.send(call())
+    for step in range(20):
+        a, b = cached.send(call()), plain.send(call())
+        assert (a.status, a.headers.items(), a.body) == (b.status, b.headers.items(), b.body)
+        for h in (cached, plain):
+            h.clock.advance(500)
+        del step
+    assert len(cached.events("cached_denial")) >= 15
+    assert len(cached.store.calls) <= 3 + 20 - 15
+    assert len(plain.store.calls) == 23
+
+
+ALGORITHMS = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    algorithm=st.sampled_from(ALGORITHMS),
+    quota=st.integers(1, 4),
+    window_s=st.integers(1, 20),
+    second=st.booleans(),
+    cost=st.integers(1, 2),
+    gaps=st.lists(st.integers(0, 3_000), min_size=1, max_size=40),
+)
+def test_the_deny_cache_never_admits_or_denies_differently_from_the_object(
+    algorithm: str, quota: int, window_s: int, second: bool, *, cost: int, gaps: list[int]
+) -> None:
+    """Request by request, with the cache and without it the answers are the same (status
+    and every header), and the cache only ever saves calls."""
+    limits = f"{quota + cost} per {window_s} seconds" + (
+        f"; {quota * 10 + cost}/hour" if second else ""
+    )
+    route = {**ROUTE, "algorithm": algorithm, "limits": limits, "cost": cost}
+    cached = harness(route)
+    plain = harness(route, deny_cache={"enabled": False})
+    for gap in gaps:
+        for h in (cached, plain):
+            h.clock.advance(gap)
+        a, b = cached.send(call()), plain.send(call())
+        assert a.status == b.status
+        assert a.headers.items() == b.headers.items()
+    assert len(cached.store.calls) <= len(plain.store.calls)
+
+
+def test_the_deny_cache_is_bounded_and_forgets_after_its_longest_entry() -> None:
+    h = harness({**ROUTE, "limits": "1/hour"}, deny_cache={"max_keys": 2, "max_ttl": "10s"})
+    for key in ("a", "b", "c"):
+        h.send(call(key))
+        h.send(call(key))
+    assert len(h.gateway.operating.deny) == 2
+    calls = len(h.store.calls)
+    h.send(call("c"))
+    assert len(h.store.calls) == calls  # cached
+    h.clock.advance(10_000)
+    h.send(call("c"))
+    assert len(h.store.calls) == calls + 1  # past max_ttl: the object is asked again
+
+
+def put_override(h: Harness, **fields: Any) -> dict[str, Any]:
+    algorithms = {route.name: route.limits.algorithm for route in h.gateway.config.routes}
+    override = parse_override(fields, h.clock.now, algorithms)
+    payload = json.dumps({"op": "put", "override": override.describe()})
+    asyncio.run(h.control.overrides(payload))
+    return override.describe()
+
+
+def test_overrides_change_limits_live_and_exempt_keys() -> None:
+    h = harness(ROUTE, overrides={"refresh": "10s"})
+    assert [h.send(call("premium_1")).status for _ in range(4)] == [200, 200, 200, 429]
+    put_override(h, route="api", key="premium_*", limits="5/minute", reason="contract")
+    put_override(h, route="*", key="internal", exempt=True, reason="health checker")
+    # This isolate loaded the list on its first request; it reloads every 10 s.
+    h.clock.advance(10_000)
+    h.send(call("other"))  # starts the reload after the response
+    statuses = [h.send(call("premium_1")).status for _ in range(6)]
+    assert statuses == [200] * 5 + [429]
+    assert h.events("limited")[-1]["override"]  # every use of an override is in the log
+    exempt = [h.send(call("internal")) for _ in range(10)]
+    assert all(a.status == 200 for a in exempt)
+    assert exempt[-1].headers.get("x-edgelimiter-reason") == "exempt"
+    assert "x-ratelimit-limit" not in exempt[-1].headers
+
+
+def test_allowed_requests_are_logged_at_the_sample_rate_with_near_limit() -> None:
+    h = harness(
+        {**ROUTE, "limits": "10/minute"}, logging={"sample_allowed": 1.0, "near_limit": 0.8}
+    )
+    for _ in range(9):
+        h.send(call())
+    allowed = h.events("allowed")
+    assert len(allowed) == 9
+    assert [a["near_limit"] for a in allowed] == [False] * 7 + [True] * 2
+    quiet = harness(ROUTE)  # sample_allowed defaults to 0: denials only
+    for _ in range(4):
+        quiet.send(call())
+    assert quiet.events("allowed") == [] and len(quiet.events("limited")) == 1
+
+
+def test_every_decision_is_an_analytics_data_point() -> None:
+    h = harness(ROUTE)
+    recorder = with_analytics(h)
+    for _ in range(4):
+        h.send(call())
+    events = [blobs[1] for blobs, _, _ in recorder.points]
+    assert events == ["allowed", "allowed", "allowed", "limited"]
+    blobs, doubles, indexes = recorder.points[2]
+    assert blobs[0] == "api" and blobs[3] == "near_limit" and indexes == ["api"]
+    assert doubles[1:] == [0.0, 3.0, 1.0]
+    assert all("k1" not in blob for blobs, _, _ in recorder.points for blob in blobs)
+
+
+def test_counters_reach_the_control_object_about_once_a_second() -> None:
+    h = harness(ROUTE)
+    for _ in range(5):
+        h.send(call())
+    h.clock.advance(1_000)
+    h.send(call("k2"))
+    summary = json.loads(asyncio.run(h.control.stats('{"op":"get"}')))
+    counts = summary["routes"]["api"]["5m"]
+    assert counts["allowed"] + counts.get("limited", 0) + counts.get("cached_denial", 0) == 6
+    assert summary["top_limited"][0]["limited"] == 2
