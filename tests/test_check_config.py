@@ -1,0 +1,80 @@
+"""scripts/check-config: the effective table, every error with route and field, --explain."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "check_config.py"
+WRANGLER = 'name = "x"\nmain = "build/worker/entry.py"\ncompatibility_date = "2025-11-01"\n'
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+
+
+def test_the_example_config_prints_its_routes_in_order() -> None:
+    done = run()
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    names = [line.split()[0] for line in lines[4:11]]
+    assert names == ["login", "search", "tenant-api", "reports", "payments", "catalog", "api"]
+    assert "10 per second (burst 20); 1000 per hour" in done.stdout
+    assert "regional (2)" in done.stdout and "required" in done.stdout
+    assert done.stdout.rstrip().endswith("OK")
+
+
+def test_errors_name_every_route_and_field_and_fail(tmp_path: Path) -> None:
+    (tmp_path / "wrangler.toml").write_text(WRANGLER)
+    bad = tmp_path / "edge-limiter.toml"
+    bad.write_text(
+        'origin = "https://a.test"\n'
+        '[[routes]]\nname = "a"\nmatch = { path = "/a" }\nlimits = "5/fortnight"\n'
+        '[[routes]]\nname = "b"\nmatch = { path = "b" }\nlimits = "5/s"\nkey = "header:x y"\n'
+    )
+    done = run(str(bad), "--wrangler", str(tmp_path / "wrangler.toml"))
+    assert done.returncode == 1
+    assert "route 'a'.limits" in done.stderr
+    assert "route 'b'.match.path" in done.stderr and "route 'b'.key" in done.stderr
+
+
+def test_warnings_are_printed(tmp_path: Path) -> None:
+    (tmp_path / "wrangler.toml").write_text(WRANGLER)
+    file = tmp_path / "edge-limiter.toml"
+    file.write_text(
+        'origin = "https://a.test"\n'
+        '[[routes]]\nname = "all"\nmatch = { path = "/v1/*" }\nlimits = "5/s"\n'
+        '[[routes]]\nname = "login"\nmatch = { path = "/v1/login" }\nlimits = "5/s"\n'
+    )
+    done = run(str(file), "--wrangler", str(tmp_path / "wrangler.toml"))
+    assert done.returncode == 0
+    assert "warning:" in done.stdout and "route 'login'" in done.stdout
+
+
+def test_explain_names_route_canonical_path_key_and_durable_object() -> None:
+    done = run(
+        "--explain",
+        "GET",
+        "https://api.example.com//v1/tenants/%61cme/items",
+        "--ip",
+        "203.0.113.5",
+        "--country",
+        "us",
+        "--continent",
+        "na",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["route"] == "tenant-api"
+    assert result["canonical_path"] == "/v1/tenants/acme/items"
+    assert result["key"] == "path:tenant=acme|ip=203.0.113.5"
+    assert result["durable_object"] == "tenant-api:path:tenant=acme|ip=203.0.113.5"
+    assert result["origins"] == ["us", "eu"]
+    bad = run("--explain", "GET", "https://api.example.com/v1/a%2fb")
+    assert bad.returncode == 2 and "bad_path" in bad.stdout
