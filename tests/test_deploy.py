@@ -60,6 +60,8 @@ def test_dry_run_has_the_bindings(dry_run: tuple[str, Path]) -> None:
     assert re.search(r"env\.RATE_LIMITER \(RateLimiter\)\s+Durable Object", output)
     assert re.search(r"env\.IDEMPOTENCY \(IdempotencyRecords\)\s+Durable Object", output)
     assert re.search(r"env\.BREAKERS \(OriginBreaker\)\s+Durable Object", output)
+    assert re.search(r"env\.CONTROL \(Control\)\s+Durable Object", output)
+    assert re.search(r"env\.ANALYTICS \(\w+\)\s+Analytics Engine Dataset", output)
     assert re.search(r"env\.CACHE \(\w+\)\s+KV Namespace", output)
     # The config travels as the bundled module, not as a (5 KB at most) var.
     assert "env.EDGE_LIMITER " not in output
@@ -73,7 +75,7 @@ def test_every_durable_object_has_a_sqlite_migration_and_is_exported() -> None:
     config = tomllib.loads((ROOT / "wrangler.toml").read_text())
     classes = {b["class_name"] for b in config["durable_objects"]["bindings"]}
     migrated = {c for m in config["migrations"] for c in m.get("new_sqlite_classes", [])}
-    assert classes == {"RateLimiter", "IdempotencyRecords", "OriginBreaker"} <= migrated
+    assert classes == {"RateLimiter", "IdempotencyRecords", "OriginBreaker", "Control"} <= migrated
     tags = [m["tag"] for m in config["migrations"]]
     assert len(tags) == len(set(tags))  # one tag per migration, in order
     assert config["triggers"]["crons"] == ["* * * * *"]  # the health checks' Cron Trigger
