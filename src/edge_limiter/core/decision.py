@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from .rates import Limit
 
@@ -19,8 +19,7 @@ class Reason(StrEnum):
     """The counter store could not be reached; the route's failure policy decided."""
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """The outcome of one check against one limit (or the combined outcome of a rule).
 
     Times are integer milliseconds relative to the ``now`` the check was made with.
@@ -28,7 +27,10 @@ class Decision:
     decision is about (its name and numbers go into the HTTP fields).
     ``remaining`` is what is left *after* this request; ``reset_after`` is how long until
     the limit is fully replenished; ``retry_after`` is how long until a request of the same
-    cost would be admitted (0 when allowed).
+    cost would be admitted (0 when allowed). None of them is ever negative.
+
+    A named tuple rather than a dataclass: one is made for every limit of every request,
+    and a tuple is several times cheaper to build.
     """
 
     allowed: bool
@@ -38,7 +40,3 @@ class Decision:
     retry_after: int
     reason: Reason | None = None
     policy: Limit | None = None
-
-    def __post_init__(self) -> None:
-        if self.remaining < 0 or self.reset_after < 0 or self.retry_after < 0:
-            raise ValueError(f"negative field in {self!r}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.algorithms import Algorithm, make_algorithm
@@ -166,7 +166,7 @@ class RateLimit:
             self._record("allowed", digest, decision, latency, exchange, override=override)
             return Admission(headers=rate_limit_headers(decision, decisions), refund=check.refund)
         if self.shadow:
-            shadowed = replace(decision, allowed=True, retry_after=0, reason=Reason.SHADOW)
+            shadowed = decision._replace(allowed=True, retry_after=0, reason=Reason.SHADOW)
             self._record("shadow", digest, decision, latency, exchange, override=override)
             return Admission(headers=rate_limit_headers(shadowed, decisions), refund=check.refund)
         if operating.deny_enabled:

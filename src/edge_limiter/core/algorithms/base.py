@@ -58,11 +58,10 @@ class Algorithm(ABC, Generic[S]):
             )
         self.limit = limit
         self.rate = limit.rate
-
-    @property
-    def capacity(self) -> int:
-        """The most cost that can be admitted at one instant from a fresh state."""
-        return self.limit.capacity
+        # Read on every check: plain attributes, not properties.
+        self.capacity = limit.capacity
+        self.quota = limit.rate.quota
+        self.window_ms = limit.rate.window_ms
 
     def _allowed(self, remaining: int, reset_after: int) -> Decision:
         """An allow for this limit (``retry_after`` 0, no reason)."""

@@ -8,19 +8,18 @@ quota within one window's length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..decision import Decision
 from ..errors import StateError
 from .base import Algorithm, decode_ints, validate_cost
 
 
-@dataclass(frozen=True, slots=True)
-class FixedWindowState:
+class FixedWindowState(NamedTuple):
     """Cost admitted so far in the window ``window_index``."""
 
     window_index: int
-    count: int
+    used: int
 
 
 class FixedWindow(Algorithm[FixedWindowState]):
@@ -36,7 +35,7 @@ class FixedWindow(Algorithm[FixedWindowState]):
         index = now // self.rate.window_ms
         if state is None or index > state.window_index:
             return index, 0
-        return state.window_index, state.count
+        return state.window_index, state.used
 
     @staticmethod
     def _wrap(index: int, count: int) -> FixedWindowState | None:
@@ -73,13 +72,13 @@ class FixedWindow(Algorithm[FixedWindowState]):
         """When the window ends (0 for the fresh state)."""
         if state is None:
             return 0
-        if state.count == 0:
+        if state.used == 0:
             return state.window_index * self.rate.window_ms
         return (state.window_index + 1) * self.rate.window_ms
 
     def encode(self, state: FixedWindowState) -> list[int]:
         """``[window_index, count]``."""
-        return [state.window_index, state.count]
+        return [state.window_index, state.used]
 
     def decode(self, data: list[int]) -> FixedWindowState:
         """Inverse of :meth:`encode`."""

@@ -12,7 +12,7 @@ same numbers (as long as the clock does not go backwards).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..decision import Decision
 from ..errors import StateError
@@ -20,8 +20,7 @@ from ..rates import Limit
 from .base import Algorithm, decode_ints, validate_cost
 
 
-@dataclass(frozen=True, slots=True)
-class GCRAState:
+class GCRAState(NamedTuple):
     """The theoretical arrival time, in ms multiplied by the quota."""
 
     tat_scaled: int
@@ -46,16 +45,30 @@ class GCRA(Algorithm[GCRAState]):
         self, state: GCRAState | None, now: int, cost: int = 1
     ) -> tuple[Decision, GCRAState | None]:
         """Admit ``cost`` if the TAT it leads to stays within the tolerance."""
-        validate_cost(cost)
-        window = self.rate.window_ms
-        now_scaled = now * self.rate.quota
-        tat = now_scaled if state is None else max(state.tat_scaled, now_scaled)
+        if cost.__class__ is not int or cost < 0:  # the hot path skips the call
+            validate_cost(cost)
+        window = self.window_ms
+        quota = self.quota
+        now_scaled = now * quota
+        tat = now_scaled if state is None or state[0] < now_scaled else state[0]
         backlog = tat - now_scaled
         new_backlog = backlog + cost * window
-        if new_backlog <= self._tolerance:
+        tolerance = self._tolerance
+        if new_backlog <= tolerance:
             new_state = state if cost == 0 else GCRAState(tat + cost * window)
-            remaining = (self._tolerance - new_backlog) // window
-            return self._allowed(remaining, self._ms_for(new_backlog)), new_state
+            reset_after = -(-new_backlog // quota) if new_backlog > 0 else 0
+            return (
+                Decision(
+                    True,
+                    self.capacity,
+                    (tolerance - new_backlog) // window,
+                    reset_after,
+                    0,
+                    None,
+                    self.limit,
+                ),
+                new_state,
+            )
         reset_after = self._ms_for(backlog)
         if cost > self.burst:
             retry_after = reset_after

@@ -10,7 +10,7 @@ from every state this module returns.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..decision import Decision
 from ..errors import StateError
@@ -24,8 +24,7 @@ def _stamp(entry: Entry) -> int:
     return entry[0]
 
 
-@dataclass(frozen=True, slots=True)
-class SlidingLogState:
+class SlidingLogState(NamedTuple):
     """Admitted requests, oldest first: strictly increasing timestamps, costs >= 1."""
 
     entries: tuple[Entry, ...]

@@ -27,15 +27,14 @@ the one after (where both counters are stale), with no search loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..decision import Decision
 from ..errors import StateError
 from .base import Algorithm, decode_ints, validate_cost
 
 
-@dataclass(frozen=True, slots=True)
-class SlidingWindowState:
+class SlidingWindowState(NamedTuple):
     """Cost admitted in window ``window_index`` (``current``) and in the one before."""
 
     window_index: int

@@ -7,7 +7,7 @@ of ``cost`` needs ``cost * window_ms`` units. Admission is the same as :mod:`.gc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..decision import Decision
 from ..errors import StateError
@@ -15,8 +15,7 @@ from ..rates import Limit
 from .base import Algorithm, decode_ints, validate_cost
 
 
-@dataclass(frozen=True, slots=True)
-class TokenBucketState:
+class TokenBucketState(NamedTuple):
     """The bucket level (tokens * ``window_ms``) as of ``updated_at`` (ms)."""
 
     level_scaled: int
@@ -57,17 +56,35 @@ class TokenBucket(Algorithm[TokenBucketState]):
         self, state: TokenBucketState | None, now: int, cost: int = 1
     ) -> tuple[Decision, TokenBucketState | None]:
         """Take ``cost`` tokens if the bucket holds them; otherwise take nothing."""
-        validate_cost(cost)
-        window = self.rate.window_ms
-        level, as_of = self._level(state, now)
+        # The hot path: every request of a token-bucket route runs this once per limit, so
+        # the arithmetic of _level and _until_level is written out here.
+        if cost.__class__ is not int or cost < 0:
+            validate_cost(cost)
+        window = self.window_ms
+        quota = self.quota
+        full = self._full
+        if state is None:
+            level, as_of = full, now
+        else:
+            updated_at = state[1]
+            if now >= updated_at:
+                level = state[0] + (now - updated_at) * quota
+                if level > full:  # noqa: PLR1730 - a comparison is cheaper than min()
+                    level = full
+                as_of = now
+            else:
+                level, as_of = min(full, state[0]), updated_at
         lag = as_of - now
         need = cost * window
         if need <= level:
             after = level - need
             new_state = state if cost == 0 else TokenBucketState(after, as_of)
-            reset_after = lag + self._until_level(after, self._full)
-            return self._allowed(after // window, reset_after), new_state
-        reset_after = lag + self._until_level(level, self._full)
+            reset_after = lag + (-((after - full) // quota) if after < full else 0)
+            return (
+                Decision(True, self.capacity, after // window, reset_after, 0, None, self.limit),
+                new_state,
+            )
+        reset_after = lag + self._until_level(level, full)
         # A cost above the burst never fits: point at the full bucket, never loop.
         retry_after = reset_after if cost > self.burst else lag + self._until_level(level, need)
         return self._denied(level // window, reset_after, retry_after), state
