@@ -1,33 +1,49 @@
 """The per-key rate-limiter Durable Object.
 
-One instance per (route, key). Every limit's state for that key is one row of its
-SQLite storage. :meth:`RateLimiter.decide` is the only way in: load the rows, run the
-pure :func:`edge_limiter.core.protocol.apply` with this object's clock, write what
-changed, answer: one RPC call per request, with no ``await`` between the read and the
-write, so concurrent requests for the key are serialised by the object itself.
+One instance per (route, key). :class:`edge_limiter.core.keystore.KeyStore` does all of
+the work (rows in memory, written to this object's SQLite storage); this class only hands
+it the SQL API and the clock, and arms the alarm and the write-behind timer it asks for.
+
+``decide`` is the only way in: one RPC call per request. It is synchronous, so the read,
+the decision and the write of one request can never interleave with another's: concurrent
+requests for the key are serialised by the object itself, and the platform holds the
+answer until the write is durable.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 from typing import Any
 
 from workers import DurableObject
 
-from edge_limiter.core.protocol import StoreRequest, apply, row_id
-from edge_limiter.platform.convert import absent
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS limits ("
-    " id TEXT PRIMARY KEY,"
-    " state TEXT NOT NULL,"
-    " idle_at INTEGER NOT NULL)"
-)
+from edge_limiter.core.keystore import KeyStore
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _raw(wrapped: Any) -> Any:
+    """The JavaScript object under the SDK's binding wrapper: every call through the
+    wrapper converts its arguments and result, which strings and ints do not need."""
+    return getattr(wrapped, "_binding", wrapped)
+
+
+class _StorageSql:
+    """The :class:`~edge_limiter.core.keystore.Sql` port over ``ctx.storage.sql``."""
+
+    def __init__(self, sql: Any) -> None:
+        self.exec = sql.exec
+
+    def run(self, query: str, *args: Any) -> None:
+        self.exec(query, *args)
+
+    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        result = self.exec(query, *args).toArray()
+        to_py = getattr(result, "to_py", None)
+        return list(to_py() if to_py is not None else result)
 
 
 class RateLimiter(DurableObject):  # type: ignore[misc]
@@ -35,48 +51,34 @@ class RateLimiter(DurableObject):  # type: ignore[misc]
 
     def __init__(self, ctx: Any, env: Any) -> None:
         super().__init__(ctx, env)
-        self.sql = ctx.storage.sql
-        self.sql.exec(_SCHEMA)
-        self.alarm_at: int | None = None
+        self.storage = _raw(ctx.storage)
+        self.store = KeyStore(_StorageSql(self.storage.sql))
+        self.flush_timer: asyncio.TimerHandle | None = None
 
-    def _rows(self, ids: list[str]) -> dict[str, list[int]]:
-        marks = ",".join("?" for _ in ids)
-        cursor = self.sql.exec(f"SELECT id, state FROM limits WHERE id IN ({marks})", *ids)
-        return {row["id"]: json.loads(row["state"]) for row in cursor.toArray()}
-
-    async def decide(self, payload: str) -> str:
+    def decide(self, payload: str) -> str:
         """Run one store request (check, peek, refund or reset) and answer it."""
-        request = StoreRequest.from_json(str(payload))
-        ids = [row_id(request.algorithm, limit) for limit in request.limits]
-        rows = self._rows(ids)
-        result = apply(request, rows, _now_ms())
-        for rid, (state, idle_at) in result.writes.items():
-            self.sql.exec(
-                "INSERT INTO limits (id, state, idle_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET state = excluded.state, idle_at = excluded.idle_at",
-                rid,
-                json.dumps(state, separators=(",", ":")),
-                idle_at,
-            )
-        for rid in result.deletes:
-            self.sql.exec("DELETE FROM limits WHERE id = ?", rid)
-        if result.writes and self.alarm_at is None:
-            # Storage stays bounded: the alarm deletes the rows once they are idle. One
-            # alarm per cycle, not one write per request: rows that are written again
-            # later are still busy when it fires, and it re-arms itself for them.
-            latest = max(idle_at for _, idle_at in result.writes.values())
-            self.alarm_at = latest
-            await self.ctx.storage.setAlarm(latest)
-        return result.response.to_json()
+        now = _now_ms()
+        answer = self.store.decide(str(payload), now)
+        self._after(now)
+        return answer
+
+    def _after(self, now: int) -> None:
+        store = self.store
+        alarm_at = store.alarm_wanted(now)
+        if alarm_at is not None:
+            # Not awaited: storage operations apply in order, and the answer waits for it.
+            self.storage.setAlarm(alarm_at)
+        if store.flush_due is not None and self.flush_timer is None:
+            delay_s = max(0, store.flush_due - now) / 1000
+            self.flush_timer = asyncio.get_event_loop().call_later(delay_s, self._flush)
+
+    def _flush(self) -> None:
+        self.flush_timer = None
+        self.store.flush(_now_ms())
 
     async def alarm(self, *_args: Any) -> None:
         """Delete rows that no longer matter; re-arm for the rest."""
         now = _now_ms()
-        self.sql.exec("DELETE FROM limits WHERE idle_at <= ?", now)
-        rows = self.sql.exec("SELECT MAX(idle_at) AS latest FROM limits").toArray()
-        latest: Any = rows[0]["latest"] if rows else None
-        if absent(latest):  # no rows left
-            self.alarm_at = None
-            return
-        self.alarm_at = int(latest)
-        await self.ctx.storage.setAlarm(self.alarm_at)
+        next_at = self.store.cleanup(now)
+        if next_at is not None:
+            await self.storage.setAlarm(next_at)

@@ -237,7 +237,9 @@ def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path |
         print(f"  curl -i -H 'x-api-key: k1' {url}/v1/search   # token bucket: 20 at once, 10/s")
         print(f"  curl -i {url}/v1/tenants/acme/items         # gcra keyed on tenant + IP")
         print(f"  curl -i -X POST {url}/v1/reports          # cost 10 of 60/minute")
-        print(f"  curl -i {url}/v1/catalog/shoes             # cached in KV: the 2nd is X-Cache: HIT")
+        print(
+            f"  curl -i {url}/v1/catalog/shoes             # cached in KV: the 2nd is X-Cache: HIT"
+        )
         print(
             f"  curl -i -X POST -H 'x-api-key: k1' -H 'Idempotency-Key: order-1' -d '{{}}' "
             f"{url}/v1/payments   # again: replayed"

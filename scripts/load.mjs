@@ -6,13 +6,23 @@
 //
 //   node scripts/load.mjs URL [--requests N] [--concurrency C] [--warmup N]
 //                             [--method M] [--header "name: value"]... [--rate R]
+//                             [--duration S]
 //
 // --rate R spreads the requests over time (R per second in total, open loop on a timer)
-// instead of sending the next one as soon as one finishes.
+// instead of sending the next one as soon as one finishes. --duration S stops a closed loop
+// after S seconds instead of after N requests.
 import http from "node:http";
 
 function parseArgs(argv) {
-  const opts = { requests: 1000, concurrency: 10, warmup: 20, method: "GET", headers: {}, rate: 0 };
+  const opts = {
+    requests: 1000,
+    concurrency: 10,
+    warmup: 20,
+    method: "GET",
+    headers: {},
+    rate: 0,
+    duration: 0,
+  };
   const rest = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
@@ -22,6 +32,7 @@ function parseArgs(argv) {
     else if (arg === "--warmup") opts.warmup = Number(value());
     else if (arg === "--method") opts.method = value();
     else if (arg === "--rate") opts.rate = Number(value());
+    else if (arg === "--duration") opts.duration = Number(value());
     else if (arg === "--header") {
       const [name, ...parts] = value().split(":");
       opts.headers[name.trim()] = parts.join(":").trim();
@@ -55,10 +66,10 @@ function request() {
   });
 }
 
-async function closedLoop(total, inFlight, record) {
+async function closedLoop(total, inFlight, record, until = Infinity) {
   let next = 0;
   async function worker() {
-    while (next < total) {
+    while (next < total && performance.now() < until) {
       next++;
       const [status, ms] = await request();
       record(status, ms);
@@ -87,7 +98,10 @@ const record = (status, ms) => {
 };
 const t0 = performance.now();
 if (opts.rate > 0) await openLoop(opts.requests, opts.rate, record);
-else await closedLoop(opts.requests, opts.concurrency, record);
+else if (opts.duration > 0) {
+  const until = t0 + opts.duration * 1000;
+  await closedLoop(Infinity, opts.concurrency, record, until);
+} else await closedLoop(opts.requests, opts.concurrency, record);
 const seconds = (performance.now() - t0) / 1000;
 latencies.sort((a, b) => a - b);
 const at = (q) => latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * q))];

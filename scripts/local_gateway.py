@@ -146,6 +146,8 @@ class LocalGateway:
         self.runtime: dict[str, Any] = {}
         self.replica_urls: list[str] = []
         """The other copies' base URLs (``replicas > 1``)."""
+        self.peer_urls: dict[str, str] = {}
+        """The benchmarks' JavaScript peers (``extra_spec={"peers": ...}``), by name."""
         self._probe: tuple[str, str] | None = None
         """What the Worker was given, as seen from inside it (launch.mjs's RUNTIME line)."""
 
@@ -161,6 +163,7 @@ class LocalGateway:
         self._ready.clear()
         self._url = None
         self.replica_urls = []
+        self.peer_urls = {}
         self._stderr.clear()
         started = time.monotonic()
         self._process = subprocess.Popen(
@@ -306,6 +309,9 @@ class LocalGateway:
                 self._probe = (header, token.strip())
             elif text.startswith("REPLICA "):
                 self.replica_urls.append(text.removeprefix("REPLICA ").strip().rstrip("/"))
+            elif text.startswith("PEER "):
+                _, name, url = text.split()
+                self.peer_urls[name] = url.rstrip("/")
             elif text.startswith("RUNTIME "):
                 with contextlib.suppress(ValueError):
                     self.runtime = json.loads(text.removeprefix("RUNTIME "))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from edge_limiter.core.config import parse_config
 from edge_limiter.core.http.messages import BytesBody, Client, Headers, Request, Response
 from edge_limiter.core.idempotency.protocol import apply_stored
-from edge_limiter.core.protocol import StoreRequest, apply
+from edge_limiter.core.keystore import KeyStore
 from edge_limiter.gateway import (
     Gateway,
     OriginRequest,
@@ -109,23 +110,38 @@ class MemoryControl:
         return answer
 
 
+class SqliteSql:
+    """The Durable Object SQL API over the standard library's sqlite3 (one database)."""
+
+    def __init__(self, path: str = ":memory:") -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.statements: list[str] = []
+
+    def run(self, query: str, *args: Any) -> None:
+        self.statements.append(query)
+        self.db.execute(query, args)
+
+    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        self.statements.append(query)
+        return [dict(row) for row in self.db.execute(query, args)]
+
+
 class MemoryStore:
-    """Durable Objects in a dict: one row table per object name, the real protocol step."""
+    """Durable Objects in a dict: one :class:`KeyStore` over its own SQLite per object name,
+    exactly the step the real object runs."""
 
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
-        self.objects: dict[str, dict[str, list[int]]] = {}
+        self.objects: dict[str, KeyStore] = {}
         self.calls: list[str] = []
 
     async def call(self, name: str, payload: str) -> str:
         self.calls.append(name)
-        rows = self.objects.setdefault(name, {})
-        result = apply(StoreRequest.from_json(payload), rows, self.clock.now)
-        for rid, (state, _idle) in result.writes.items():
-            rows[rid] = state
-        for rid in result.deletes:
-            rows.pop(rid, None)
-        return result.response.to_json()
+        store = self.objects.get(name)
+        if store is None:
+            store = self.objects[name] = KeyStore(SqliteSql())
+        return store.decide(payload, self.clock.now)
 
 
 class FailingStore:

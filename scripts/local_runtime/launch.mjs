@@ -34,6 +34,12 @@
 //   triggerHandlers      false                 serve GET /cdn-cgi/handler/scheduled (runs the
 //                                              Cron Trigger handler; never in production)
 //   exitOnStdinEnd       false                 exit when stdin closes (the parent died)
+//   peers                []                    BENCHMARKS ONLY: JavaScript Workers run in the same
+//                                              workerd, each on a socket of its own, printed as
+//                                              `PEER <name> <url>`: [{name, module (a file),
+//                                              bindings, durableObjects: {BINDING: {className,
+//                                              worker?}}}]; `worker: "gateway"` binds the Python
+//                                              Worker's own class (e.g. RateLimiter)
 //
 // Prints two lines on stdout once a first request has been served (Pyodide boots while workerd
 // loads the Worker; a warm-up request then runs the per-isolate first-request work):
@@ -94,6 +100,7 @@ function readSpec(specPath) {
     replicas: 1,
     triggerHandlers: false,
     exitOnStdinEnd: false,
+    peers: [],
     ...raw,
   };
   if (!spec.workerDir) {
@@ -119,6 +126,12 @@ function readSpec(specPath) {
     if (mode !== "throw" && mode !== "hang") {
       fail(`brokenDurableObjects.${binding}: mode must be "throw" or "hang", not ${mode}`);
     }
+  }
+  for (const peer of spec.peers) {
+    if (!IDENTIFIER.test(peer.name ?? "") || !existsSync(path.resolve(path.dirname(specPath), peer.module ?? ""))) {
+      fail(`peers: ${JSON.stringify(peer)} needs a name (an identifier) and an existing module file`);
+    }
+    peer.module = path.resolve(path.dirname(specPath), peer.module);
   }
   spec.pythonCompatFlags ??= Object.fromEntries(
     Object.entries(PYTHON_FLAG_DATES).map(([flag, date]) => [flag, spec.compatibilityDate >= date]),
@@ -265,8 +278,27 @@ function miniflareOptions(spec, warmupToken, stdlib) {
       unsafeDirectSockets: [{ host: spec.host, port: 0 }],
     });
   }
+  const peers = spec.peers.map((peer) => ({
+    name: peer.name,
+    modules: [{ type: "ESModule", path: path.resolve(peer.module), contents: readFileSync(peer.module) }],
+    modulesRoot: path.dirname(path.resolve(peer.module)),
+    compatibilityDate: spec.compatibilityDate,
+    compatibilityFlags: spec.compatibilityFlags,
+    bindings: peer.bindings ?? {},
+    durableObjects: Object.fromEntries(
+      Object.entries(peer.durableObjects ?? {}).map(([binding, target]) => [
+        binding,
+        {
+          className: target.className,
+          useSQLite: true,
+          ...(target.worker ? { scriptName: target.worker === "gateway" ? MAIN_WORKER : target.worker } : {}),
+        },
+      ]),
+    ),
+    unsafeDirectSockets: [{ host: spec.host, port: 0 }],
+  }));
   const options = {
-    workers: [worker, ...replicas],
+    workers: [worker, ...replicas, ...peers],
     host: spec.host,
     port: spec.port,
     // A plain object or false: Miniflare would otherwise download a cf object from the internet.
@@ -352,6 +384,10 @@ try {
       throw new Error(`replica ${index} warm-up answered ${answer.status}`);
     }
     process.stdout.write(`REPLICA ${direct.origin}\n`);
+  }
+  for (const peer of spec.peers) {
+    const direct = await mf.unsafeGetDirectURL(peer.name);
+    process.stdout.write(`PEER ${peer.name} ${direct.origin}\n`);
   }
   const seconds = ((performance.now() - started) / 1000).toFixed(2);
   process.stderr.write(`launch.mjs: ready in ${seconds} s at ${origin}\n`);

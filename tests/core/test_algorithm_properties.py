@@ -442,3 +442,49 @@ def test_a_clock_that_goes_back_never_admits_beyond_the_limit(
             assert sum(c for t, c in admitted if end - window < t <= end) <= quota
     else:  # the aligned counters
         assert all(total <= quota for total in aligned_totals(admitted, window).values())
+
+
+@PROPERTY
+@given(
+    quota=st.integers(1, 300),
+    window=st.integers(1, 400),
+    steps=st.lists(
+        st.tuples(st.integers(0, 60), st.integers(0, 3), st.integers(0, 1_000)),
+        min_size=1,
+        max_size=400,
+    ),
+)
+def test_sliding_log_states_stay_valid_when_older_ones_are_reused(
+    quota: int, window: int, steps: list[tuple[int, int, int]]
+) -> None:
+    """States share an append-only buffer: checking from any earlier state (as a peek, a
+    retry or a test does) must decide as if that state were the only one, and must not
+    change what the other states hold. Long runs also go through the buffer's compaction."""
+    alg = make_algorithm("sliding_log", Limit(Rate(quota, window)))
+    now = EPOCH_MS
+    history: list[Any] = [None]
+    logs: list[tuple[tuple[int, int], ...]] = [()]
+    for gap, cost, pick in steps:
+        now += gap
+        # Mostly the newest state (the Durable Object's case), sometimes an older one.
+        index = len(history) - 1 if pick % 4 else pick % len(history)
+        base, log = history[index], logs[index]
+        used = sum(c for t, c in log if now - window < t <= now)
+        decision, state = alg.check(base, now, cost)
+        assert decision.allowed == (used + cost <= quota)
+        if decision.allowed and cost:
+            stamp = max([now, *(t for t, _ in log)])
+            live = [(t, c) for t, c in log if t > now - window]
+            if live and live[-1][0] == stamp:
+                live[-1] = (stamp, live[-1][1] + cost)
+            else:
+                live.append((stamp, cost))
+            expected = tuple(live)
+        else:
+            expected = log
+            assert state is base
+        assert (state.entries if state is not None else ()) == expected
+        history.append(state)
+        logs.append(expected)
+    for state, log in zip(history, logs, strict=True):
+        assert (state.entries if state is not None else ()) == log

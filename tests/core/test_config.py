@@ -63,6 +63,7 @@ def test_defaults() -> None:
     assert r.limits.algorithm == "sliding_window"
     assert r.limits.cost == 1
     assert r.limits.shadow is False
+    assert r.limits.write_behind_ms == 0  # every decision stored before the answer
     assert r.failure.fail_open is True
     assert r.failure.store_timeout_ms == 1000
     assert [str(p) for p in r.limits.key.parts] == ["ip"]
@@ -194,6 +195,14 @@ def test_one_error_lists_every_problem_with_route_and_field() -> None:
     assert "route 'c'.match.methods" in text
     assert "route 'c'.burst" in text  # burst on the default sliding_window
     assert len(problems) == 9, problems
+
+
+def test_write_behind_is_an_opt_in_bounded_interval() -> None:
+    (r,) = parse_config(config(route(write_behind="50ms"))).routes
+    assert r.limits.write_behind_ms == 50
+    for bad in ("0ms", "1 minute", "soon", 50):
+        text = "\n".join(problems_of(config(route(name="w", write_behind=bad))))
+        assert "route 'w'.write_behind" in text, bad
 
 
 def test_error_message_is_readable() -> None:

@@ -38,6 +38,9 @@ def route(name: str, path: str, limits: str, **fields: Any) -> dict[str, Any]:
 
 
 def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
+    # Idle rows are cleaned up a second after the alarm is armed (a minute by default), so
+    # the alarm's test does not wait a minute.
+    top.setdefault("storage", {"cleanup_after": "1s"})
     return {
         "origin": origin,
         "routes": [
@@ -53,6 +56,7 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             route("tenant", "/t/{tenant}/*", "2/hour", key=["path:tenant"]),
             route("persist", "/persist", "3/hour", algorithm="sliding_log"),
             route("idle", "/idle", "5/second", algorithm="sliding_log"),
+            route("behind", "/behind", "5/hour", algorithm="gcra", write_behind="100ms"),
             route("geo", "/geo", "2/hour", key="country"),
             route("open", "/open", "100/hour"),
             route("closed", "/closed", "100/hour", on_store_error="closed"),

@@ -170,6 +170,23 @@ def test_state_survives_a_restart_of_the_runtime(gateway: LocalGateway) -> None:
     assert get(gateway, "/persist", ip).status_code == 429
 
 
+def test_write_behind_writes_within_its_interval_and_survives_a_restart(
+    gateway: LocalGateway, persist_dir: Path
+) -> None:
+    # The "behind" route answers from the object's memory and writes within 100 ms, by the
+    # object's own timer (no further request needed): once written, a restart keeps it.
+    ip = fresh_ip()
+    assert [get(gateway, "/behind", ip).status_code for _ in range(2)] == [200, 200]
+    row = "gcra::5/3600000"
+    deadline = time.monotonic() + 10
+    while _limit_rows(persist_dir, row) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _limit_rows(persist_dir, row) >= 1
+    track(gateway.restart())
+    codes = [get(gateway, "/behind", ip).status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+
+
 def test_country_key_from_request_cf(gateway: LocalGateway) -> None:
     # Locally, MF-CF-Blob sets request.cf; in production Cloudflare sets it and the header
     # means nothing. Two clients in one country share the route's counter.
@@ -181,14 +198,17 @@ def test_country_key_from_request_cf(gateway: LocalGateway) -> None:
 
 
 def _limit_rows(persist_dir: Path, row: str) -> int:
-    """How many Durable Object databases hold ``row`` in their ``limits`` table."""
+    """How many rows of Durable Object databases hold ``row``'s state (a sliding log's
+    entries are rows of the ``log`` table, other states one row of ``limits``)."""
     found = 0
     for path in persist_dir.glob("do/*RateLimiter/*.sqlite"):
         if path.name == "metadata.sqlite":
             continue
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
         try:
-            found += db.execute("SELECT COUNT(*) FROM limits WHERE id = ?", (row,)).fetchone()[0]
+            for table in ("limits", "log"):
+                query = f"SELECT COUNT(*) FROM {table} WHERE id = ?"
+                found += db.execute(query, (row,)).fetchone()[0]
         except sqlite3.OperationalError:
             pass  # not created yet, or not a limiter database
         finally:
@@ -202,8 +222,9 @@ def test_idle_state_is_deleted_by_the_alarm(gateway: LocalGateway, persist_dir: 
     row = "sliding_log::5/1000"  # row_id: algorithm, burst (none), quota/window
     assert get(gateway, "/idle", fresh_ip()).status_code == 200
     assert _limit_rows(persist_dir, row) == 1
-    # The row is idle 1 s after the request; workerd's own clock fires the
-    # alarm, which cannot be injected here, so poll with a deadline.
+    # The row is idle 1 s after the request and the config's cleanup_after is 1 s;
+    # workerd's own clock fires the alarm, which cannot be injected here, so poll with a
+    # deadline.
     deadline = time.monotonic() + 20
     while _limit_rows(persist_dir, row) and time.monotonic() < deadline:
         time.sleep(0.25)

@@ -1,9 +1,8 @@
 """The one-call protocol between the Worker and a key's Durable Object, as pure functions.
 
-The Worker sends a :class:`StoreRequest` (JSON text); the Durable Object loads the rows
-it names, runs :func:`apply` with its own clock, writes back what changed and answers
-with a :class:`StoreResponse` (JSON text). Keeping this pure means the whole
-load-decide-store step is tested on CPython; the Durable Object only does the I/O.
+The Worker sends a :class:`StoreRequest` (JSON text); the Durable Object decides it with
+its own clock (:class:`edge_limiter.core.keystore.KeyStore`), writes what changed and
+answers with a :class:`StoreResponse` (JSON text).
 
 Each limit's state lives in one row keyed by :func:`row_id`, which includes the
 algorithm, the limit's burst and its rate, so a config change never misreads an old row:
@@ -13,17 +12,18 @@ the old row simply goes idle and the alarm deletes it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from .algorithms import ALGORITHMS, make_algorithm
-from .algorithms.base import Algorithm
+from .algorithms import ALGORITHMS
 from .decision import Decision, Reason
-from .errors import ProtocolError, StateError
-from .limiter import check_all, combine, peek_all, refund_all
+from .errors import ProtocolError
+from .limiter import combine
 from .rates import Limit, Rate
 
 OPS = ("check", "peek", "refund", "reset")
+#: The cleanup alarm's default delay (``[storage] cleanup_after``).
+DEFAULT_CLEANUP_AFTER_MS = 60_000
 #: The largest state (in ints) a denial sends along for the isolate's deny cache.
 MAX_SHARED_STATE_INTS = 64
 
@@ -36,20 +36,26 @@ class StoreRequest:
     algorithm: str
     limits: tuple[Limit, ...]
     cost: int = 1
+    write_behind_ms: int = 0
+    """0: every change is written before the answer; else at most this long after."""
+    cleanup_after_ms: int = DEFAULT_CLEANUP_AFTER_MS
+    """The cleanup alarm fires no sooner than this after it is armed."""
 
     def to_json(self) -> str:
         """Compact JSON text for the RPC call."""
-        return json.dumps(
-            {
-                "op": self.op,
-                "algorithm": self.algorithm,
-                "cost": self.cost,
-                "limits": [
-                    [lim.rate.quota, lim.rate.window_ms, lim.name, lim.burst] for lim in self.limits
-                ],
-            },
-            separators=(",", ":"),
-        )
+        data: dict[str, Any] = {
+            "op": self.op,
+            "algorithm": self.algorithm,
+            "cost": self.cost,
+            "limits": [
+                [lim.rate.quota, lim.rate.window_ms, lim.name, lim.burst] for lim in self.limits
+            ],
+        }
+        if self.write_behind_ms:
+            data["wb"] = self.write_behind_ms
+        if self.cleanup_after_ms != DEFAULT_CLEANUP_AFTER_MS:
+            data["ca"] = self.cleanup_after_ms
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> StoreRequest:
@@ -68,7 +74,13 @@ class StoreRequest:
             cost = data.get("cost", 1)
             if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0:
                 raise ProtocolError(f"bad cost {cost!r}")
-            return cls(op, algorithm, limits, cost)
+            write_behind = data.get("wb", 0)
+            if not isinstance(write_behind, int) or isinstance(write_behind, bool):
+                raise ProtocolError(f"bad write-behind interval {write_behind!r}")
+            cleanup = data.get("ca", DEFAULT_CLEANUP_AFTER_MS)
+            if not isinstance(cleanup, int) or isinstance(cleanup, bool) or cleanup < 1:
+                raise ProtocolError(f"bad cleanup delay {cleanup!r}")
+            return cls(op, algorithm, limits, cost, max(0, write_behind), cleanup)
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
@@ -155,69 +167,12 @@ def row_id(algorithm: str, limit: Limit) -> str:
     return f"{algorithm}:{burst}:{limit.rate.quota}/{limit.rate.window_ms}"
 
 
-@dataclass(frozen=True, slots=True)
-class StoreResult:
-    """The outcome of :func:`apply`: the answer and the storage changes to make."""
-
-    response: StoreResponse
-    writes: dict[str, tuple[list[int], int]] = field(default_factory=dict)
-    """Row id -> (encoded state, idle_at) to upsert."""
-    deletes: tuple[str, ...] = ()
-    """Row ids to delete (state back to fresh)."""
-
-
-def apply(request: StoreRequest, rows: dict[str, list[int]], now: int) -> StoreResult:
-    """Run ``request`` against the stored ``rows`` at ``now``.
-
-    Rows that cannot be decoded (e.g. from an incompatible version) are treated as fresh
-    rather than failing every request for that key.
-    """
+def parse_row_id(rid: str) -> tuple[str, Limit] | None:
+    """Inverse of :func:`row_id` (the limit's name is not in it); None if malformed."""
     try:
-        algorithms: list[Algorithm[Any]] = [
-            make_algorithm(request.algorithm, limit) for limit in request.limits
-        ]
-    except ValueError as exc:  # e.g. a burst for an algorithm that takes none
-        raise ProtocolError(str(exc)) from exc
-    ids = [row_id(request.algorithm, limit) for limit in request.limits]
-    states: list[Any] = []
-    for algorithm, rid in zip(algorithms, ids, strict=True):
-        data = rows.get(rid)
-        try:
-            states.append(algorithm.decode(data) if data is not None else None)
-        except StateError:
-            states.append(None)
-
-    new_states: list[Any]
-    if request.op in ("check", "peek"):
-        # A peek is the check's answer with nothing stored: exactly what a request of that
-        # cost would get now.
-        result = check_all(algorithms, states, now, request.cost)
-        new_states = list(result.states) if request.op == "check" else list(states)
-    else:
-        # refund and reset answer for the next single request.
-        if request.op == "refund":
-            new_states = list(refund_all(algorithms, states, now, request.cost))
-        else:  # reset
-            new_states = [algorithm.reset() for algorithm in algorithms]
-        result = peek_all(algorithms, new_states, now, 1)
-    rows_out: tuple[list[int] | None, ...] | None = None
-    if request.op == "check" and not result.decision.allowed:
-        encoded = [
-            None if state is None else algorithm.encode(state)
-            for algorithm, state in zip(algorithms, states, strict=True)
-        ]
-        if sum(len(row) for row in encoded if row is not None) <= MAX_SHARED_STATE_INTS:
-            rows_out = tuple(encoded)
-    response = StoreResponse(result.decisions, rows_out)
-
-    writes: dict[str, tuple[list[int], int]] = {}
-    deletes: list[str] = []
-    for algorithm, rid, old, new in zip(algorithms, ids, states, new_states, strict=True):
-        if new == old and rid in rows:
-            continue
-        if new is None:
-            if rid in rows:
-                deletes.append(rid)
-            continue
-        writes[rid] = (algorithm.encode(new), algorithm.idle_at(new))
-    return StoreResult(response, writes, tuple(deletes))
+        algorithm, burst, rate = rid.split(":")
+        quota, window_ms = rate.split("/")
+        limit = Limit(Rate(int(quota), int(window_ms)), int(burst) if burst else None)
+    except ValueError:
+        return None
+    return (algorithm, limit) if algorithm in ALGORITHMS else None

@@ -177,7 +177,14 @@ class Admin:
                 raise _AdminError(400, "cost must be at least 1")
         override = self.operating.overrides.find(route.name, key, self.services.clock.now_ms())
         limits = override.limits if override is not None and override.limits else policy.limits
-        request = StoreRequest(op, policy.algorithm, limits, cost)
+        request = StoreRequest(
+            op,
+            policy.algorithm,
+            limits,
+            cost,
+            policy.write_behind_ms,
+            self.config.ops.cleanup_after_ms,
+        )
         name = object_name(route.name, key)
         try:
             answer = await self.services.store.call(name, request.to_json())

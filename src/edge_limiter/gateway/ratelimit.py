@@ -63,12 +63,15 @@ class Check:
     refund: str
 
     @classmethod
-    def of(cls, algorithm: str, limits: tuple[Limit, ...], cost: int) -> Check:
+    def of(
+        cls, algorithm: str, limits: tuple[Limit, ...], cost: int, storing: tuple[int, int]
+    ) -> Check:
+        """``storing``: the store requests' write-behind interval and cleanup delay."""
         return cls(
             limits,
             tuple(make_algorithm(algorithm, limit) for limit in limits),
-            StoreRequest("check", algorithm, limits, cost).to_json(),
-            StoreRequest("refund", algorithm, limits, cost).to_json(),
+            StoreRequest("check", algorithm, limits, cost, *storing).to_json(),
+            StoreRequest("refund", algorithm, limits, cost, *storing).to_json(),
         )
 
 
@@ -91,7 +94,8 @@ class RateLimit:
         self.services = services
         self.operating = operating
         policy = route.limits
-        self.check = Check.of(policy.algorithm, policy.limits, policy.cost)
+        self.storing = (policy.write_behind_ms, config.ops.cleanup_after_ms)
+        self.check = Check.of(policy.algorithm, policy.limits, policy.cost, self.storing)
         self.shadow = policy.shadow or config.ops.shadow
         self.timeout_s = route.failure.store_timeout_ms / 1000
         self._override_checks: dict[str, Check] = {}
@@ -124,7 +128,7 @@ class RateLimit:
         check = self._override_checks.get(override.id)
         if check is None:
             policy = self.route.limits
-            check = Check.of(policy.algorithm, override.limits, policy.cost)
+            check = Check.of(policy.algorithm, override.limits, policy.cost, self.storing)
             self._override_checks[override.id] = check
         return check
 

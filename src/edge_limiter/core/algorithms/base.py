@@ -111,6 +111,10 @@ class Algorithm(ABC, Generic[S]):
         The Durable Object deletes a key's row after this instant (storage stays bounded).
         """
 
+    def encoded_len(self, state: S) -> int:
+        """An upper bound of ``len(encode(state))``, without encoding (for size checks)."""
+        return len(self.encode(state))
+
     @abstractmethod
     def encode(self, state: S) -> list[int]:
         """The state as a short list of ints, for storage."""

@@ -50,6 +50,9 @@ class RateLimitPolicy:
     key: KeySpec
     cost: int = 1
     shadow: bool = False
+    write_behind_ms: int = 0
+    """0: each decision is stored before the answer; else changes are written at most this
+    long after (a restart of the key's object may forget that last interval)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +98,9 @@ class Operations:
     The deny cache remembers keys over their limit for at most ``deny_cache_ttl_ms``
     (0: off). The admin API lives under ``admin_prefix``. Overrides are reloaded every
     ``overrides_refresh_ms``. Allowed requests are logged at the rate ``sample_allowed``;
-    ``near_limit`` is the share of a limit used that counts as close to it.
+    ``near_limit`` is the share of a limit used that counts as close to it. A key's
+    Durable Object deletes its idle rows no sooner than ``cleanup_after_ms`` after it
+    last armed its cleanup alarm (rarely armed alarms are cheaper; storage stays bounded).
     """
 
     shadow: bool = False
@@ -105,6 +110,7 @@ class Operations:
     overrides_refresh_ms: int = 10_000
     sample_allowed: float = 0.0
     near_limit: float = 0.8
+    cleanup_after_ms: int = 60_000
 
 
 @dataclass(frozen=True, slots=True)

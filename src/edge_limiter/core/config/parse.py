@@ -59,9 +59,12 @@ ROUTE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 POLICY_NAME_RE = ROUTE_NAME_RE
 MAX_STORE_TIMEOUT_MS = 30_000
 MAX_ORIGIN_TIMEOUT_MS = 10 * 60_000
+#: Write-behind's interval bounds what a restart of a key's object may forget.
+MAX_WRITE_BEHIND_MS = 10_000
 
 TOP_FIELDS = (
     "shadow",
+    "storage",
     "deny_cache",
     "admin",
     "overrides",
@@ -85,6 +88,7 @@ ROUTE_FIELDS = (
     "ipv6_prefix",
     "cost",
     "shadow",
+    "write_behind",
     "on_store_error",
     "origin",
     "pool",
@@ -336,6 +340,17 @@ def _parse_route(
             f"{cost} exceeds the smallest limit ({smallest}): no request could ever pass",
         )
     shadow = boolean(raw, "shadow", False, where, problems)
+    write_behind = 0
+    if raw.get("write_behind") is not None:
+        write_behind = duration(
+            raw,
+            "write_behind",
+            0,
+            where,
+            problems,
+            minimum_ms=1,
+            maximum_ms=MAX_WRITE_BEHIND_MS,
+        )
     on_store_error = raw.get("on_store_error", "open")
     if on_store_error not in ("open", "closed"):
         problems.add(
@@ -381,7 +396,7 @@ def _parse_route(
     return Route(
         name=name,
         match=match,
-        limits=RateLimitPolicy(algorithm, tuple(limits), key, cost, shadow),
+        limits=RateLimitPolicy(algorithm, tuple(limits), key, cost, shadow, write_behind),
         failure=FailurePolicy(on_store_error == "open", defaults.store_timeout_ms),
         forward=Forwarding(pool, timeout, retry, refund_on),
         cache=cache,
@@ -533,7 +548,22 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
         near = _fraction(logging, "near_limit", near, problems)
     else:
         problems.add("config.logging", f"must be a table, got {logging!r}")
-    return Operations(shadow, ttl, max_keys, prefix, refresh, sample, near)
+    cleanup = defaults.cleanup_after_ms
+    storage = raw.get("storage", {})
+    if isinstance(storage, Mapping):
+        unknown_fields(storage, ("cleanup_after",), "config.storage", problems)
+        cleanup = duration(
+            storage,
+            "cleanup_after",
+            cleanup,
+            "config.storage",
+            problems,
+            minimum_ms=1_000,
+            maximum_ms=86_400_000,
+        )
+    else:
+        problems.add("config.storage", f"must be a table, got {storage!r}")
+    return Operations(shadow, ttl, max_keys, prefix, refresh, sample, near, cleanup)
 
 
 def _fraction(raw: Mapping[str, Any], name: str, default: float, problems: Problems) -> float:

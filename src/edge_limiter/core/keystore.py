@@ -1,0 +1,387 @@
+"""One key's counters as its Durable Object keeps them: memory first, SQLite behind it.
+
+:class:`KeyStore` is the whole of the rate-limiter Durable Object except the platform calls
+(``durable_objects/rate_limiter.py`` only hands it the SQL API and the clock), so every
+step of it runs on CPython against the standard library's ``sqlite3`` in the tests.
+
+What it does per request, and why (the per-request costs measured on workerd are in
+``BENCHMARKS.md``):
+
+- **Rows live in memory while the object lives.** They are read once, on the first
+  request, and memory is the truth from then on: one object per key means nothing else
+  writes them. Every change is still written before the answer leaves (the platform holds
+  the answer until the write is durable), so a restart loses nothing.
+- **Requests are parsed once.** A key's requests repeat the same few payloads (the same
+  op, algorithm, limits and cost); their parsed form is kept by payload text.
+- **The sliding log is stored one entry per row** (``log`` table), appended to and pruned
+  in batches, so its step is O(1) amortized in the quota, like every other algorithm's
+  one-row step.
+- **The alarm is armed rarely**: cleanup waits at least ``[storage] cleanup_after`` (a
+  minute by default) after the alarm is armed, so short
+  windows (``100000/minute`` goes idle within a millisecond) do not re-arm it per request.
+  Storage stays bounded: idle rows are deleted when it fires, and none are left once every
+  key is idle.
+- **Write-behind, opt-in per route** (``write_behind = "50ms"``): memory answers at once
+  and changes are written at most that long after, in one batch. A restart of the object
+  (a deploy, an eviction, a crash) forgets the admissions of at most that last interval;
+  that is the trade the platform's own rate-limiting binding makes, offered as a choice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+
+from .algorithms import SlidingLog, make_algorithm
+from .algorithms.base import Algorithm
+from .decision import Decision
+from .errors import ProtocolError, StateError
+from .limiter import check_all, peek_all, refund_all
+from .protocol import (
+    DEFAULT_CLEANUP_AFTER_MS,
+    MAX_SHARED_STATE_INTS,
+    StoreRequest,
+    parse_row_id,
+    row_id,
+)
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS limits ("
+    " id TEXT PRIMARY KEY, state TEXT NOT NULL, idle_at INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS log ("
+    " id TEXT NOT NULL, at INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (id, at))",
+)
+#: A sliding log's expired rows are deleted once this many entries were added since.
+LOG_PRUNE_EVERY = 256
+#: Parsed payloads kept (a key sees a handful: one per op and cost of its route).
+MAX_COMPILED = 64
+
+_UPSERT_ROW = (
+    "INSERT INTO limits (id, state, idle_at) VALUES (?, ?, ?) "
+    "ON CONFLICT(id) DO UPDATE SET state = excluded.state, idle_at = excluded.idle_at"
+)
+_ADD_ENTRY = (
+    "INSERT INTO log (id, at, cost) VALUES (?, ?, ?) "
+    "ON CONFLICT(id, at) DO UPDATE SET cost = cost + excluded.cost"
+)
+
+
+class Sql(Protocol):
+    """The SQL API of a Durable Object's storage, as :class:`KeyStore` uses it."""
+
+    def run(self, query: str, *args: Any) -> None:
+        """Execute a statement that returns no rows."""
+
+    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        """Execute a query; its rows as dicts."""
+
+
+class _Compiled(NamedTuple):
+    op: str
+    cost: int
+    algorithms: tuple[Algorithm[Any], ...]
+    ids: tuple[str, ...]
+    write_behind_ms: int
+    cleanup_after_ms: int
+
+
+class _Dirty:
+    """What memory holds that storage does not yet, per row id."""
+
+    __slots__ = ("adds", "rewrite", "sync")
+
+    def __init__(self) -> None:
+        self.sync = False
+        """A one-row state: write memory's value (or delete it)."""
+        self.rewrite = False
+        """A log: replace all its rows by memory's entries."""
+        self.adds: list[tuple[int, int]] = []
+        """A log: (timestamp, cost) added since the last write."""
+
+
+class KeyStore:
+    """Every limit's state for one key: decided in memory, written to ``sql``."""
+
+    def __init__(self, sql: Sql) -> None:
+        self.sql = sql
+        for statement in SCHEMA:
+            sql.run(statement)
+        self.loaded = False
+        self.states: dict[str, Any] = {}
+        """Row id -> decoded state, for every stored row (memory is the truth)."""
+        self.algorithms: dict[str, Algorithm[Any]] = {}
+        self.idle: dict[str, int] = {}
+        """Row id -> when it goes idle (may be deleted)."""
+        self.dirty: dict[str, _Dirty] = {}
+        self.unpruned: dict[str, int] = {}
+        """Log id -> entries added since its expired rows were last deleted."""
+        self.compiled: dict[str, _Compiled] = {}
+        self.alarm_at: int | None = None
+        """When the cleanup alarm is set for (None: not set by this instance)."""
+        self.flush_due: int | None = None
+        """Write-behind: when the pending changes must be written (None: nothing pending)."""
+        self.cleanup_after_ms = DEFAULT_CLEANUP_AFTER_MS
+        """The latest request's cleanup delay."""
+
+    # --- loading ------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Read every row once; rows that cannot be decoded are dropped at the next write."""
+        self.loaded = True
+        for row in self.sql.rows("SELECT id, state, idle_at FROM limits"):
+            rid = str(row["id"])
+            algorithm = self._algorithm_for(rid)
+            try:
+                if algorithm is None:
+                    raise StateError(f"unknown row id {rid!r}")
+                state = algorithm.decode(json.loads(row["state"]))
+            except (StateError, ValueError, TypeError):
+                self._forget(rid)
+                continue
+            if isinstance(algorithm, SlidingLog):
+                # A log stored as one row (before the log table): move it to rows.
+                self.sql.run("DELETE FROM limits WHERE id = ?", rid)
+                if len(state):
+                    self.states[rid] = state
+                    self.idle[rid] = algorithm.idle_at(state)
+                    self._mark(rid).rewrite = True
+                continue
+            self.states[rid] = state
+            self.idle[rid] = int(row["idle_at"])
+        entries: dict[str, list[tuple[int, int]]] = {}
+        for row in self.sql.rows("SELECT id, at, cost FROM log ORDER BY id, at"):
+            entries.setdefault(str(row["id"]), []).append((int(row["at"]), int(row["cost"])))
+        for rid, log in entries.items():
+            algorithm = self._algorithm_for(rid)
+            if rid in self.states:
+                continue  # a log migrated from one row above replaces these
+            try:
+                if not isinstance(algorithm, SlidingLog):
+                    raise StateError(f"{rid!r} is not a sliding log")
+                state = algorithm.decode([value for entry in log for value in entry])
+            except StateError:
+                self.sql.run("DELETE FROM log WHERE id = ?", rid)
+                continue
+            self.states[rid] = state
+            self.idle[rid] = algorithm.idle_at(state)
+        if self.dirty:
+            self._write(0)
+
+    def _algorithm_for(self, rid: str) -> Algorithm[Any] | None:
+        algorithm = self.algorithms.get(rid)
+        if algorithm is None:
+            parsed = parse_row_id(rid)
+            if parsed is None:
+                return None
+            try:
+                algorithm = make_algorithm(*parsed)
+            except ValueError:
+                return None
+            self.algorithms[rid] = algorithm
+        return algorithm
+
+    def _forget(self, rid: str) -> None:
+        self.sql.run("DELETE FROM limits WHERE id = ?", rid)
+        self.states.pop(rid, None)
+        self.idle.pop(rid, None)
+
+    # --- requests -----------------------------------------------------------------------
+
+    def _compile(self, payload: str) -> _Compiled:
+        request = StoreRequest.from_json(payload)
+        try:
+            algorithms = tuple(make_algorithm(request.algorithm, limit) for limit in request.limits)
+        except ValueError as exc:  # e.g. a burst for an algorithm that takes none
+            raise ProtocolError(str(exc)) from exc
+        ids = tuple(row_id(request.algorithm, limit) for limit in request.limits)
+        for rid, algorithm in zip(ids, algorithms, strict=True):
+            self.algorithms.setdefault(rid, algorithm)
+        compiled = _Compiled(
+            request.op,
+            request.cost,
+            algorithms,
+            ids,
+            request.write_behind_ms,
+            request.cleanup_after_ms,
+        )
+        if len(self.compiled) >= MAX_COMPILED:
+            self.compiled.clear()
+        self.compiled[payload] = compiled
+        return compiled
+
+    def decide(self, payload: str, now: int) -> str:
+        """Run one store request (check, peek, refund or reset); its answer as JSON text.
+
+        Raises :class:`ProtocolError` for a payload that is not a valid request.
+        """
+        compiled = self.compiled.get(payload) or self._compile(payload)
+        if not self.loaded:
+            self._load()
+        self.cleanup_after_ms = compiled.cleanup_after_ms
+        algorithms, ids = compiled.algorithms, compiled.ids
+        states_map = self.states
+        states = [states_map.get(rid) for rid in ids]
+        op = compiled.op
+        if op == "check":
+            result = check_all(algorithms, states, now, compiled.cost)
+            new_states: Sequence[Any] = result.states
+        elif op == "peek":
+            # A peek is the check's answer with nothing stored.
+            result = check_all(algorithms, states, now, compiled.cost)
+            new_states = states
+        else:
+            # refund and reset answer for the next single request.
+            if op == "refund":
+                new_states = refund_all(algorithms, states, now, compiled.cost)
+            else:
+                new_states = [None] * len(algorithms)
+            result = peek_all(algorithms, new_states, now, 1)
+        answer = _answer(result.decisions, result.decision)
+        if op == "check" and not result.decision.allowed:
+            answer = _with_states(answer, algorithms, states)
+        changed = False
+        for index, new in enumerate(new_states):
+            old = states[index]
+            if new is old:
+                continue
+            changed = True
+            rid = ids[index]
+            algorithm = algorithms[index]
+            if new is None:
+                states_map.pop(rid, None)
+                self.idle.pop(rid, None)
+                dirty = self._mark(rid)
+                dirty.sync = dirty.rewrite = True
+                dirty.adds.clear()
+                continue
+            states_map[rid] = new
+            self.idle[rid] = algorithm.idle_at(new)
+            dirty = self._mark(rid)
+            if isinstance(algorithm, SlidingLog):
+                if op == "check":
+                    dirty.adds.append((new.newest, compiled.cost))
+                else:
+                    dirty.rewrite = True
+                    dirty.adds.clear()
+            else:
+                dirty.sync = True
+        if changed:
+            if compiled.write_behind_ms <= 0:
+                self._write(now)
+            elif self.flush_due is None:
+                self.flush_due = now + compiled.write_behind_ms
+            elif now >= self.flush_due:
+                self._write(now)
+        return answer
+
+    def _mark(self, rid: str) -> _Dirty:
+        dirty = self.dirty.get(rid)
+        if dirty is None:
+            dirty = self.dirty[rid] = _Dirty()
+        return dirty
+
+    # --- writing ------------------------------------------------------------------------
+
+    def flush(self, now: int) -> None:
+        """Write every pending change now (write-behind's timer; the alarm)."""
+        if self.dirty:
+            self._write(now)
+        self.flush_due = None
+
+    def _write(self, now: int) -> None:
+        sql = self.sql
+        for rid, dirty in self.dirty.items():
+            state = self.states.get(rid)
+            algorithm = self.algorithms.get(rid)
+            if isinstance(algorithm, SlidingLog):
+                if dirty.rewrite:
+                    sql.run("DELETE FROM log WHERE id = ?", rid)
+                    self.unpruned[rid] = 0
+                    if state is not None:
+                        for stamp, cost in state.entries:
+                            sql.run(_ADD_ENTRY, rid, stamp, cost)
+                    continue
+                for stamp, cost in dirty.adds:
+                    sql.run(_ADD_ENTRY, rid, stamp, cost)
+                added = self.unpruned.get(rid, 0) + len(dirty.adds)
+                if added >= LOG_PRUNE_EVERY and now:
+                    # Rows outside the window: never needed again (now, not the newest
+                    # entry's time, in case the clock went back).
+                    sql.run(
+                        "DELETE FROM log WHERE id = ? AND at <= ?", rid, now - algorithm.window_ms
+                    )
+                    added = 0
+                self.unpruned[rid] = added
+            elif state is None:
+                sql.run("DELETE FROM limits WHERE id = ?", rid)
+            elif algorithm is not None:
+                sql.run(
+                    _UPSERT_ROW,
+                    rid,
+                    json.dumps(algorithm.encode(state), separators=(",", ":")),
+                    self.idle.get(rid, 0),
+                )
+        self.dirty.clear()
+        self.flush_due = None
+
+    # --- cleanup ------------------------------------------------------------------------
+
+    def alarm_wanted(self, now: int) -> int | None:
+        """When to arm the cleanup alarm, if it should be armed now (else None)."""
+        if self.alarm_at is not None or not self.idle:
+            return None
+        self.alarm_at = max(min(self.idle.values()), now + self.cleanup_after_ms)
+        return self.alarm_at
+
+    def cleanup(self, now: int) -> int | None:
+        """The alarm: write what is pending, delete idle rows and expired log rows.
+
+        Returns when to fire next (None: no rows are left, storage is empty).
+        """
+        if not self.loaded:
+            self._load()
+        self.flush(now)
+        for rid, idle_at in list(self.idle.items()):
+            if idle_at > now:
+                continue
+            self.states.pop(rid, None)
+            del self.idle[rid]
+            self.unpruned.pop(rid, None)
+            self.sql.run("DELETE FROM limits WHERE id = ?", rid)
+            self.sql.run("DELETE FROM log WHERE id = ?", rid)
+        for rid, state in self.states.items():
+            algorithm = self.algorithms.get(rid)
+            if isinstance(algorithm, SlidingLog) and state is not None:
+                self.sql.run(
+                    "DELETE FROM log WHERE id = ? AND at <= ?", rid, now - algorithm.window_ms
+                )
+                self.unpruned[rid] = 0
+        self.alarm_at = None
+        return self.alarm_wanted(now)
+
+
+def _answer(decisions: Sequence[Decision], combined: Decision) -> str:
+    """The answer's JSON text (see :class:`~edge_limiter.core.protocol.StoreResponse`)."""
+    del combined  # the caller combines the per-limit decisions itself
+    parts = [
+        f"[{'true' if d.allowed else 'false'},{d.limit},{d.remaining},"
+        f"{d.reset_after},{d.retry_after}]"
+        for d in decisions
+    ]
+    return '{"ds":[' + ",".join(parts) + "]}"
+
+
+def _with_states(answer: str, algorithms: Sequence[Algorithm[Any]], states: Sequence[Any]) -> str:
+    """Add the states a denial was decided on, when small, for the isolate's deny cache."""
+    size = 0
+    for algorithm, state in zip(algorithms, states, strict=True):
+        if state is not None:
+            size += algorithm.encoded_len(state)
+    if size > MAX_SHARED_STATE_INTS:
+        return answer
+    rows = [
+        None if state is None else algorithm.encode(state)
+        for algorithm, state in zip(algorithms, states, strict=True)
+    ]
+    return answer[:-1] + ',"st":' + json.dumps(rows, separators=(",", ":")) + "}"
