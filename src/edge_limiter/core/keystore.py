@@ -33,7 +33,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-from .algorithms import SlidingLog, make_algorithm
+from .algorithms import make_algorithm
 from .algorithms.base import Algorithm
 from .decision import Decision
 from .errors import ProtocolError, StateError
@@ -86,18 +86,25 @@ class _Compiled(NamedTuple):
     cleanup_after_ms: int
 
 
-class _Dirty:
-    """What memory holds that storage does not yet, per row id."""
+#: A row's change: a log entry added, or the row (or whole log) written as memory holds it.
+_ADD, _REWRITE = 1, 2
 
-    __slots__ = ("adds", "rewrite", "sync")
+
+class _Dirty:
+    """Write-behind: what memory holds that storage does not yet, for one row id."""
+
+    __slots__ = ("adds", "rewrite")
 
     def __init__(self) -> None:
-        self.sync = False
-        """A one-row state: write memory's value (or delete it)."""
         self.rewrite = False
-        """A log: replace all its rows by memory's entries."""
+        """Write the row (or replace all of a log's rows) as memory holds it."""
         self.adds: list[tuple[int, int]] = []
-        """A log: (timestamp, cost) added since the last write."""
+        """A log: the (timestamp, cost) entries added since the last write."""
+
+
+def _ints(values: list[int]) -> str:
+    """A list of ints as compact JSON (several times cheaper than ``json.dumps``)."""
+    return "[" + ",".join(map(str, values)) + "]"
 
 
 class KeyStore:
@@ -139,13 +146,13 @@ class KeyStore:
             except (StateError, ValueError, TypeError):
                 self._forget(rid)
                 continue
-            if isinstance(algorithm, SlidingLog):
+            if algorithm.logged:
                 # A log stored as one row (before the log table): move it to rows.
                 self.sql.run("DELETE FROM limits WHERE id = ?", rid)
                 if len(state):
                     self.states[rid] = state
                     self.idle[rid] = algorithm.idle_at(state)
-                    self._mark(rid).rewrite = True
+                    self._persist(rid, algorithm, state, _REWRITE, cost=0, now=0)
                 continue
             self.states[rid] = state
             self.idle[rid] = int(row["idle_at"])
@@ -157,7 +164,7 @@ class KeyStore:
             if rid in self.states:
                 continue  # a log migrated from one row above replaces these
             try:
-                if not isinstance(algorithm, SlidingLog):
+                if algorithm is None or not algorithm.logged:
                     raise StateError(f"{rid!r} is not a sliding log")
                 state = algorithm.decode([value for entry in log for value in entry])
             except StateError:
@@ -165,8 +172,6 @@ class KeyStore:
                 continue
             self.states[rid] = state
             self.idle[rid] = algorithm.idle_at(state)
-        if self.dirty:
-            self._write(0)
 
     def _algorithm_for(self, rid: str) -> Algorithm[Any] | None:
         algorithm = self.algorithms.get(rid)
@@ -240,6 +245,7 @@ class KeyStore:
         answer = _answer(result.decisions, result.decision)
         if op == "check" and not result.decision.allowed:
             answer = _with_states(answer, algorithms, states)
+        immediate = compiled.write_behind_ms <= 0
         changed = False
         for index, new in enumerate(new_states):
             old = states[index]
@@ -249,39 +255,69 @@ class KeyStore:
             rid = ids[index]
             algorithm = algorithms[index]
             if new is None:
-                states_map.pop(rid, None)
+                del states_map[rid]
                 self.idle.pop(rid, None)
-                dirty = self._mark(rid)
-                dirty.sync = dirty.rewrite = True
-                dirty.adds.clear()
-                continue
-            states_map[rid] = new
-            self.idle[rid] = algorithm.idle_at(new)
-            dirty = self._mark(rid)
-            if isinstance(algorithm, SlidingLog):
-                if op == "check":
-                    dirty.adds.append((new.newest, compiled.cost))
-                else:
-                    dirty.rewrite = True
-                    dirty.adds.clear()
+                change = _REWRITE
             else:
-                dirty.sync = True
-        if changed:
-            if compiled.write_behind_ms <= 0:
-                self._write(now)
-            elif self.flush_due is None:
+                states_map[rid] = new
+                self.idle[rid] = algorithm.idle_at(new)
+                change = _ADD if algorithm.logged and op == "check" else _REWRITE
+            if immediate:
+                self._persist(rid, algorithm, new, change, cost=compiled.cost, now=now)
+            else:
+                self._pend(rid, new, change, compiled.cost)
+        if changed and not immediate:
+            if self.flush_due is None:
                 self.flush_due = now + compiled.write_behind_ms
             elif now >= self.flush_due:
                 self._write(now)
         return answer
 
-    def _mark(self, rid: str) -> _Dirty:
+    # --- writing ------------------------------------------------------------------------
+
+    def _persist(
+        self, rid: str, algorithm: Algorithm[Any], state: Any, change: int, *, cost: int, now: int
+    ) -> None:
+        """Write one row's change: ``_ADD`` (a log entry of ``cost`` at the log's newest
+        time) or ``_REWRITE`` (the row, or the whole log, as memory holds it)."""
+        sql = self.sql
+        if not algorithm.logged:
+            if state is None:
+                sql.run("DELETE FROM limits WHERE id = ?", rid)
+            else:
+                sql.run(_UPSERT_ROW, rid, _ints(algorithm.encode(state)), self.idle[rid])
+            return
+        if change == _ADD:
+            self._add_entry(rid, algorithm, state.newest, cost, now)
+            return
+        sql.run("DELETE FROM log WHERE id = ?", rid)
+        self.unpruned[rid] = 0
+        if state is not None:
+            for stamp, entry_cost in state.entries:
+                sql.run(_ADD_ENTRY, rid, stamp, entry_cost)
+
+    def _add_entry(
+        self, rid: str, algorithm: Algorithm[Any], stamp: int, cost: int, now: int
+    ) -> None:
+        self.sql.run(_ADD_ENTRY, rid, stamp, cost)
+        added = self.unpruned.get(rid, 0) + 1
+        if added >= LOG_PRUNE_EVERY:
+            # Rows outside the window are never needed again (``now``, not the newest
+            # entry's time, in case the clock went back).
+            self.sql.run("DELETE FROM log WHERE id = ? AND at <= ?", rid, now - algorithm.window_ms)
+            added = 0
+        self.unpruned[rid] = added
+
+    def _pend(self, rid: str, state: Any, change: int, cost: int) -> None:
+        """Write-behind: remember the change for the next :meth:`flush`."""
         dirty = self.dirty.get(rid)
         if dirty is None:
             dirty = self.dirty[rid] = _Dirty()
-        return dirty
-
-    # --- writing ------------------------------------------------------------------------
+        if change == _ADD and not dirty.rewrite:
+            dirty.adds.append((state.newest, cost))
+        else:
+            dirty.rewrite = True
+            dirty.adds.clear()
 
     def flush(self, now: int) -> None:
         """Write every pending change now (write-behind's timer; the alarm)."""
@@ -290,38 +326,15 @@ class KeyStore:
         self.flush_due = None
 
     def _write(self, now: int) -> None:
-        sql = self.sql
+        """Write-behind's batch: each pending row as memory holds it now."""
         for rid, dirty in self.dirty.items():
+            algorithm = self.algorithms[rid]
             state = self.states.get(rid)
-            algorithm = self.algorithms.get(rid)
-            if isinstance(algorithm, SlidingLog):
-                if dirty.rewrite:
-                    sql.run("DELETE FROM log WHERE id = ?", rid)
-                    self.unpruned[rid] = 0
-                    if state is not None:
-                        for stamp, cost in state.entries:
-                            sql.run(_ADD_ENTRY, rid, stamp, cost)
-                    continue
-                for stamp, cost in dirty.adds:
-                    sql.run(_ADD_ENTRY, rid, stamp, cost)
-                added = self.unpruned.get(rid, 0) + len(dirty.adds)
-                if added >= LOG_PRUNE_EVERY and now:
-                    # Rows outside the window: never needed again (now, not the newest
-                    # entry's time, in case the clock went back).
-                    sql.run(
-                        "DELETE FROM log WHERE id = ? AND at <= ?", rid, now - algorithm.window_ms
-                    )
-                    added = 0
-                self.unpruned[rid] = added
-            elif state is None:
-                sql.run("DELETE FROM limits WHERE id = ?", rid)
-            elif algorithm is not None:
-                sql.run(
-                    _UPSERT_ROW,
-                    rid,
-                    json.dumps(algorithm.encode(state), separators=(",", ":")),
-                    self.idle.get(rid, 0),
-                )
+            if dirty.rewrite or state is None:
+                self._persist(rid, algorithm, state, _REWRITE, cost=0, now=now)
+                continue
+            for stamp, cost in dirty.adds:
+                self._add_entry(rid, algorithm, stamp, cost, now)
         self.dirty.clear()
         self.flush_due = None
 
@@ -352,7 +365,7 @@ class KeyStore:
             self.sql.run("DELETE FROM log WHERE id = ?", rid)
         for rid, state in self.states.items():
             algorithm = self.algorithms.get(rid)
-            if isinstance(algorithm, SlidingLog) and state is not None:
+            if algorithm is not None and algorithm.logged and state is not None:
                 self.sql.run(
                     "DELETE FROM log WHERE id = ? AND at <= ?", rid, now - algorithm.window_ms
                 )

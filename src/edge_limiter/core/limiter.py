@@ -10,15 +10,13 @@ combined ``retry_after`` is the largest one among the limits that deny.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .algorithms.base import Algorithm, validate_cost
 from .decision import Decision
 
 
-@dataclass(frozen=True, slots=True)
-class RuleResult:
+class RuleResult(NamedTuple):
     """The outcome of a rule: the combined decision, one decision and one state per limit.
 
     ``decisions[i]`` is what limit ``i`` alone decides (what :meth:`Algorithm.peek` says),
@@ -37,6 +35,8 @@ def combine(decisions: Sequence[Decision]) -> Decision:
     Denied: the denying limit with the largest ``retry_after`` (ties: the longer
     ``reset_after``); its decision already carries ``allowed=False`` and ``LIMITED``.
     """
+    if len(decisions) == 1:
+        return decisions[0]
     if not decisions:
         raise ValueError("a rule needs at least one limit")
     denied = [decision for decision in decisions if not decision.allowed]
@@ -59,6 +59,10 @@ def check_all(
     cost: int = 1,
 ) -> RuleResult:
     """Check ``cost`` at ``now`` against every limit; consume from all of them or none."""
+    if len(algorithms) == 1 and len(states) == 1:
+        # One limit (most routes): its own check is the rule's (it validates the cost).
+        decision, state = algorithms[0].check(states[0], now, cost)
+        return RuleResult(decision, (decision,), (state,))
     _validate(algorithms, states)
     validate_cost(cost)
     checked = [

@@ -48,6 +48,8 @@ class Algorithm(ABC, Generic[S]):
     """Whether a limit may set ``burst`` (a bucket size other than the quota)."""
     max_quota: ClassVar[int] = MAX_QUOTA
     """The largest quota (or burst) this algorithm supports."""
+    logged: ClassVar[bool] = False
+    """Whether the state is a log stored one entry per row (else one row per state)."""
 
     def __init__(self, limit: Limit) -> None:
         if limit.burst is not None and not self.takes_burst:

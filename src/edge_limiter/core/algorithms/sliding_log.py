@@ -137,6 +137,7 @@ class SlidingLog(Algorithm[SlidingLogState]):
     name = "sliding_log"
     # One log entry per distinct admitted millisecond: the state grows with the quota.
     max_quota = 10_000
+    logged = True
 
     def _decide(
         self, state: SlidingLogState | None, now: int, cost: int, commit: bool

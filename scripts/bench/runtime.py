@@ -1,0 +1,173 @@
+"""What the workerd benchmarks share: the fast origin, the load generator, the runtime with
+its JavaScript peers, and medians."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from build_worker import build  # noqa: E402
+from local_gateway import LocalGateway  # noqa: E402
+
+LOAD = ROOT / "scripts" / "load.mjs"
+ORIGIN = ROOT / "scripts" / "bench" / "origin.mjs"
+PEER = ROOT / "scripts" / "bench" / "peer.mjs"
+NODE = os.environ.get("NODE") or shutil.which("node") or "node"
+
+HOUR_MS = 3_600_000
+#: The benchmark route: a limit every request is admitted by, on one key.
+BENCH_LIMIT = "1000000/hour"
+
+
+@contextmanager
+def origin_server() -> Iterator[str]:
+    """The fast Node origin; yields its base URL."""
+    process = subprocess.Popen(
+        [NODE, str(ORIGIN)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("ORIGIN "):
+            raise RuntimeError(f"origin did not start: {line!r}")
+        yield line.split()[1]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def load(
+    url: str,
+    *,
+    requests: int = 1000,
+    concurrency: int = 1,
+    rate: float = 0,
+    duration: float = 0,
+    headers: Mapping[str, str] | None = None,
+    warmup: int = 20,
+) -> dict[str, Any]:
+    """One run of ``scripts/load.mjs``: rps, p50/p90/p99/max (ms), statuses."""
+    command = [
+        NODE,
+        str(LOAD),
+        url,
+        "--requests",
+        str(requests),
+        "--concurrency",
+        str(concurrency),
+        "--warmup",
+        str(warmup),
+    ]
+    if rate:
+        command += ["--rate", str(rate)]
+    if duration:
+        command += ["--duration", str(duration)]
+    for name, value in (headers or {}).items():
+        command += ["--header", f"{name}: {value}"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=900)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def start_load(url: str, **options: Any) -> subprocess.Popen[str]:
+    """``load`` in the background (for two loads at once); read it with :func:`finish`."""
+    command = [NODE, str(LOAD), url]
+    names = {"requests": "--requests", "concurrency": "--concurrency", "rate": "--rate"}
+    names |= {"duration": "--duration", "warmup": "--warmup"}
+    for key, flag in names.items():
+        if options.get(key):
+            command += [flag, str(options[key])]
+    for name, value in (options.get("headers") or {}).items():
+        command += ["--header", f"{name}: {value}"]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, _ = process.communicate(timeout=900)
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def median(runs: list[dict[str, Any]], field: str) -> float:
+    return float(statistics.median(float(run[field]) for run in runs))
+
+
+def bench_config(origin: str, **top: Any) -> dict[str, Any]:
+    """The gateway config every workerd benchmark runs: one route per path kind."""
+    return {
+        "origin": origin,
+        "routes": [
+            {
+                "name": "bench",
+                "match": {"path": "/limited/*"},
+                "limits": BENCH_LIMIT,
+                "algorithm": "gcra",
+                "key": "header:x-bench-key",
+            },
+            {
+                "name": "behind",
+                "match": {"path": "/behind/*"},
+                "limits": BENCH_LIMIT,
+                "algorithm": "gcra",
+                "key": "header:x-bench-key",
+                "write_behind": "50ms",
+            },
+            {
+                "name": "small",
+                "match": {"path": "/small/*"},
+                "limits": "100/minute",
+                "algorithm": "gcra",
+                "key": "header:x-bench-key",
+            },
+        ],
+        **top,
+    }
+
+
+def bench_payload() -> str:
+    """The store request the gateway sends for the ``bench`` route (for the peers)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from edge_limiter.core.protocol import StoreRequest
+    from edge_limiter.core.rates import Limit, parse_rate
+
+    return StoreRequest("check", "gcra", (Limit(parse_rate(BENCH_LIMIT)),)).to_json()
+
+
+@contextmanager
+def runtime(origin: str, *, persist: bool = True, **top: Any) -> Iterator[LocalGateway]:
+    """The built project on local workerd with the JavaScript peers beside it."""
+    with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
+        worker = Path(tmp) / "worker"
+        build(worker)
+        peers = [
+            {
+                "name": "peer",
+                "module": str(PEER),
+                "bindings": {"ORIGIN": origin, "PAYLOAD": bench_payload()},
+                "durableObjects": {
+                    "PEER_LIMITER": {"className": "PeerLimiter"},
+                    "RATE_LIMITER": {"className": "RateLimiter", "worker": "gateway"},
+                },
+            }
+        ]
+        # The peer's own Durable Object class lives in the peer's script.
+        gateway = LocalGateway(
+            worker,
+            {"EDGE_LIMITER": bench_config(origin, **top)},
+            persist_dir=Path(tmp) / "state" if persist else None,
+            extra_spec={"peers": peers},
+        )
+        with gateway:
+            yield gateway
