@@ -254,7 +254,11 @@ class FakeOrigin:
             Sent(request.method, request.url, request.headers.items(), data, request.timeout_ms)
         )
         if self.respond is not None:
-            return await self.respond(request)
+            # Like the platform's abort signal: no response within the timeout is a timeout.
+            try:
+                return await asyncio.wait_for(self.respond(request), request.timeout_ms / 1000)
+            except TimeoutError as exc:
+                raise OriginTimeoutError("The operation was aborted due to timeout") from exc
         echo = json.dumps({"url": request.url, "method": request.method}).encode()
         return Response(200, Headers([("content-type", "application/json")]), echo)
 

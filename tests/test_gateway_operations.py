@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,6 +72,19 @@ def test_the_deny_cache_answers_without_a_store_call_with_identical_headers() ->
 ALGORITHMS = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_last_admitted_request_primes_the_deny_cache(algorithm: str) -> None:
+    """The object's answer to the request that uses a key's last unit carries the states,
+    so the next request is denied here with no call at all."""
+    h = harness({**ROUTE, "limits": "3/hour", "algorithm": algorithm})
+    assert [h.send(call()).status for _ in range(3)] == [200, 200, 200]
+    calls = len(h.store.calls)
+    denied = h.send(call())
+    assert denied.status == 429 and denied.headers.get("retry-after")
+    assert len(h.store.calls) == calls
+    assert len(h.events("cached_denial")) == 1
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     algorithm=st.sampled_from(ALGORITHMS),
@@ -132,7 +146,8 @@ def test_overrides_change_limits_live_and_exempt_keys() -> None:
     h.send(call("other"))  # starts the reload after the response
     statuses = [h.send(call("premium_1")).status for _ in range(6)]
     assert statuses == [200] * 5 + [429]
-    assert h.events("limited")[-1]["override"]  # every use of an override is in the log
+    denials = [r for r in h.logs if r.get("event") in ("limited", "cached_denial")]
+    assert denials[-1]["override"]  # every use of an override is in the log
     exempt = [h.send(call("internal")) for _ in range(10)]
     assert all(a.status == 200 for a in exempt)
     assert exempt[-1].headers.get("x-edgelimiter-reason") == "exempt"
@@ -151,7 +166,9 @@ def test_allowed_requests_are_logged_at_the_sample_rate_with_near_limit() -> Non
     quiet = harness(ROUTE)  # sample_allowed defaults to 0: denials only
     for _ in range(4):
         quiet.send(call())
-    assert quiet.events("allowed") == [] and len(quiet.events("limited")) == 1
+    assert quiet.events("allowed") == []
+    # The third answer primed the deny cache: the denial is decided here, and logged.
+    assert len(quiet.events("limited")) + len(quiet.events("cached_denial")) == 1
 
 
 def test_every_decision_is_an_analytics_data_point() -> None:
@@ -160,7 +177,8 @@ def test_every_decision_is_an_analytics_data_point() -> None:
     for _ in range(4):
         h.send(call())
     events = [blobs[1] for blobs, _, _ in recorder.points]
-    assert events == ["allowed", "allowed", "allowed", "limited"]
+    # The third answer primed the deny cache: the fourth is denied here.
+    assert events == ["allowed", "allowed", "allowed", "cached_denial"]
     blobs, doubles, indexes = recorder.points[2]
     assert blobs[0] == "api" and blobs[3] == "near_limit" and indexes == ["api"]
     assert doubles[1:] == [0.0, 3.0, 1.0]

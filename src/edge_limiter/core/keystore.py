@@ -243,8 +243,13 @@ class KeyStore:
                 new_states = [None] * len(algorithms)
             result = peek_all(algorithms, new_states, now, 1)
         answer = _answer(result.decisions, result.decision)
-        if op == "check" and not result.decision.allowed:
-            answer = _with_states(answer, algorithms, states)
+        if op == "check":
+            if not result.decision.allowed:
+                answer = _with_states(answer, algorithms, states)
+            elif compiled.cost and result.decision.remaining < compiled.cost:
+                # Admitted, and the next request like it would be denied now: the states
+                # go along, so the isolate's deny cache can answer that next request.
+                answer = _with_states(answer, algorithms, new_states)
         immediate = compiled.write_behind_ms <= 0
         changed = False
         for index, new in enumerate(new_states):
@@ -386,7 +391,7 @@ def _answer(decisions: Sequence[Decision], combined: Decision) -> str:
 
 
 def _with_states(answer: str, algorithms: Sequence[Algorithm[Any]], states: Sequence[Any]) -> str:
-    """Add the states a denial was decided on, when small, for the isolate's deny cache."""
+    """Add the key's states as of the answer, when small, for the isolate's deny cache."""
     size = 0
     for algorithm, state in zip(algorithms, states, strict=True):
         if state is not None:

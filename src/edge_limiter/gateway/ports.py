@@ -55,8 +55,8 @@ class Origin(Protocol):
     """Sends requests to origins."""
 
     async def send(self, request: OriginRequest) -> Response:
-        """The origin's response; raises :class:`OriginTimeoutError` or
-        :class:`OriginUnreachableError`."""
+        """The origin's response; raises :class:`OriginTimeoutError` (no response within
+        ``request.timeout_ms``: the port enforces it) or :class:`OriginUnreachableError`."""
         ...
 
 

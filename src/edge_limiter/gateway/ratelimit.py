@@ -167,6 +167,12 @@ class RateLimit:
         decisions = response.decisions
         decision = combine(decisions)
         if decision.allowed:
+            if response.rows is not None and operating.deny_enabled and not self.shadow:
+                # The object says the key is now at its limit: the next request is decided
+                # here from the states it sent, as after a denial.
+                replayed = self._replay(check, response.rows, decisions, now, now)
+                if not combine(replayed).allowed:
+                    operating.deny.remember((name, check.payload), now, replayed, response.rows)
             self._record("allowed", digest, decision, latency, exchange, override=override)
             return Admission(headers=rate_limit_headers(decision, decisions), refund=check.refund)
         if self.shadow:

@@ -69,9 +69,6 @@ SYNC_EVERY_MS = 1_000
 REFRESH_BEFORE_USE_MS = 10_000
 #: The most a request waits for that refresh; past it, the old copy decides.
 REFRESH_TIMEOUT_S = 0.2
-#: Extra time the gateway's own watchdog allows beyond an attempt's timeout, so the
-#: platform's abort (which closes the connection) normally fires first.
-WATCHDOG_GRACE_S = 0.25
 #: The longest an origin's Retry-After may park it.
 MAX_RETRY_AFTER_MS = 300_000
 
@@ -354,9 +351,9 @@ class Upstream:
         response: Response | None = None
         error: str | None = None
         try:
-            response = await asyncio.wait_for(
-                services.origin.send(outgoing), timeout=timeout_ms / 1000 + WATCHDOG_GRACE_S
-            )
+            # The origin port enforces the timeout (the platform aborts the fetch, which
+            # also closes the connection): no timer of the gateway's own per request.
+            response = await services.origin.send(outgoing)
         except (OriginTimeoutError, TimeoutError):
             error = "timeout"
         except OriginUnreachableError as exc:

@@ -1,0 +1,563 @@
+"""The benchmarks: every figure a median over repeated runs and a ratio against a peer
+measured in the same run, on the same workload. Results go in BENCHMARKS.md.
+
+Sections (``--only`` picks some; all by default):
+
+- ``core``     the pure core on CPython: ``check`` per algorithm against a minimal token
+               bucket and the ``limits`` library's memory storage; the Durable Object step
+               (``token_bucket`` against ``sliding_log`` at 10,000/hour); the same on npm
+               Pyodide in Node (the version production runs) against CPython;
+- ``gateway``  on local workerd, one request at a time and N in flight: the origin alone
+               (the load generator's own ceiling), a JavaScript Worker forwarding to it, a
+               JavaScript gateway with a JavaScript Durable Object, and the Python gateway on
+               an unmatched path, a limited route, the same with write-behind, and a denial;
+- ``object``   one hot key at 50 in flight: the project's Durable Object against a
+               JavaScript Durable Object doing the same read-modify-write, both called from
+               the same JavaScript Worker;
+- ``flood``    a noisy key at 10x its limit (the deny cache's share of denials, exactness),
+               and one flooded at R requests/s (open loop, ``hey`` when installed) while 10
+               clients of another key run: their throughput and p99 against alone;
+- ``startup``  time to the first answer of a fresh runtime: the project against a bare
+               Python Worker on the same host;
+- ``memory``   workerd's RSS at boot, after N requests and after K distinct keys; storage
+               rows left once the keys are idle and cleaned up.
+
+``--quick`` runs every section with small numbers (the test suite does, so the benchmarks
+cannot rot); its figures mean nothing. Talks to 127.0.0.1 only.
+
+    .venv/bin/python scripts/bench.py [--quick] [--only core,gateway,...] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "bench"))
+
+import runtime as rt  # noqa: E402
+
+SECTIONS = ("core", "gateway", "object", "flood", "startup", "memory")
+KEY = "x-bench-key"
+
+
+class Report:
+    """Markdown tables, printed as each section ends, and every number for ``--json``."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    def table(self, title: str, header: list[str], rows: list[list[Any]]) -> None:
+        lines = [f"\n### {title}\n", "| " + " | ".join(header) + " |"]
+        lines.append("|" + "---|" * len(header))
+        for row in rows:
+            lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+        print("\n".join(lines), flush=True)
+
+    def note(self, text: str) -> None:
+        print(f"\n{text}", flush=True)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+# --- core ------------------------------------------------------------------------------
+
+
+def section_core(report: Report, quick: bool) -> None:
+    args = ["--calls", "2000" if quick else "200000", "--repeat", "3" if quick else "9"]
+    cpython = json.loads(
+        subprocess.run(
+            [sys.executable, str(HERE / "bench" / "core_bench.py"), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    pyodide = json.loads(
+        subprocess.run(
+            [rt.NODE, str(HERE / "bench" / "pyodide_core.mjs"), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=rt.ROOT,
+        ).stdout
+    )
+    report.data["core"] = {"cpython": cpython, "pyodide": pyodide}
+    floor = cpython["minimal_bucket"]
+    peers = {
+        "fixed_window": "limits:fixed_window",
+        "sliding_window": "limits:sliding_window",
+        "sliding_log": "limits:moving_window",
+        "token_bucket": "limits:fixed_window",
+        "gcra": "limits:fixed_window",
+    }
+    rows = []
+    for name in ("token_bucket", "gcra", "fixed_window", "sliding_window", "sliding_log"):
+        ours = cpython[f"check:{name}"]
+        peer = peers[name]
+        theirs = cpython.get(peer)
+        rows.append(
+            [
+                name,
+                ours,
+                ours / floor,
+                peer.removeprefix("limits:"),
+                theirs if theirs is not None else "-",
+                theirs / ours if theirs is not None else "-",
+                pyodide[f"check:{name}"],
+                pyodide[f"check:{name}"] / ours,
+            ]
+        )
+    report.table(
+        f"The pure core, one `check` (ns per call, CPython {cpython['python']} and "
+        f"Pyodide {pyodide['python']}; minimal bucket {floor:.0f} ns on CPython)",
+        [
+            "algorithm",
+            "CPython ns",
+            "x minimal bucket",
+            "`limits` strategy",
+            "`limits` ns",
+            "`limits` / ours",
+            "Pyodide ns",
+            "Pyodide / CPython",
+        ],
+        rows,
+    )
+    steps = []
+    for runtime_name, data in (("CPython", cpython), ("Pyodide", pyodide)):
+        steps.append(
+            [
+                runtime_name,
+                data["step:token_bucket"],
+                data["step:sliding_log"],
+                data["step:sliding_log"] / data["step:token_bucket"],
+            ]
+        )
+    report.table(
+        "The Durable Object step (`KeyStore.decide`, SQL excluded; ns per request)",
+        ["runtime", "token_bucket 1,000,000/hour", "sliding_log 10,000/hour (full log)", "ratio"],
+        steps,
+    )
+
+
+# --- workerd: gateway and object -------------------------------------------------------------
+
+
+def _rounds(
+    report: Report, runs: dict[str, Callable[[], dict[str, Any]]], repeat: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Every run once per round, interleaved, ``repeat`` rounds."""
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
+    for _ in range(repeat):
+        for name, run in runs.items():
+            results[name].append(run())
+    del report
+    return results
+
+
+def section_gateway(report: Report, quick: bool, origin: str, gw: Any) -> None:
+    peer = gw.peer_urls["peer"]
+    requests = 200 if quick else 2000
+    many = 400 if quick else 4000
+    repeat = 1 if quick else 5
+    inflight = 50
+    # The denial path: a key exhausted first (100/minute).
+    rt.load(f"{gw.url}/small/x", requests=150, concurrency=1, headers={KEY: "denied"})
+    paths = {
+        "origin (Node, direct)": (f"{origin}/x", {}),
+        "JS Worker: forward": (f"{peer}/forward/x", {}),
+        "JS Worker: JS Durable Object + forward": (f"{peer}/limited/x", {}),
+        "Python: unmatched path (forward)": (f"{gw.url}/unmatched/x", {}),
+        "Python: limited route (object + forward)": (f"{gw.url}/limited/x", {KEY: "hot"}),
+        "Python: limited, write_behind 50ms": (f"{gw.url}/behind/x", {KEY: "hot"}),
+        "Python: denied (429)": (f"{gw.url}/small/x", {KEY: "denied"}),
+    }
+    runs: dict[str, Callable[[], dict[str, Any]]] = {}
+    for name, (url, headers) in paths.items():
+        runs[name + "|1"] = lambda url=url, headers=headers: rt.load(
+            url, requests=requests, concurrency=1, headers=headers
+        )
+        runs[name + f"|{inflight}"] = lambda url=url, headers=headers: rt.load(
+            url, requests=many, concurrency=inflight, headers=headers
+        )
+    results = _rounds(report, runs, repeat)
+    forward_p50 = rt.median(results["JS Worker: forward|1"], "p50")
+    rows = []
+    table: dict[str, Any] = {}
+    for name in paths:
+        one, burst = results[name + "|1"], results[name + f"|{inflight}"]
+        p50, p99 = rt.median(one, "p50"), rt.median(one, "p99")
+        rps = rt.median(burst, "rps")
+        statuses = sorted({status for run in one + burst for status in run["statuses"]})
+        table[name] = {"p50": p50, "p99": p99, "rps": rps, "statuses": statuses}
+        rows.append([name, p50, p50 - forward_p50, p99, rps, ",".join(statuses)])
+    report.data["gateway"] = table
+    report.table(
+        f"Per request on local workerd ({requests} requests one at a time, {many} with "
+        f"{inflight} in flight; medians of {repeat} interleaved rounds)",
+        ["path", "p50 ms", "p50 above JS forward", "p99 ms", f"req/s, {inflight} in flight", "statuses"],
+        rows,
+    )
+
+
+def section_object(report: Report, quick: bool, gw: Any) -> None:
+    peer = gw.peer_urls["peer"]
+    requests = 500 if quick else 5000
+    repeat = 1 if quick else 5
+    runs = {
+        "JS Durable Object": lambda: rt.load(
+            f"{peer}/object?key=hot-js", requests=requests, concurrency=50
+        ),
+        "Python Durable Object (this project's)": lambda: rt.load(
+            f"{peer}/python-object?key=hot-py", requests=requests, concurrency=50
+        ),
+    }
+    results = _rounds(report, runs, repeat)
+    base = rt.median(results["JS Durable Object"], "rps")
+    rows = []
+    for name, runs_ in results.items():
+        rps = rt.median(runs_, "rps")
+        rows.append(
+            [name, rps, base / rps, rt.median(runs_, "p50"), rt.median(runs_, "p99")]
+        )
+    report.data["object"] = {row[0]: row[1:] for row in rows}
+    report.table(
+        f"One hot key, 50 in flight, called from the same JavaScript Worker ({requests} "
+        f"requests, medians of {repeat} rounds)",
+        ["object", "decisions/s", "JS / this", "p50 ms", "p99 ms"],
+        rows,
+    )
+
+
+# --- flood -----------------------------------------------------------------------------------
+
+
+def _decide_calls(gw: Any) -> int:
+    return int(gw.durable_object_calls().get("RateLimiter.decide", 0))
+
+
+def section_flood(report: Report, quick: bool, gw: Any) -> None:
+    seconds = 2 if quick else 10
+    # Goal 2: one key at 10x its limit (100/minute -> 1,000/minute) for `seconds`.
+    rate = 1000 / 60
+    before = _decide_calls(gw)
+    abusive = rt.load(
+        f"{gw.url}/small/x",
+        requests=int(rate * seconds),
+        rate=rate,
+        headers={KEY: f"abusive-{time.time_ns()}"},
+        warmup=0,
+    )
+    calls = _decide_calls(gw) - before
+    admitted = abusive["statuses"].get("200", 0)
+    denied = abusive["statuses"].get("429", 0)
+    allowance = 100 + 100 * seconds / 60  # the bucket, and what refills meanwhile
+    report.data["abusive"] = {"admitted": admitted, "denied": denied, "calls": calls}
+    report.table(
+        f"A key at 10x its limit (100/minute, {rate:.1f} req/s for {seconds} s)",
+        ["requests", "admitted", "allowed at most", "denied", "object calls", "denials answered with no call"],
+        [
+            [
+                admitted + denied,
+                admitted,
+                int(allowance),
+                denied,
+                calls,
+                f"{max(0, denied - (calls - admitted)) / max(1, denied):.1%}",
+            ]
+        ],
+    )
+
+    # Goal 6: 10 clients of one key, alone and beside a flood of another key.
+    flood_rate = 400
+    victims_alone = rt.load(
+        f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
+    )
+    hey = shutil.which("hey")
+    flood_key = f"flood-{time.time_ns()}"
+    if hey:
+        # 40 workers, each rate-limited to 10/s: 400 requests/s, open loop per worker.
+        flood = subprocess.Popen(
+            [
+                hey,
+                "-z",
+                f"{seconds}s",
+                "-c",
+                "40",
+                "-q",
+                str(flood_rate // 40),
+                "-H",
+                f"{KEY}: {flood_key}",
+                f"{gw.url}/small/x",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        tool = "hey -c 40 -q 10"
+    else:
+        flood = rt.start_load(
+            f"{gw.url}/small/x",
+            requests=flood_rate * seconds,
+            rate=flood_rate,
+            headers={KEY: flood_key},
+            warmup=0,
+        )
+        tool = "scripts/load.mjs --rate 400"
+    victims_flooded = rt.load(
+        f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
+    )
+    flood_out, _ = flood.communicate(timeout=120)
+    flood_summary = _hey_summary(flood_out) if hey else json.loads(flood_out)
+    share = victims_flooded["rps"] / victims_alone["rps"]
+    p99 = victims_flooded["p99"] / victims_alone["p99"]
+    report.data["flood"] = {
+        "alone": victims_alone,
+        "flooded": victims_flooded,
+        "flood": flood_summary,
+        "tool": tool,
+    }
+    report.table(
+        f"10 clients of one key, alone and while another key is flooded at {flood_rate} req/s "
+        f"({tool}, {seconds} s, 100/minute limit)",
+        ["", "req/s", "p50 ms", "p99 ms"],
+        [
+            ["alone", victims_alone["rps"], victims_alone["p50"], victims_alone["p99"]],
+            ["beside the flood", victims_flooded["rps"], victims_flooded["p50"], victims_flooded["p99"]],
+            ["ratio", share, victims_flooded["p50"] / victims_alone["p50"], p99],
+        ],
+    )
+    report.note(f"Flood: {json.dumps(flood_summary)}")
+
+
+def _hey_summary(text: str) -> dict[str, Any]:
+    """Requests/sec and the status counts from hey's report."""
+    summary: dict[str, Any] = {"statuses": {}}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Requests/sec:"):
+            summary["rps"] = float(line.split()[1])
+        elif line.startswith("[") and "]" in line and "responses" in line:
+            status, count = line[1 : line.index("]")], int(line.split()[1])
+            summary["statuses"][status] = count
+    return summary
+
+
+# --- startup ---------------------------------------------------------------------------------
+
+BARE_ENTRY = '''
+from workers import Response, WorkerEntrypoint
+
+
+class Default(WorkerEntrypoint):
+    async def fetch(self, request):
+        return Response("ok")
+'''
+
+
+def section_startup(report: Report, quick: bool, origin: str) -> None:
+    repeat = 1 if quick else 5
+    samples: dict[str, list[float]] = {"bare Python Worker": [], "this project": []}
+    with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
+        bare = Path(tmp) / "bare"
+        bare.mkdir()
+        (bare / "entry.py").write_text(BARE_ENTRY)
+        project = Path(tmp) / "project"
+        rt.build(project)
+        config = {"EDGE_LIMITER": rt.bench_config(origin)}
+        for _ in range(repeat):
+            for name, worker, variables, objects in (
+                ("bare Python Worker", bare, {}, {}),
+                ("this project", project, config, None),
+            ):
+                gateway = rt.LocalGateway(
+                    worker, variables, durable_objects=objects, kv_namespaces=[] if objects == {} else None
+                )
+                started = time.monotonic()
+                with gateway:
+                    # launch.mjs prints READY once a first request has been answered.
+                    samples[name].append(time.monotonic() - started)
+    base = statistics.median(samples["bare Python Worker"])
+    rows = [
+        [name, statistics.median(values), statistics.median(values) / base]
+        for name, values in samples.items()
+    ]
+    report.data["startup"] = {row[0]: row[1] for row in rows}
+    report.table(
+        f"Time to the first answer of a fresh runtime (s, median of {repeat})",
+        ["worker", "seconds", "x bare"],
+        rows,
+    )
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def _workerd_rss_mb(gw: Any) -> float:
+    """The resident memory of the workerd processes under the launcher."""
+    total = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text().split()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[4]) == gw.pid and b"workerd" in cmdline:
+            for line in (proc / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total / 1024
+
+
+def section_memory(report: Report, quick: bool, origin: str) -> None:
+    requests = 1000 if quick else 20_000
+    keys = 200 if quick else 5_000
+    with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
+        worker = Path(tmp) / "worker"
+        rt.build(worker)
+        state = Path(tmp) / "state"
+        config = rt.bench_config(origin, storage={"cleanup_after": "1s"})
+        config["routes"].append(
+            {
+                "name": "short",
+                "match": {"path": "/short/*"},
+                "limits": "100/second",
+                "algorithm": "gcra",
+                "key": f"header:{KEY}",
+            }
+        )
+        with rt.LocalGateway(worker, {"EDGE_LIMITER": config}, persist_dir=state) as gw:
+            boot = _workerd_rss_mb(gw)
+            rt.load(f"{gw.url}/limited/x", requests=requests, concurrency=20, headers={KEY: "one"})
+            after_requests = _workerd_rss_mb(gw)
+            _distinct_keys(f"{gw.url}/short/x", keys)
+            after_keys = _workerd_rss_mb(gw)
+            rows_now = _storage_rows(state)
+            # Idle after 10 ms; the alarm fires a second after it was armed.
+            deadline = time.monotonic() + 30
+            while _storage_rows(state)["rows"] and time.monotonic() < deadline:
+                time.sleep(0.5)
+            rows_after = _storage_rows(state)
+    report.data["memory"] = {
+        "boot_mb": boot,
+        "after_requests_mb": after_requests,
+        "after_keys_mb": after_keys,
+        "storage_before_cleanup": rows_now,
+        "storage_after_cleanup": rows_after,
+    }
+    report.table(
+        "workerd memory and storage",
+        ["", "value"],
+        [
+            ["RSS at boot (MB)", boot],
+            [f"RSS after {requests:,} requests (MB)", after_requests],
+            [f"RSS after {keys:,} distinct keys (MB)", after_keys],
+            ["per key object (KB)", (after_keys - after_requests) * 1024 / keys],
+            ["rows stored before cleanup", rows_now["rows"]],
+            ["rows left after cleanup", rows_after["rows"]],
+            ["databases after cleanup (KB on disk)", rows_after["kb"]],
+        ],
+    )
+
+
+def _distinct_keys(url: str, keys: int) -> None:
+    script = (
+        "const n=+process.argv[2],u=process.argv[1];let i=0;"
+        "async function w(){while(i<n){const k=i++;const r=await fetch(u,{headers:{"
+        f"'{KEY}':'k'+k}}}});await r.arrayBuffer();}}}}"
+        "await Promise.all(Array.from({length:20},w));"
+    )
+    subprocess.run(
+        [rt.NODE, "--input-type=module", "-e", script, url, str(keys)], check=True, timeout=900
+    )
+
+
+def _storage_rows(state: Path) -> dict[str, Any]:
+    rows = 0
+    size = 0
+    for path in state.glob("do/*RateLimiter/*.sqlite"):
+        if path.name == "metadata.sqlite":
+            continue
+        size += path.stat().st_size
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            for table in ("limits", "log"):
+                rows += db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        except sqlite3.OperationalError:
+            pass
+        finally:
+            db.close()
+    return {"rows": rows, "kb": size // 1024}
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    node = subprocess.run([rt.NODE, "--version"], capture_output=True, text=True).stdout.strip()
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}, "
+        f"CPython {platform.python_version()}, Node {node}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny numbers: a smoke test")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--json", type=Path, help="also write every number here")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    report = Report()
+    report.note(f"Machine: {machine()}. Command: scripts/bench.py {' '.join(argv or sys.argv[1:])}")
+    if "core" in chosen:
+        section_core(report, args.quick)
+    with rt.origin_server() as origin:
+        if {"gateway", "object", "flood"} & set(chosen):
+            with rt.runtime(origin) as gw:
+                if "gateway" in chosen:
+                    section_gateway(report, args.quick, origin, gw)
+                if "object" in chosen:
+                    section_object(report, args.quick, gw)
+                if "flood" in chosen:
+                    section_flood(report, args.quick, gw)
+        if "startup" in chosen:
+            section_startup(report, args.quick, origin)
+        if "memory" in chosen:
+            section_memory(report, args.quick, origin)
+    if args.json:
+        args.json.write_text(json.dumps(report.data, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
