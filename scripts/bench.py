@@ -174,9 +174,9 @@ def _rounds(
 
 def section_gateway(report: Report, quick: bool, origin: str, gw: Any) -> None:
     peer = gw.peer_urls["peer"]
-    requests = 200 if quick else 2000
-    many = 400 if quick else 4000
-    repeat = 1 if quick else 5
+    requests = 200 if quick else 1000
+    many = 400 if quick else 3000
+    repeat = 1 if quick else 3
     inflight = 50
     # The denial path: a key exhausted first (100/minute).
     rt.load(f"{gw.url}/small/x", requests=150, concurrency=1, headers={KEY: "denied"})
@@ -212,7 +212,14 @@ def section_gateway(report: Report, quick: bool, origin: str, gw: Any) -> None:
     report.table(
         f"Per request on local workerd ({requests} requests one at a time, {many} with "
         f"{inflight} in flight; medians of {repeat} interleaved rounds)",
-        ["path", "p50 ms", "p50 above JS forward", "p99 ms", f"req/s, {inflight} in flight", "statuses"],
+        [
+            "path",
+            "p50 ms",
+            "p50 above JS forward",
+            "p99 ms",
+            f"req/s, {inflight} in flight",
+            "statuses",
+        ],
         rows,
     )
 
@@ -234,9 +241,7 @@ def section_object(report: Report, quick: bool, gw: Any) -> None:
     rows = []
     for name, runs_ in results.items():
         rps = rt.median(runs_, "rps")
-        rows.append(
-            [name, rps, base / rps, rt.median(runs_, "p50"), rt.median(runs_, "p99")]
-        )
+        rows.append([name, rps, base / rps, rt.median(runs_, "p50"), rt.median(runs_, "p99")])
     report.data["object"] = {row[0]: row[1:] for row in rows}
     report.table(
         f"One hot key, 50 in flight, called from the same JavaScript Worker ({requests} "
@@ -272,7 +277,14 @@ def section_flood(report: Report, quick: bool, gw: Any) -> None:
     report.data["abusive"] = {"admitted": admitted, "denied": denied, "calls": calls}
     report.table(
         f"A key at 10x its limit (100/minute, {rate:.1f} req/s for {seconds} s)",
-        ["requests", "admitted", "allowed at most", "denied", "object calls", "denials answered with no call"],
+        [
+            "requests",
+            "admitted",
+            "allowed at most",
+            "denied",
+            "object calls",
+            "denials answered with no call",
+        ],
         [
             [
                 admitted + denied,
@@ -339,7 +351,12 @@ def section_flood(report: Report, quick: bool, gw: Any) -> None:
         ["", "req/s", "p50 ms", "p99 ms"],
         [
             ["alone", victims_alone["rps"], victims_alone["p50"], victims_alone["p99"]],
-            ["beside the flood", victims_flooded["rps"], victims_flooded["p50"], victims_flooded["p99"]],
+            [
+                "beside the flood",
+                victims_flooded["rps"],
+                victims_flooded["p50"],
+                victims_flooded["p99"],
+            ],
             ["ratio", share, victims_flooded["p50"] / victims_alone["p50"], p99],
         ],
     )
@@ -349,8 +366,8 @@ def section_flood(report: Report, quick: bool, gw: Any) -> None:
 def _hey_summary(text: str) -> dict[str, Any]:
     """Requests/sec and the status counts from hey's report."""
     summary: dict[str, Any] = {"statuses": {}}
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if line.startswith("Requests/sec:"):
             summary["rps"] = float(line.split()[1])
         elif line.startswith("[") and "]" in line and "responses" in line:
@@ -361,14 +378,14 @@ def _hey_summary(text: str) -> dict[str, Any]:
 
 # --- startup ---------------------------------------------------------------------------------
 
-BARE_ENTRY = '''
+BARE_ENTRY = """
 from workers import Response, WorkerEntrypoint
 
 
 class Default(WorkerEntrypoint):
     async def fetch(self, request):
         return Response("ok")
-'''
+"""
 
 
 def section_startup(report: Report, quick: bool, origin: str) -> None:
@@ -387,7 +404,10 @@ def section_startup(report: Report, quick: bool, origin: str) -> None:
                 ("this project", project, config, None),
             ):
                 gateway = rt.LocalGateway(
-                    worker, variables, durable_objects=objects, kv_namespaces=[] if objects == {} else None
+                    worker,
+                    variables,
+                    durable_objects=objects,
+                    kv_namespaces=[] if objects == {} else None,
                 )
                 started = time.monotonic()
                 with gateway:
@@ -520,7 +540,9 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    node = subprocess.run([rt.NODE, "--version"], capture_output=True, text=True).stdout.strip()
+    node = subprocess.run(
+        [rt.NODE, "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     return (
         f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}, "
         f"CPython {platform.python_version()}, Node {node}"

@@ -18,8 +18,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+sys.path.insert(0, str(ROOT / "src"))
+
 from build_worker import build  # noqa: E402
 from local_gateway import LocalGateway  # noqa: E402
+
+from edge_limiter.core.protocol import StoreRequest  # noqa: E402
+from edge_limiter.core.rates import Limit, parse_rate  # noqa: E402
 
 LOAD = ROOT / "scripts" / "load.mjs"
 ORIGIN = ROOT / "scripts" / "bench" / "origin.mjs"
@@ -138,10 +143,6 @@ def bench_config(origin: str, **top: Any) -> dict[str, Any]:
 
 def bench_payload() -> str:
     """The store request the gateway sends for the ``bench`` route (for the peers)."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from edge_limiter.core.protocol import StoreRequest
-    from edge_limiter.core.rates import Limit, parse_rate
-
     return StoreRequest("check", "gcra", (Limit(parse_rate(BENCH_LIMIT)),)).to_json()
 
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from ..decision import Decision
 from ..errors import StateError
-from .base import Algorithm, decode_ints, validate_cost
+from .base import Algorithm, decode_ints, new_tuple, validate_cost
 
 
 class FixedWindowState(NamedTuple):
@@ -39,7 +39,7 @@ class FixedWindow(Algorithm[FixedWindowState]):
 
     @staticmethod
     def _wrap(index: int, count: int) -> FixedWindowState | None:
-        return FixedWindowState(index, count) if count else None
+        return new_tuple(FixedWindowState, (index, count)) if count else None
 
     def check(
         self, state: FixedWindowState | None, now: int, cost: int = 1

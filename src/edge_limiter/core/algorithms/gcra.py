@@ -17,7 +17,7 @@ from typing import NamedTuple
 from ..decision import Decision
 from ..errors import StateError
 from ..rates import Limit
-from .base import Algorithm, decode_ints, validate_cost
+from .base import Algorithm, decode_ints, new_tuple, validate_cost
 
 
 class GCRAState(NamedTuple):
@@ -55,17 +55,20 @@ class GCRA(Algorithm[GCRAState]):
         new_backlog = backlog + cost * window
         tolerance = self._tolerance
         if new_backlog <= tolerance:
-            new_state = state if cost == 0 else GCRAState(tat + cost * window)
+            new_state = state if cost == 0 else new_tuple(GCRAState, (tat + cost * window,))
             reset_after = -(-new_backlog // quota) if new_backlog > 0 else 0
             return (
-                Decision(
-                    True,
-                    self.capacity,
-                    (tolerance - new_backlog) // window,
-                    reset_after,
-                    0,
-                    None,
-                    self.limit,
+                new_tuple(
+                    Decision,
+                    (
+                        True,
+                        self.capacity,
+                        (tolerance - new_backlog) // window,
+                        reset_after,
+                        0,
+                        None,
+                        self.limit,
+                    ),
                 ),
                 new_state,
             )

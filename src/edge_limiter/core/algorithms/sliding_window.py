@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from ..decision import Decision
 from ..errors import StateError
-from .base import Algorithm, decode_ints, validate_cost
+from .base import Algorithm, decode_ints, new_tuple, validate_cost
 
 
 class SlidingWindowState(NamedTuple):
@@ -119,7 +119,7 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
     def _wrap(index: int, current: int, previous: int) -> SlidingWindowState | None:
         if current == 0 and previous == 0:
             return None
-        return SlidingWindowState(index, current, previous)
+        return new_tuple(SlidingWindowState, (index, current, previous))
 
     def refund(
         self, state: SlidingWindowState | None, now: int, cost: int = 1

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from ..decision import Decision
 from ..errors import StateError
 from ..rates import Limit
-from .base import Algorithm, decode_ints, validate_cost
+from .base import Algorithm, decode_ints, new_tuple, validate_cost
 
 
 class TokenBucketState(NamedTuple):
@@ -78,10 +78,13 @@ class TokenBucket(Algorithm[TokenBucketState]):
         need = cost * window
         if need <= level:
             after = level - need
-            new_state = state if cost == 0 else TokenBucketState(after, as_of)
+            new_state = state if cost == 0 else new_tuple(TokenBucketState, (after, as_of))
             reset_after = lag + (-((after - full) // quota) if after < full else 0)
             return (
-                Decision(True, self.capacity, after // window, reset_after, 0, None, self.limit),
+                new_tuple(
+                    Decision,
+                    (True, self.capacity, after // window, reset_after, 0, None, self.limit),
+                ),
                 new_state,
             )
         reset_after = lag + self._until_level(level, full)
