@@ -53,7 +53,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { zipSync } from "fflate";
 import { Log, LogLevel, Miniflare } from "miniflare";
-import { compiledStdlib } from "./stdlib_cache.mjs";
+import { compiledStdlib, compiledTree } from "./stdlib_cache.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
@@ -64,6 +64,8 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const MAIN_WORKER = "gateway";
 // Flags this host implements itself: it runs Pyodide inside a JavaScript Worker.
 const HOSTED_FLAGS = ["python_workers"];
+// What of the SDK's site-packages the Worker gets.
+const SDK_TOP_LEVEL = new Set(["workers", "asgi.py"]);
 
 // Dates from workerd's compatibility-date.capnp for the SDK's two flags.
 const PYTHON_FLAG_DATES = {
@@ -209,7 +211,7 @@ function entryModule(spec, brokenBindings) {
   return `${lines.join("\n")}\n`;
 }
 
-function miniflareOptions(spec, warmupToken, stdlib) {
+function miniflareOptions(spec, warmupToken, stdlib, appZip, sdkZip) {
   const brokenBindings = Object.fromEntries(
     Object.keys(spec.brokenDurableObjects).map((binding) => [binding, `LocalRuntimeBroken_${binding}`]),
   );
@@ -225,7 +227,6 @@ function miniflareOptions(spec, warmupToken, stdlib) {
   };
   const file = (name) => path.join(HERE, name);
   const pyodideFile = (name) => readFileSync(path.join(PYODIDE_DIR, name));
-  const sdkTopLevel = new Set(["workers", "asgi.py"]);
   const modules = [
     { type: "ESModule", path: file("entry.mjs"), contents: entryModule(spec, brokenBindings) },
     { type: "ESModule", path: file("host.mjs"), contents: readFileSync(file("host.mjs")) },
@@ -237,12 +238,8 @@ function miniflareOptions(spec, warmupToken, stdlib) {
     { type: "CompiledWasm", path: file("pyodide/pyodide.asm.wasm"), contents: pyodideFile("pyodide.asm.wasm") },
     { type: "Data", path: file("pyodide/python_stdlib.zip"), contents: stdlib },
     { type: "Text", path: file("pyodide/pyodide-lock.json"), contents: pyodideFile("pyodide-lock.json").toString("utf8") },
-    { type: "Data", path: file("bundle/app.zip"), contents: zipDirectory(spec.workerDir) },
-    {
-      type: "Data",
-      path: file("bundle/sdk.zip"),
-      contents: zipDirectory(spec.sdkDir, (name) => sdkTopLevel.has(name.split("/")[0])),
-    },
+    { type: "Data", path: file("bundle/app.zip"), contents: appZip },
+    { type: "Data", path: file("bundle/sdk.zip"), contents: sdkZip },
   ];
   const durableObjects = Object.fromEntries(
     Object.entries(spec.durableObjects).map(([binding, className]) => [
@@ -336,7 +333,21 @@ const started = performance.now();
 const stdlib = await compiledStdlib(PYODIDE_DIR, CACHE_DIR, (line) =>
   process.stderr.write(`launch.mjs: ${line}\n`),
 );
-const mf = new Miniflare(miniflareOptions(spec, warmupToken, stdlib));
+// The Worker's code and the SDK with bytecode, as the stdlib (see stdlib_cache.mjs); where
+// host_bridge.py unpacks them decides the file names compiled in.
+const log = (line) => process.stderr.write(`launch.mjs: ${line}\n`);
+const appZip = await compiledTree(
+  PYODIDE_DIR, CACHE_DIR, zipDirectory(spec.workerDir), "/session/metadata", "app", log,
+);
+const sdkZip = await compiledTree(
+  PYODIDE_DIR,
+  CACHE_DIR,
+  zipDirectory(spec.sdkDir, (name) => SDK_TOP_LEVEL.has(name.split("/")[0])),
+  "/lib/python3.13/site-packages",
+  "sdk",
+  log,
+);
+const mf = new Miniflare(miniflareOptions(spec, warmupToken, stdlib, appZip, sdkZip));
 
 let stopping;
 function shutdown(code) {

@@ -27,6 +27,18 @@ def compile_stdlib(source_path, target_path):
                 code = compile(data, prefix + info.filename, "exec", dont_inherit=True)
                 pyc = _code_to_hash_pyc(code, importlib.util.source_hash(data), checked=False)
                 target.writestr(info.filename + "c", pyc)
+
+def compile_tree(source_path, target_path, root):
+    # A zip that is unpacked under root and imported from files: the bytecode goes where the
+    # file importer looks for it, __pycache__/<name>.<tag>.pyc.
+    with zipfile.ZipFile(source_path) as source, zipfile.ZipFile(target_path, "w") as target:
+        for info in source.infolist():
+            data = source.read(info.filename)
+            target.writestr(info.filename, data)
+            if info.filename.endswith(".py"):
+                code = compile(data, root + "/" + info.filename, "exec", dont_inherit=True)
+                pyc = _code_to_hash_pyc(code, importlib.util.source_hash(data), checked=False)
+                target.writestr(importlib.util.cache_from_source(info.filename), pyc)
 `;
 
 /**
@@ -65,5 +77,40 @@ export async function compiledStdlib(pyodideDir, cacheDir, log) {
   } catch (error) {
     log(`could not compile the Python stdlib, booting from sources: ${error?.stack ?? error}`);
     return source;
+  }
+}
+
+let nodePyodide;
+
+/**
+ * ``zipBytes`` (a zip the host unpacks under ``root`` and imports from files) with compiled
+ * bytecode added beside each source, built once per content and cached like the stdlib's.
+ * Production imports a Worker's modules once, into the snapshot it deploys; compiling them
+ * at every local boot would make the local start-up slower than production's for no reason.
+ * Falls back to the plain zip if building fails.
+ */
+export async function compiledTree(pyodideDir, cacheDir, zipBytes, root, label, log) {
+  const { version } = JSON.parse(readFileSync(path.join(pyodideDir, "package.json"), "utf8"));
+  const key = createHash("sha256").update(zipBytes).update(root).digest("hex").slice(0, 16);
+  const cached = path.join(cacheDir, `${label}-${version}-${key}-pyc.zip`);
+  if (existsSync(cached)) {
+    return readFileSync(cached);
+  }
+  try {
+    const { loadPyodide } = await import(pathToFileURL(path.join(pyodideDir, "pyodide.mjs")).href);
+    nodePyodide ??= await loadPyodide({ indexURL: `${pyodideDir}${path.sep}`, stdout: log, stderr: log });
+    nodePyodide.FS.writeFile("/tmp/tree-source.zip", zipBytes);
+    const namespace = nodePyodide.toPy({});
+    nodePyodide.runPython(COMPILE, { globals: namespace });
+    namespace.get("compile_tree")("/tmp/tree-source.zip", "/tmp/tree-pyc.zip", root);
+    const compiled = Buffer.from(nodePyodide.FS.readFile("/tmp/tree-pyc.zip"));
+    mkdirSync(cacheDir, { recursive: true });
+    const partial = `${cached}.${process.pid}.partial`;
+    writeFileSync(partial, compiled);
+    renameSync(partial, cached);
+    return compiled;
+  } catch (error) {
+    log(`could not compile ${label} to bytecode, booting from sources: ${error?.stack ?? error}`);
+    return zipBytes;
   }
 }

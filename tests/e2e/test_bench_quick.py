@@ -1,0 +1,54 @@
+"""The benchmarks' quick mode, so they cannot rot: every section runs end to end (the core
+on CPython and Pyodide, the gateway and its JavaScript peers on local workerd, the flood,
+startup, memory) and reports what it measured. The figures themselves are not asserted:
+benchmarks are scripts, never timed assertions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+
+def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    text = done.stdout
+    for title in (
+        "The pure core",
+        "The Durable Object step",
+        "Per request on local workerd",
+        "One hot key",
+        "A key at 10x its limit",
+        "10 clients of one key",
+        "Time to the first answer",
+        "workerd memory and storage",
+    ):
+        assert title in text, title
+    core = data["core"]
+    for runtime in ("cpython", "pyodide"):
+        assert core[runtime]["check:token_bucket"] > 0
+        assert core[runtime]["step:sliding_log"] > 0
+    assert core["pyodide"]["platform"] == "emscripten"
+    gateway = data["gateway"]
+    assert gateway["Python: limited route (object + forward)"]["statuses"] == ["200"]
+    assert "429" in gateway["Python: denied (429)"]["statuses"]
+    # The abusive key is never admitted beyond its limit (100/minute: 100 at once, plus what
+    # refills during the run).
+    assert data["abusive"]["admitted"] <= 100 + 100 * 2 / 60 + 1
+    assert data["memory"]["storage_after_cleanup"]["rows"] == 0
