@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from .durations import parse_duration
 from .errors import DurationError
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel = 3
+_SHOWN.maxstring = 80
+_SHOWN.maxother = 80
+_SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxtuple = 6
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut to a readable size: config values can be huge or nested deeply."""
+    return _SHOWN.repr(value)
 
 
 class Problems:
@@ -45,7 +57,7 @@ def table(value: object, where: str, problems: Problems) -> Mapping[str, Any] | 
     """``value`` if it is a table, else a problem and ``None``."""
     if isinstance(value, Mapping):
         return value
-    problems.add(where, f"must be a table, got {value!r}")
+    problems.add(where, f"must be a table, got {shown(value)}")
     return None
 
 
@@ -56,7 +68,7 @@ def boolean(
     value = raw.get(name, default)
     if isinstance(value, bool):
         return value
-    problems.add(f"{where}.{name}", f"must be true or false, got {value!r}")
+    problems.add(f"{where}.{name}", f"must be true or false, got {shown(value)}")
     return default
 
 
@@ -74,7 +86,7 @@ def integer(
     value = raw.get(name, default)
     if is_int(value) and minimum <= value <= maximum:
         return int(value)
-    problems.add(f"{where}.{name}", f"must be an integer {minimum}..{maximum}, got {value!r}")
+    problems.add(f"{where}.{name}", f"must be an integer {minimum}..{maximum}, got {shown(value)}")
     return default
 
 

@@ -36,6 +36,14 @@ class GCRA(Algorithm[GCRAState]):
         super().__init__(limit)
         self.burst = limit.capacity
         self._tolerance = self.burst * limit.rate.window_ms
+        # What check reads, in one tuple: one attribute load instead of five.
+        self._check_constants = (
+            self.window_ms,
+            self.quota,
+            self._tolerance,
+            self.capacity,
+            self.limit,
+        )
 
     def _ms_for(self, scaled: int) -> int:
         """Scaled time -> whole milliseconds, rounded up (never negative)."""
@@ -47,13 +55,11 @@ class GCRA(Algorithm[GCRAState]):
         """Admit ``cost`` if the TAT it leads to stays within the tolerance."""
         if cost.__class__ is not int or cost < 0:  # the hot path skips the call
             validate_cost(cost)
-        window = self.window_ms
-        quota = self.quota
+        window, quota, tolerance, capacity, limit = self._check_constants
         now_scaled = now * quota
         tat = now_scaled if state is None or state[0] < now_scaled else state[0]
         backlog = tat - now_scaled
         new_backlog = backlog + cost * window
-        tolerance = self._tolerance
         if new_backlog <= tolerance:
             new_state = state if cost == 0 else new_tuple(GCRAState, (tat + cost * window,))
             reset_after = -(-new_backlog // quota) if new_backlog > 0 else 0
@@ -62,12 +68,12 @@ class GCRA(Algorithm[GCRAState]):
                     Decision,
                     (
                         True,
-                        self.capacity,
+                        capacity,
                         (tolerance - new_backlog) // window,
                         reset_after,
                         0,
                         None,
-                        self.limit,
+                        limit,
                     ),
                 ),
                 new_state,

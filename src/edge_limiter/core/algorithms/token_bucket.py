@@ -35,6 +35,14 @@ class TokenBucket(Algorithm[TokenBucketState]):
         super().__init__(limit)
         self.burst = limit.capacity
         self._full = self.burst * limit.rate.window_ms
+        # What check reads, in one tuple: one attribute load instead of five.
+        self._check_constants = (
+            self.window_ms,
+            self.quota,
+            self._full,
+            self.capacity,
+            self.limit,
+        )
 
     def _level(self, state: TokenBucketState | None, now: int) -> tuple[int, int]:
         """The level at ``now`` and the instant it is valid from.
@@ -60,9 +68,7 @@ class TokenBucket(Algorithm[TokenBucketState]):
         # the arithmetic of _level and _until_level is written out here.
         if cost.__class__ is not int or cost < 0:
             validate_cost(cost)
-        window = self.window_ms
-        quota = self.quota
-        full = self._full
+        window, quota, full, capacity, limit = self._check_constants
         if state is None:
             level, as_of = full, now
         else:
@@ -83,7 +89,7 @@ class TokenBucket(Algorithm[TokenBucketState]):
             return (
                 new_tuple(
                     Decision,
-                    (True, self.capacity, after // window, reset_after, 0, None, self.limit),
+                    (True, capacity, after // window, reset_after, 0, None, limit),
                 ),
                 new_state,
             )

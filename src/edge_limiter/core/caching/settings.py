@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..durations import format_duration
-from ..validation import Problems, boolean, duration, integer, is_int, table, unknown_fields
+from ..validation import Problems, boolean, duration, integer, is_int, shown, table, unknown_fields
 from .limits import KV_MIN_EXPIRATION_TTL_S, MAX_BODY_BYTES, MIB
 
 SCOPES = ("public", "key")
@@ -108,7 +108,7 @@ def parse_cache(raw: object, where: str, problems: Problems) -> CacheSettings | 
 
     scope = data.get("scope", "public")
     if scope not in SCOPES:
-        problems.add(f"{where}.scope", f"must be 'public' or 'key', got {scope!r}")
+        problems.add(f"{where}.scope", f"must be 'public' or 'key', got {shown(scope)}")
         scope = "public"
 
     return CacheSettings(
@@ -138,17 +138,17 @@ def _ignore_query(value: object, where: str, problems: Problems) -> tuple[str, .
     if value == ALL_PARAMS:
         return (ALL_PARAMS,)
     if not isinstance(value, list):
-        problems.add(where, f"must be a list of query parameter names, or '*', got {value!r}")
+        problems.add(where, f"must be a list of query parameter names, or '*', got {shown(value)}")
         return ()
     names: list[str] = []
     for index, name in enumerate(value):
         if not isinstance(name, str) or not name or "&" in name or "=" in name:
             problems.add(
                 f"{where}[{index}]",
-                f"must be a query parameter name (non-empty, no '&' or '='), got {name!r}",
+                f"must be a query parameter name (non-empty, no '&' or '='), got {shown(name)}",
             )
         elif name in names:
-            problems.warn(f"{where}[{index}]", f"names {name!r} twice")
+            problems.warn(f"{where}[{index}]", f"names {shown(name)} twice")
         else:
             names.append(name)
     if ALL_PARAMS in names:
@@ -163,12 +163,14 @@ def _statuses(value: object, where: str, problems: Problems) -> tuple[int, ...]:
     if value is None:
         return DEFAULT_STATUSES
     if not isinstance(value, list) or not value:
-        problems.add(where, f"must be a non-empty list of status codes, got {value!r}")
+        problems.add(where, f"must be a non-empty list of status codes, got {shown(value)}")
         return DEFAULT_STATUSES
     statuses: set[int] = set()
     for index, status in enumerate(value):
         if not is_int(status) or not 200 <= status <= 599:
-            problems.add(f"{where}[{index}]", f"must be a status code 200..599, got {status!r}")
+            problems.add(
+                f"{where}[{index}]", f"must be a status code 200..599, got {shown(status)}"
+            )
         elif status in UNSTORABLE_STATUSES:
             problems.add(
                 f"{where}[{index}]",

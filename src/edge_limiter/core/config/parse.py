@@ -39,7 +39,7 @@ from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..rates import Limit, parse_rate, parse_rates
 from ..resilience.retry import RetrySettings, parse_retry
 from ..routing.origins import Origin, Pool, parse_pools
-from ..validation import Problems, boolean, duration, integer, is_int, unknown_fields
+from ..validation import Problems, boolean, duration, integer, is_int, shown, unknown_fields
 from .model import (
     DEFAULT_ORIGIN_TIMEOUT_MS,
     DEFAULT_STORE_TIMEOUT_MS,
@@ -109,10 +109,12 @@ def check_origin(value: object, where: str, problems: Problems) -> str | None:
         parts = urlsplit(value)
         if parts.scheme in ("http", "https") and parts.netloc:
             if parts.query or parts.fragment or "#" in value:
-                problems.add(where, f"must not carry a query or fragment, got {value!r}")
+                problems.add(where, f"must not carry a query or fragment, got {shown(value)}")
                 return None
             return value.rstrip("/")
-    problems.add(where, f"must be an http(s) URL like 'https://api.example.com', got {value!r}")
+    problems.add(
+        where, f"must be an http(s) URL like 'https://api.example.com', got {shown(value)}"
+    )
     return None
 
 
@@ -129,10 +131,10 @@ def _limit_table(item: Mapping[str, Any], where: str, problems: Problems) -> Lim
         return None
     name = item.get("name", "")
     if name != "" and (not isinstance(name, str) or not POLICY_NAME_RE.fullmatch(name)):
-        problems.add(f"{where}.name", f"must match {POLICY_NAME_RE.pattern}, got {name!r}")
+        problems.add(f"{where}.name", f"must match {POLICY_NAME_RE.pattern}, got {shown(name)}")
     burst = item.get("burst")
     if burst is not None and (not is_int(burst) or burst < 1):
-        problems.add(f"{where}.burst", f"must be a positive integer, got {burst!r}")
+        problems.add(f"{where}.burst", f"must be a positive integer, got {shown(burst)}")
     if len(problems) != before:
         return None
     return Limit(rate, burst, name if isinstance(name, str) else "")
@@ -150,7 +152,7 @@ def _parse_limits(value: object, where: str, problems: Problems) -> list[Limit]:
         problems.add(
             where,
             "must be a string like '10/second; 1000/hour' or a list of such strings or "
-            f"tables {{ rate, burst, name }}, got {value!r}",
+            f"tables {{ rate, burst, name }}, got {shown(value)}",
         )
         return []
     limits: list[Limit] = []
@@ -167,7 +169,7 @@ def _parse_limits(value: object, where: str, problems: Problems) -> list[Limit]:
                 limits.append(limit)
         else:
             problems.add(
-                at, f"must be a rate string or a table {{ rate, burst, name }}, got {item!r}"
+                at, f"must be a rate string or a table {{ rate, burst, name }}, got {shown(item)}"
             )
     windows = [limit.rate.window_ms for limit in limits]
     if len(set(windows)) != len(windows):
@@ -189,14 +191,14 @@ def _apply_route_burst(
     if burst is None or not limits:
         return limits
     if not is_int(burst) or burst < 1:
-        problems.add(f"{where}.burst", f"must be a positive integer, got {burst!r}")
+        problems.add(f"{where}.burst", f"must be a positive integer, got {shown(burst)}")
         return limits
     shortest = min(range(len(limits)), key=lambda i: limits[i].rate.window_ms)
     target = limits[shortest]
     if target.burst is not None:
         problems.add(
             f"{where}.burst",
-            f"the limit {target.name!r} sets its own burst; set it in one place only",
+            f"the limit {shown(target.name)} sets its own burst; set it in one place only",
         )
         return limits
     named = target.name != target.rate.name
@@ -214,7 +216,7 @@ def _check_algorithm_takes(
             takers = ", ".join(name for name, c in ALGORITHMS.items() if c.takes_burst)
             problems.add(
                 f"{where}.burst",
-                f"only applies to {takers}, not {algorithm} (limit {limit.name!r})",
+                f"only applies to {takers}, not {algorithm} (limit {shown(limit.name)})",
             )
             continue
         try:
@@ -277,7 +279,7 @@ def _parse_match(value: object, case_default: bool, where: str, problems: Proble
         if bad or not listed:
             problems.add(
                 f"{where}.match.methods",
-                f"must be '*' or a list of methods like ['GET', 'POST'], got {raw_methods!r}",
+                f"must be '*' or a list of methods like ['GET', 'POST'], got {shown(raw_methods)}",
             )
         else:
             methods = frozenset(m.upper() for m in listed)
@@ -299,11 +301,11 @@ def _route_name(raw: Mapping[str, Any], index: int, problems: Problems) -> tuple
     """``(name, where)``: the route's name and how problems refer to it."""
     name = raw.get("name")
     if isinstance(name, str) and ROUTE_NAME_RE.fullmatch(name):
-        return name, f"route {name!r}"
+        return name, f"route {shown(name)}"
     where = f"routes[{index}]"
     problems.add(
         f"{where}.name",
-        f"is required: letters, digits, '_', '.', '-' (at most 64, no ':' or '#'), got {name!r}",
+        f"is required: letters, digits, '_', '.', '-' (at most 64, no ':' or '#'), got {shown(name)}",
     )
     return where, where
 
@@ -320,9 +322,9 @@ def _parse_route(
     match = _parse_match(raw.get("match"), defaults.case_insensitive, where, problems)
 
     algorithm = raw.get("algorithm", DEFAULT_ALGORITHM)
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         problems.add(
-            f"{where}.algorithm", f"must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}"
+            f"{where}.algorithm", f"must be one of {', '.join(ALGORITHMS)}, got {shown(algorithm)}"
         )
         algorithm = DEFAULT_ALGORITHM
     limits = _parse_limits(raw.get("limits"), f"{where}.limits", problems)
@@ -331,7 +333,7 @@ def _parse_route(
 
     cost = raw.get("cost", 1)
     if not is_int(cost) or cost < 1:
-        problems.add(f"{where}.cost", f"must be a positive integer, got {cost!r}")
+        problems.add(f"{where}.cost", f"must be a positive integer, got {shown(cost)}")
         cost = 1
     elif limits and cost > min(limit.capacity for limit in limits):
         smallest = min(limit.capacity for limit in limits)
@@ -354,7 +356,7 @@ def _parse_route(
     on_store_error = raw.get("on_store_error", "open")
     if on_store_error not in ("open", "closed"):
         problems.add(
-            f"{where}.on_store_error", f"must be 'open' or 'closed', got {on_store_error!r}"
+            f"{where}.on_store_error", f"must be 'open' or 'closed', got {shown(on_store_error)}"
         )
     params = match.path.params if match is not None else ()
     key = _parse_key(raw, params, where, problems)
@@ -409,7 +411,7 @@ def _statuses(value: object, where: str, problems: Problems) -> frozenset[int]:
     if value is None:
         return frozenset()
     if not isinstance(value, list) or not all(is_int(v) and 100 <= v <= 599 for v in value):
-        problems.add(where, f"must be a list of HTTP statuses 100..599, got {value!r}")
+        problems.add(where, f"must be a list of HTTP statuses 100..599, got {shown(value)}")
         return frozenset()
     return frozenset(value)
 
@@ -431,7 +433,7 @@ class _Upstreams:
         """The pool of one for ``url``; its origin is named by the URL without scheme."""
         name = url.split("://", 1)[1]
         if self.named.get(name, url) != url:
-            problems.add(where, f"the origin name {name!r} is taken by a pool's origin")
+            problems.add(where, f"the origin name {shown(name)} is taken by a pool's origin")
         key = f"{url}#{timeout_ms}"
         if key not in self.by_url:
             # A plain URL has no concurrency cap (a pool's origins have max_in_flight).
@@ -443,7 +445,7 @@ class _Upstreams:
         if isinstance(value, str) and value in self.pools:
             return self.pools[value]
         known = ", ".join(self.pools) or "none defined"
-        problems.add(where, f"names no pool in [pools] (known: {known}), got {value!r}")
+        problems.add(where, f"names no pool in [pools] (known: {known}), got {shown(value)}")
         return None
 
     def for_route(
@@ -483,10 +485,10 @@ def _unreachable(routes: list[Route], problems: Problems) -> None:
             )
             if methods_covered and host_covers(a.host, b.host) and a.path.covers(b.path):
                 problems.warn(
-                    f"route {later.name!r}",
-                    f"can never match: the earlier route {earlier.name!r} matches every "
+                    f"route {shown(later.name)}",
+                    f"can never match: the earlier route {shown(earlier.name)} matches every "
                     "request it would (routes are tried in order; move it up or narrow "
-                    f"{earlier.name!r})",
+                    f"{shown(earlier.name)})",
                 )
                 break
 
@@ -511,7 +513,7 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
         )
         ttl = ttl if enabled else 0
     else:
-        problems.add("config.deny_cache", f"must be a table, got {deny!r}")
+        problems.add("config.deny_cache", f"must be a table, got {shown(deny)}")
     prefix = defaults.admin_prefix
     admin = raw.get("admin", {})
     if isinstance(admin, Mapping):
@@ -520,11 +522,11 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
         if not isinstance(prefix, str) or not _ADMIN_PREFIX_RE.fullmatch(prefix):
             problems.add(
                 "config.admin.prefix",
-                f"must be a path like '/_edge-limiter' (no trailing slash), got {prefix!r}",
+                f"must be a path like '/_edge-limiter' (no trailing slash), got {shown(prefix)}",
             )
             prefix = defaults.admin_prefix
     else:
-        problems.add("config.admin", f"must be a table, got {admin!r}")
+        problems.add("config.admin", f"must be a table, got {shown(admin)}")
     refresh = defaults.overrides_refresh_ms
     overrides = raw.get("overrides", {})
     if isinstance(overrides, Mapping):
@@ -539,7 +541,7 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
             maximum_ms=300_000,
         )
     else:
-        problems.add("config.overrides", f"must be a table, got {overrides!r}")
+        problems.add("config.overrides", f"must be a table, got {shown(overrides)}")
     sample, near = defaults.sample_allowed, defaults.near_limit
     logging = raw.get("logging", {})
     if isinstance(logging, Mapping):
@@ -547,7 +549,7 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
         sample = _fraction(logging, "sample_allowed", sample, problems)
         near = _fraction(logging, "near_limit", near, problems)
     else:
-        problems.add("config.logging", f"must be a table, got {logging!r}")
+        problems.add("config.logging", f"must be a table, got {shown(logging)}")
     cleanup = defaults.cleanup_after_ms
     storage = raw.get("storage", {})
     if isinstance(storage, Mapping):
@@ -562,14 +564,14 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
             maximum_ms=86_400_000,
         )
     else:
-        problems.add("config.storage", f"must be a table, got {storage!r}")
+        problems.add("config.storage", f"must be a table, got {shown(storage)}")
     return Operations(shadow, ttl, max_keys, prefix, refresh, sample, near, cleanup)
 
 
 def _fraction(raw: Mapping[str, Any], name: str, default: float, problems: Problems) -> float:
     value = raw.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        problems.add(f"config.logging.{name}", f"must be a number from 0 to 1, got {value!r}")
+        problems.add(f"config.logging.{name}", f"must be a number from 0 to 1, got {shown(value)}")
         return default
     return float(value)
 
@@ -605,7 +607,7 @@ def parse_config(raw: object) -> Config:
     matrix_params = "keep"
     paths = raw.get("paths", {})
     if not isinstance(paths, Mapping):
-        problems.add("config.paths", f"must be a table, got {paths!r}")
+        problems.add("config.paths", f"must be a table, got {shown(paths)}")
     else:
         unknown_fields(paths, PATHS_FIELDS, "config.paths", problems)
         case_insensitive = boolean(paths, "case_insensitive", False, "config.paths", problems)
@@ -613,7 +615,7 @@ def parse_config(raw: object) -> Config:
         if matrix_params not in MATRIX_MODES:
             problems.add(
                 "config.paths.matrix_params",
-                f"must be one of {', '.join(MATRIX_MODES)}, got {matrix_params!r}",
+                f"must be one of {', '.join(MATRIX_MODES)}, got {shown(matrix_params)}",
             )
             matrix_params = "keep"
     origin_url = (
@@ -633,13 +635,13 @@ def parse_config(raw: object) -> Config:
     ops = _operations(raw, problems)
     raw_routes = raw.get("routes", [])
     if not isinstance(raw_routes, list):
-        problems.add("config.routes", f"must be a list of route tables, got {raw_routes!r}")
+        problems.add("config.routes", f"must be a list of route tables, got {shown(raw_routes)}")
         raw_routes = []
     routes: list[Route] = []
     seen: set[str] = set()
     for index, raw_route in enumerate(raw_routes):
         if not isinstance(raw_route, Mapping):
-            problems.add(f"routes[{index}]", f"must be a table, got {raw_route!r}")
+            problems.add(f"routes[{index}]", f"must be a table, got {shown(raw_route)}")
             continue
         name, where = _route_name(raw_route, index, problems)
         if name in seen:

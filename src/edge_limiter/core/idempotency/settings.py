@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..caching.fields import is_token
-from ..validation import Problems, boolean, duration, integer, table, unknown_fields
+from ..validation import Problems, boolean, duration, integer, shown, table, unknown_fields
 
 MIB = 1024 * 1024
 MODES = ("required", "optional")
@@ -97,7 +97,7 @@ def parse_idempotency(raw: object, where: str, problems: Problems) -> Idempotenc
 
     mode = data.get("mode", DEFAULT_MODE)
     if mode not in MODES:
-        problems.add(f"{where}.mode", f"must be 'required' or 'optional', got {mode!r}")
+        problems.add(f"{where}.mode", f"must be 'required' or 'optional', got {shown(mode)}")
         mode = DEFAULT_MODE
 
     return IdempotencySettings(
@@ -152,16 +152,18 @@ def _names(
 ) -> tuple[str, ...]:
     """A list of header names (lower-cased) or methods (upper-cased), sorted, each once."""
     if not isinstance(value, list):
-        problems.add(where, f"must be a list of {kind}s, got {value!r}")
+        problems.add(where, f"must be a list of {kind}s, got {shown(value)}")
         return default
     names: list[str] = []
     for index, item in enumerate(value):
         if not isinstance(item, str) or not is_token(item):
-            problems.add(f"{where}[{index}]", f"must be a {kind} (an HTTP token), got {item!r}")
+            problems.add(
+                f"{where}[{index}]", f"must be a {kind} (an HTTP token), got {shown(item)}"
+            )
             continue
         name = item.upper() if kind == "method" else item.lower()
         if name in names:
-            problems.warn(f"{where}[{index}]", f"names {name!r} twice")
+            problems.warn(f"{where}[{index}]", f"names {shown(name)} twice")
             continue
         if kind == "method" and name in SAFE_METHODS:
             problems.warn(f"{where}[{index}]", f"{name} is a safe method: a key protects nothing")

@@ -45,7 +45,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import StateError
-from ..validation import Problems, integer, is_int, table, unknown_fields
+from ..validation import Problems, integer, is_int, shown, table, unknown_fields
 from ..validation import duration as duration_field
 
 STATE_VERSION = 1
@@ -315,7 +315,7 @@ def _parse_statuses(value: object, where: str, problems: Problems) -> tuple[int,
         return DEFAULT_FAILURE_STATUSES
     message = (
         "must be a list of HTTP statuses 400..599 other than 429 (a 429 is an overload, "
-        f"never a failure), got {value!r}"
+        f"never a failure), got {shown(value)}"
     )
     if not isinstance(value, list):
         problems.add(where, message)
@@ -325,7 +325,7 @@ def _parse_statuses(value: object, where: str, problems: Problems) -> tuple[int,
         problems.add(where, message)
         return DEFAULT_FAILURE_STATUSES
     if len(set(good)) != len(good):
-        problems.add(where, f"names a status twice, got {value!r}")
+        problems.add(where, f"names a status twice, got {shown(value)}")
     return tuple(sorted(set(good)))
 
 
@@ -537,22 +537,22 @@ def encode_state(state: BreakerState) -> dict[str, Any]:
 def decode_state(data: object) -> BreakerState:
     """Inverse of :func:`encode_state`; raises :class:`StateError` on anything else."""
     if not isinstance(data, Mapping) or data.get("v") != STATE_VERSION:
-        raise StateError(f"breaker state must be a dict with v={STATE_VERSION}, got {data!r}")
+        raise StateError(f"breaker state must be a dict with v={STATE_VERSION}, got {shown(data)}")
     unknown = set(data) - {"v", "phase", "recent", *_STATE_INTS}
     if unknown:
         raise StateError(f"breaker state has unknown fields {sorted(map(str, unknown))}")
     raw_phase = data.get("phase")
     if not isinstance(raw_phase, str) or raw_phase not in _PHASES:
-        raise StateError(f"breaker state has an unknown phase {raw_phase!r}")
+        raise StateError(f"breaker state has an unknown phase {shown(raw_phase)}")
     phase = _PHASES[raw_phase]
     recent = data.get("recent", "")
     if not isinstance(recent, str) or set(recent) - {_SUCCESS, _FAILURE, _SLOW}:
-        raise StateError(f"breaker state has a malformed window {recent!r}")
+        raise StateError(f"breaker state has a malformed window {shown(recent)}")
     ints: dict[str, int] = {}
     for name in _STATE_INTS:
         value = data.get(name, 0)
         if not is_int(value) or value < 0:
-            raise StateError(f"breaker state field {name} must be an int >= 0, got {value!r}")
+            raise StateError(f"breaker state field {name} must be an int >= 0, got {shown(value)}")
         ints[name] = int(value)
     if ints["successes"] > ints["issued"]:
         raise StateError("breaker state has more trial successes than trial permits")
@@ -570,12 +570,12 @@ def encode_report(report: Report) -> list[Any]:
 def decode_report(data: object) -> Report:
     """Inverse of :func:`encode_report`; raises :class:`StateError` on anything else."""
     if not isinstance(data, (list, tuple)) or len(data) != 4:
-        raise StateError(f"a breaker report must be a list of 4 items, got {data!r}")
+        raise StateError(f"a breaker report must be a list of 4 items, got {shown(data)}")
     at, outcome, raw_permit, until = data
     if not is_int(at) or not is_int(until) or at < 0 or until < 0:
-        raise StateError(f"a breaker report needs times as ints >= 0, got {data!r}")
+        raise StateError(f"a breaker report needs times as ints >= 0, got {shown(data)}")
     if not isinstance(outcome, str) or outcome not in _OUTCOMES:
-        raise StateError(f"a breaker report has an unknown outcome {outcome!r}")
+        raise StateError(f"a breaker report has an unknown outcome {shown(outcome)}")
     parsed = _OUTCOMES[outcome]
     permit = None
     if raw_permit is not None:
@@ -585,6 +585,6 @@ def decode_report(data: object) -> Report:
             or not is_int(raw_permit[0])
             or not isinstance(raw_permit[1], bool)
         ):
-            raise StateError(f"a breaker report has a malformed permit {raw_permit!r}")
+            raise StateError(f"a breaker report has a malformed permit {shown(raw_permit)}")
         permit = Permit(bool(raw_permit[1]), int(raw_permit[0]))
     return Report(int(at), parsed, permit, int(until))

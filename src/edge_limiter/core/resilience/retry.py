@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import isfinite
 
-from ..validation import Problems, integer, table, unknown_fields
+from ..validation import Problems, integer, shown, table, unknown_fields
 from ..validation import duration as duration_field
 from .budget import DEFAULT_BUCKET_MS, DEFAULT_WINDOW_MS, RetryBudget
 
@@ -86,7 +86,7 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
     ):
         problems.add(
             f"{where}.budget",
-            f"must be a number 0..1 (the share of requests that may be retried), got {ratio!r}",
+            f"must be a number 0..1 (the share of requests that may be retried), got {shown(ratio)}",
         )
         ratio = DEFAULT_BUDGET_RATIO
     min_per_second = integer(
@@ -109,7 +109,7 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
     )
     if window % DEFAULT_BUCKET_MS:
         problems.add(
-            f"{where}.budget_window", f"must be whole seconds, got {fields['budget_window']!r}"
+            f"{where}.budget_window", f"must be whole seconds, got {shown(fields['budget_window'])}"
         )
         window = DEFAULT_WINDOW_MS
     return RetrySettings(attempts, base, cap, float(ratio), min_per_second, window)

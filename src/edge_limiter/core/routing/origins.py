@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from ..resilience.breaker import BreakerSettings, parse_breaker
 from ..resilience.retry import RetrySettings, parse_retry
 from ..resilience.shared import DEFAULT_UNHEALTHY_AFTER
-from ..validation import Problems, integer, is_int, table, unknown_fields
+from ..validation import Problems, integer, is_int, shown, table, unknown_fields
 from ..validation import duration as duration_field
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -170,7 +170,7 @@ def parse_pools(raw: object, problems: Problems) -> dict[str, Pool]:
     # Origin names key breaker state globally, so they are unique across pools.
     origin_owner: dict[str, str] = {}
     for name, raw_pool in pools_table.items():
-        where = f"pool {name!r}"
+        where = f"pool {shown(name)}"
         if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             problems.add(
                 where,
@@ -200,7 +200,7 @@ def _parse_pool(
     if not isinstance(raw_origins, list) or not raw_origins:
         problems.add(
             f"{where}.origins",
-            f"must list at least one origin ([[pools.{name}.origins]]), got {raw_origins!r}",
+            f"must list at least one origin ([[pools.{name}.origins]]), got {shown(raw_origins)}",
         )
         return None
     origins: list[Origin] = []
@@ -213,7 +213,7 @@ def _parse_pool(
         if owner is not None:
             problems.add(
                 f"{origin_where}.name",
-                f"{origin.name!r} is already the name of {owner}; origin names must be "
+                f"{shown(origin.name)} is already the name of {owner}; origin names must be "
                 "unique across all pools (they key the breaker state)",
             )
             continue
@@ -234,7 +234,7 @@ def _parse_origin(raw: object, where: str, problems: Problems) -> Origin | None:
         problems.add(
             f"{where}.name",
             "is required: letters, digits, '_', '.', '-' (at most 64), starting with a "
-            f"letter or digit, got {name!r}",
+            f"letter or digit, got {shown(name)}",
         )
         name = None
     url = parse_origin_url(fields.get("url"), f"{where}.url", problems)
@@ -306,17 +306,19 @@ def parse_origin_url(value: object, where: str, problems: Problems) -> str | Non
     """
     usage = "must be an http(s) URL like 'https://api.example.com'"
     if not isinstance(value, str) or not value:
-        problems.add(where, f"{usage}, got {value!r}")
+        problems.add(where, f"{usage}, got {shown(value)}")
         return None
     if any(ch <= " " or ch == "\x7f" for ch in value):
-        problems.add(where, f"must not contain whitespace or control characters, got {value!r}")
+        problems.add(
+            where, f"must not contain whitespace or control characters, got {shown(value)}"
+        )
         return None
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        problems.add(where, f"{usage}, got {value!r}")
+        problems.add(where, f"{usage}, got {shown(value)}")
         return None
     if "?" in value or "#" in value:
-        problems.add(where, f"must not carry a query or fragment, got {value!r}")
+        problems.add(where, f"must not carry a query or fragment, got {shown(value)}")
         return None
     if "@" in parts.netloc:
         problems.add(where, "must not carry credentials; give the origin a secret header instead")
@@ -324,7 +326,7 @@ def parse_origin_url(value: object, where: str, problems: Problems) -> str | Non
     try:
         parts.port  # noqa: B018 - urlsplit checks the port only when it is read
     except ValueError:
-        problems.add(where, f"has an invalid port, got {value!r}")
+        problems.add(where, f"has an invalid port, got {shown(value)}")
         return None
     return value.rstrip("/")
 
@@ -337,18 +339,18 @@ def _codes(
         return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
-        problems.add(where, f"must be a list of {kind} codes, got {value!r}")
+        problems.add(where, f"must be a list of {kind} codes, got {shown(value)}")
         return ()
     codes: list[str] = []
     for item in items:
         code = item.upper() if isinstance(item, str) else None
         if code is None or code not in known:
             hint = _COUNTRY_HINTS.get(code or "") if known is COUNTRIES else None
-            advice = f" (did you mean {hint!r}?)" if hint else ""
-            problems.add(where, f"{item!r} is not a {kind} code{advice}")
+            advice = f" (did you mean {shown(hint)}?)" if hint else ""
+            problems.add(where, f"{shown(item)} is not a {kind} code{advice}")
             continue
         if code in codes:
-            problems.warn(where, f"{item!r} is listed twice")
+            problems.warn(where, f"{shown(item)} is listed twice")
             continue
         codes.append(code)
     return tuple(sorted(codes))
@@ -368,7 +370,7 @@ def _coordinate(
         or not -limit <= value <= limit
     ):
         problems.add(
-            f"{where}.{name}", f"must be a number of degrees -{limit}..{limit}, got {value!r}"
+            f"{where}.{name}", f"must be a number of degrees -{limit}..{limit}, got {shown(value)}"
         )
         return None
     return float(value)
@@ -381,7 +383,7 @@ def _parse_health(raw: object, where: str, problems: Problems) -> HealthCheck | 
     unknown_fields(fields, _HEALTH_FIELDS, where, problems)
     path = fields.get("path")
     if not isinstance(path, str) or not path.startswith("/") or any(ch <= " " for ch in path):
-        problems.add(f"{where}.path", f"is required: a path like '/health', got {path!r}")
+        problems.add(f"{where}.path", f"is required: a path like '/health', got {shown(path)}")
         path = "/"
     timeout = duration_field(
         fields,
@@ -405,7 +407,7 @@ def _parse_health(raw: object, where: str, problems: Problems) -> HealthCheck | 
         ):
             problems.add(
                 f"{where}.statuses",
-                f"must be a non-empty list of HTTP statuses 100..599, got {raw_statuses!r}",
+                f"must be a non-empty list of HTTP statuses 100..599, got {shown(raw_statuses)}",
             )
         else:
             statuses = tuple(sorted(set(raw_statuses)))
