@@ -133,17 +133,17 @@ def grant_size(wanted: int, grantable: int, holders: int, min_units: int = 1) ->
     """Units to grant (0: deny) when an isolate wants ``wanted`` and the limit has
     ``grantable`` for a lease, with ``holders`` isolates holding leases (this one included).
 
-    While the limit has plenty (at least what every holder would take at this size), the
-    isolate gets what it wants. Below that, at most ``grantable // holders``: an equal
-    share of what is left, so the last units spread over the holders and finally go out
-    one at a time (never below ``min_units``, the request waiting on the grant).
+    While the limit has plenty (room for this lease for every holder, or for twice it),
+    the isolate gets what it wants. Below that, at most half of what is left: the last
+    units go out in ever smaller leases and finally one request at a time, never below
+    ``min_units`` (the request waiting on the grant). What an isolate wants is what it
+    uses before the lease ends, so a first-come grant is used, not left to expire.
     """
     if grantable < min_units or wanted < min_units:
         return 0
-    holders = max(1, holders)
-    if grantable >= wanted * holders:
+    if grantable >= wanted * min(2, max(1, holders)):
         return wanted
-    return max(min_units, min(wanted, grantable // holders))
+    return max(min_units, min(wanted, grantable // 2))
 
 
 class Lease:
@@ -153,10 +153,15 @@ class Lease:
     comes first (a window's lease ends with the window): never later than the object's.
     """
 
-    __slots__ = ("expires_at", "granted", "reported", "units")
+    __slots__ = ("expires_at", "granted", "rationed", "reported", "units")
 
-    def __init__(self, granted: int, expires_at: int, reported: int = 0) -> None:
+    def __init__(
+        self, granted: int, expires_at: int, reported: int = 0, *, rationed: bool = False
+    ) -> None:
         self.granted = granted
+        self.rationed = rationed
+        """Granted less than asked for: the limit is short, so once this lease is used up
+        the isolate denies locally until :meth:`next_ask_at` instead of asking at once."""
         self.units = granted
         """Units left to admit locally."""
         self.expires_at = expires_at
@@ -164,13 +169,21 @@ class Lease:
         """The object's remaining as it answered the grant (for the headers)."""
 
     @classmethod
-    def from_answer(cls, answer: StoreResponse, sent_at: int, ttl_ms: int) -> Lease | None:
+    def from_answer(
+        cls, answer: StoreResponse, sent_at: int, ttl_ms: int, wanted: int
+    ) -> Lease | None:
         """The lease a granted answer holds (None for a denial); ``sent_at`` is when the
-        request left the isolate, in its own clock."""
+        request left the isolate, in its own clock, and ``wanted`` what it asked for."""
         if answer.granted <= 0:
             return None
         expires_at = min(sent_at + ttl_ms, answer.expires_at)
-        return cls(answer.granted, expires_at, answer.decision.remaining)
+        rationed = answer.granted < wanted and expires_at == sent_at + ttl_ms
+        return cls(answer.granted, expires_at, answer.decision.remaining, rationed=rationed)
+
+    def next_ask_at(self, lead_ms: int) -> int:
+        """When an isolate whose leases are used up may ask again: at once, unless this
+        lease was rationed; then shortly before it ends (its units were its share)."""
+        return self.expires_at - lead_ms if self.rationed else 0
 
     def take(self, cost: int, now: int) -> bool:
         """Admit ``cost`` from the lease at ``now`` if it has the units and has not ended."""
