@@ -176,14 +176,10 @@ def simulate(scenario: Scenario) -> Result:
         admitted_arrivals.append(arrived)
 
     def take(isolate: _Isolate, now: int) -> bool:
-        for lease in isolate.leases:
-            if lease.take(1, now):
-                return True
-        return False
+        return any(lease.take(1, now) for lease in isolate.leases)
 
-    def on_answer(
-        index: int, now_us: int, answer: str, sent: int, decided: int, covered: int
-    ) -> None:
+    def on_answer(index: int, now_us: int, data: tuple[str, int, int, int]) -> None:
+        answer, sent, decided, covered = data
         isolate = isolates[index]
         now = now_us // 1000
         isolate.in_flight = False
@@ -233,7 +229,7 @@ def simulate(scenario: Scenario) -> Result:
                     ),
                 )
             else:
-                on_answer(index, at_us, *data)
+                on_answer(index, at_us, data)
             continue
         if next_arrival >= end_us:
             if not events:
@@ -326,6 +322,7 @@ def over_admission(algorithm: str, limit: Limit, uses: list[int]) -> int:
 def grid(
     isolates: tuple[int, ...],
     rates: tuple[int, ...],
+    *,
     algorithm: str = "token_bucket",
     duration_ms: int = 2_000,
     ttl_ms: int = 250,
@@ -382,7 +379,14 @@ def main(argv: list[str] | None = None) -> int:
     rates = (1_000, 10_000) if args.quick else (1_000, 10_000, 100_000)
     results = []
     for algorithm in args.algorithm or ["token_bucket"]:
-        results += grid(isolates, rates, algorithm, args.duration_ms, args.ttl_ms, args.skew)
+        results += grid(
+            isolates,
+            rates,
+            algorithm=algorithm,
+            duration_ms=args.duration_ms,
+            ttl_ms=args.ttl_ms,
+            skew=args.skew,
+        )
     print(table(results))
     return 1 if any(result.over for result in results) else 0
 
