@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.algorithms import make_algorithm
 from edge_limiter.core.errors import ProtocolError
-from edge_limiter.core.keystore import KeyStore
+from edge_limiter.core.keystore import RATE_MEMORY_TTLS, KeyStore
 from edge_limiter.core.leases import (
     Lease,
     RateMeter,
@@ -37,6 +37,7 @@ def lease(
     ttl: int = 100,
     min_units: int = 1,
     limits: tuple[Limit, ...] = (SECOND,),
+    observed_rate: int = 0,
 ) -> StoreRequest:
     return StoreRequest(
         "lease",
@@ -47,6 +48,7 @@ def lease(
         holder=holder,
         returned=returned,
         min_units=min_units,
+        observed_rate=observed_rate,
     )
 
 
@@ -159,19 +161,39 @@ def test_a_lease_from_an_answer_ends_at_send_time_plus_ttl_or_the_objects_end() 
     granted = StoreResponse(decisions, granted=5, expires_at=T0 + 1_000)
     held = Lease.from_answer(granted, T0 - 3, 100, 8)
     assert held is not None and held.expires_at == T0 + 97 and held.reported == 5
-    assert held.rationed and held.next_ask_at(10) == T0 + 87
+    assert not held.rationed and not held.cut and held.next_ask_at(10) == 0
+    assert held.should_refresh(T0 + 90, 0.0, 10)  # ends within the lead
+    rationed = StoreResponse(decisions, granted=5, expires_at=T0 + 1_000, rationed=True)
+    held = Lease.from_answer(rationed, T0 - 3, 100, 8)
+    assert held is not None and held.rationed and held.next_ask_at(10) == T0 + 87
+    assert not held.should_refresh(T0 + 90, 1.0, 10)  # its share until the end
     cut = Lease.from_answer(StoreResponse(decisions, granted=5, expires_at=T0 + 50), T0, 100, 8)
-    assert cut is not None and cut.expires_at == T0 + 50 and not cut.rationed
+    assert cut is not None and cut.expires_at == T0 + 50 and cut.cut and not cut.rationed
+    assert not cut.should_refresh(T0 + 45, 0.01, 10)  # a new lease would end at T0 + 50 too
+    assert cut.should_refresh(T0 + 45, 1.0, 10)  # but it runs low
+    cut_short = StoreResponse(decisions, granted=5, expires_at=T0 + 50, rationed=True)
+    held = Lease.from_answer(cut_short, T0, 100, 8)
+    assert held is not None and held.next_ask_at(10) == T0 + 50  # after its window
+
+
+def test_grants_are_each_holders_share_of_the_demand_when_the_limit_is_short() -> None:
+    assert grant_size(10, 1_000, 50, others_demand=90) == 10
+    assert grant_size(10, 50, 50, others_demand=90) == 5  # half the demand fits: half
+    assert grant_size(30, 50, 50, others_demand=70) == 15
+    assert grant_size(10, 1, 50, others_demand=90) == 1  # never below the minimum
+    assert grant_size(10, 2, 50, min_units=3, others_demand=0) == 0
+    assert grant_size(10, 8, 1, others_demand=0) == 8  # alone: all that is left
 
 
 # --- the protocol ---------------------------------------------------------------------
 
 
 def test_lease_requests_and_answers_round_trip() -> None:
-    sent = lease(returned=3, min_units=2, ttl=250)
+    sent = lease(returned=3, min_units=2, ttl=250, observed_rate=1_200)
     text = sent.to_json()
     assert StoreRequest.from_json(text) == sent
-    assert all(f'"{key}"' in text for key in ("lt", "h", "rt", "mn"))
+    assert all(f'"{key}"' in text for key in ("lt", "h", "rt", "mn", "or"))
+    assert '"or"' not in lease().to_json()
     check = StoreRequest("check", "gcra", (SECOND,))
     assert check.to_json() == (
         '{"op":"check","algorithm":"gcra","cost":1,"limits":[[10,1000,"10-per-second",null]]}'
@@ -181,6 +203,9 @@ def test_lease_requests_and_answers_round_trip() -> None:
     assert json.loads(answer.to_json())["g"] == 4
     assert StoreResponse.from_json(answer.to_json(), (SECOND,)) == answer
     assert '"g"' not in StoreResponse(decisions).to_json()
+    rationed = StoreResponse(decisions, granted=4, expires_at=T0 + 250, rationed=True)
+    assert json.loads(rationed.to_json())["rn"] == 1 and '"rn"' not in answer.to_json()
+    assert StoreResponse.from_json(rationed.to_json(), (SECOND,)) == rationed
 
 
 BASE = '{"op":"lease","algorithm":"gcra","limits":[[1,1000,"a",null]],"cost":2'
@@ -200,6 +225,9 @@ BASE = '{"op":"lease","algorithm":"gcra","limits":[[1,1000,"a",null]],"cost":2'
         ',"lt":10,"h":"a","rt":1.5}',
         ',"lt":10,"h":"a","mn":0}',
         ',"lt":10,"h":"a","mn":3}',  # wants 2, below its minimum
+        ',"lt":10,"h":"a","or":-1}',
+        ',"lt":10,"h":"a","or":2.5}',
+        ',"lt":10,"h":"a","or":false}',
     ],
 )
 def test_malformed_lease_requests(tail: str) -> None:
@@ -208,12 +236,36 @@ def test_malformed_lease_requests(tail: str) -> None:
 
 
 def test_malformed_lease_answers() -> None:
-    for text in ('{"ds":[[true,1,0,1,0]],"g":1}', '{"ds":[[true,1,0,1,0]],"g":-1,"x":5}'):
+    for text in (
+        '{"ds":[[true,1,0,1,0]],"g":1}',
+        '{"ds":[[true,1,0,1,0]],"g":-1,"x":5}',
+        '{"ds":[[true,1,0,1,0]],"rn":1}',  # rationed without a grant
+        '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":2}',
+        '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":true}',
+    ):
         with pytest.raises(ProtocolError):
             StoreResponse.from_json(text, (Limit(Rate(1, 1_000)),))
 
 
 # --- the object's lease op ------------------------------------------------------------
+
+
+def test_the_object_sizes_grants_by_the_holders_reported_rates() -> None:
+    store = KeyStore(SqliteSql())
+    limit = (Limit(Rate(100, 1_000)),)
+    # Three holders say their rates (units per second), each with a lease of 100 ms.
+    for holder, rate in (("a", 100), ("b", 50), ("c", 50)):
+        ask(store, lease(wanted=1, holder=holder, limits=limit, observed_rate=rate), T0)
+    a = ask(store, lease(wanted=20, holder="a", limits=limit, observed_rate=100, ttl=1_000), T0)
+    # 97 left until the window ends; a wants 20, the others will ask for 50 each over the
+    # 900 ms their leases do not cover: a gets its share, 97 * 20 / 110, rationed.
+    assert (a.granted, a.rationed) == (97 * 20 // 110, True)
+    plenty = ask(store, lease(wanted=5, holder="b", limits=limit, observed_rate=50), T0 + 1)
+    assert (plenty.granted, plenty.rationed) == (5, False)
+    # A holder that stops asking stops counting after RATE_MEMORY_TTLS ttls.
+    later = T0 + 1_000 + RATE_MEMORY_TTLS * 100 + 1
+    alone = ask(store, lease(wanted=5, holder="d", limits=limit, observed_rate=10), later)
+    assert (alone.granted, alone.rationed) == (5, False)
 
 
 def test_the_object_grants_then_shrinks_then_denies_with_its_states() -> None:
@@ -380,7 +432,13 @@ def test_leases_never_admit_more_than_the_limit(
                     uses.append(at)
         decided = max(decided, sent + there)
         req = lease(
-            algorithm, wanted, holder=f"i{isolate}", returned=returned, ttl=ttl, limits=(limit,)
+            algorithm,
+            wanted,
+            holder=f"i{isolate}",
+            returned=returned,
+            ttl=ttl,
+            limits=(limit,),
+            observed_rate=spot % 7,  # 0: not reported (the old sizing)
         )
         answer = ask(store, req, decided)
         got = Lease.from_answer(answer, sent, ttl, wanted)

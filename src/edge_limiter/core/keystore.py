@@ -101,13 +101,21 @@ class _Held(NamedTuple):
 
 
 class _Holders:
-    """The leases outstanding on one limit set, by holder."""
+    """The leases outstanding on one limit set, by holder, and the holders' reported rates."""
 
-    __slots__ = ("by_holder", "prune_at")
+    __slots__ = ("by_holder", "prune_at", "rates")
 
     def __init__(self) -> None:
         self.by_holder: dict[str, _Held] = {}
         self.prune_at = 0
+        self.rates: dict[str, tuple[int, int]] = {}
+        """Holder -> (its observed rate in units per second, when it said so)."""
+
+
+#: A holder's reported rate counts for this many lease ttls after its last lease request
+#: (an active holder asks at least once per ttl or window; one that went away stops
+#: holding a share of the grants after this).
+RATE_MEMORY_TTLS = 3
 
 
 #: A row's change: a log entry added, or the row (or whole log) written as memory holds it.
@@ -351,11 +359,18 @@ class KeyStore:
         if holders is None:
             holders = self.leases[ids] = _Holders()
         by_holder = holders.by_holder
+        rates = holders.rates
         if now >= holders.prune_at:
             for holder, lease in list(by_holder.items()):
                 if lease.expires_at <= now:
                     del by_holder[holder]
+            forget_before = now - RATE_MEMORY_TTLS * ttl
+            for holder, (_, seen_at) in list(rates.items()):
+                if seen_at < forget_before:
+                    del rates[holder]
             holders.prune_at = now + ttl
+        if request.observed_rate:
+            rates[request.holder] = (request.observed_rate, now)
         states = [self.states.get(rid) for rid in ids]
         current: Sequence[Any] = states
         held = by_holder.pop(request.holder, None)
@@ -372,14 +387,28 @@ class KeyStore:
             algorithm.grantable(state, now, ttl)
             for algorithm, state in zip(algorithms, current, strict=True)
         )
-        granted = grant_size(wanted, grantable, len(by_holder) + 1, min_units)
+        others: int | None = None
+        if request.observed_rate:
+            # What the other holders will ask for before this lease ends: each one's rate
+            # over the part of [now, expires_at) its own live lease does not cover.
+            demand = 0
+            for holder, (rate, _) in rates.items():
+                if holder == request.holder:
+                    continue
+                other = by_holder.get(holder)
+                covered_to = now if other is None else max(now, other.expires_at)
+                if covered_to < expires_at:
+                    demand += rate * (expires_at - covered_to)
+            others = -(-demand // 1000)
+        granted = grant_size(wanted, grantable, len(by_holder) + 1, min_units, others)
         if granted >= min_units:
             result = check_all(algorithms, current, now, granted)
             if not result.decision.allowed:
                 raise StateError(f"a grant of {granted} within {grantable} was denied")
             by_holder[request.holder] = _Held(granted, now, expires_at)
             answer = _answer(result.decisions, result.decision)
-            answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}}}'
+            rationed = ',"rn":1' if granted < wanted else ""
+            answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}{rationed}}}'
             self._store(compiled, states, result.states, now)
             return answer
         # Denied: each limit answers for the least it could grant (with its reserve), so

@@ -52,6 +52,26 @@ LEASABLE = frozenset(name for name, cls in ALGORITHMS.items() if cls.leasable)
 #: The rate meter's period: the isolate's rate is measured over about this much time.
 DEFAULT_METER_PERIOD_MS = 1_000
 
+#: A route's lease ttl when it sets none, by algorithm family (see :func:`default_ttl`).
+DEFAULT_TTL_MS = {"window": 1_000, "bucket": 500}
+
+
+def default_ttl(algorithm: str) -> int:
+    """The default lease ttl (ms) for ``algorithm``.
+
+    Every holder asks at least once per ttl, so with ``n`` isolates a key costs at least
+    ``n * 1000 / ttl`` calls a second. The window algorithms end a lease with its window
+    anyway, so a long ttl costs nothing there: 1 s. The bucket algorithms keep ``ttl`` of
+    refill out of every grant (:func:`lease_reserve_ok`), so a longer ttl costs burst and,
+    once the limit binds, admits as much as it did but never lends out that reserve: 500 ms
+    keeps half a second of refill back, which :func:`lease_reserve_ok` requires the burst
+    to exceed.
+    """
+    cls = ALGORITHMS.get(algorithm)
+    if cls is None:
+        raise ValueError(f"unknown algorithm {algorithm!r}")
+    return DEFAULT_TTL_MS["window" if algorithm.endswith("window") else "bucket"]
+
 
 def lease_reserve_ok(limit: Limit, algorithm: str, ttl_ms: int) -> str | None:
     """Why a lease of ``ttl_ms`` cannot be used on ``limit`` (None: it can), for the config.
@@ -129,18 +149,32 @@ def want(rate_per_ms: float, ttl_ms: int, min_units: int = 1, max_units: int = 1
     return max(min_units, min(max_units, wanted))
 
 
-def grant_size(wanted: int, grantable: int, holders: int, min_units: int = 1) -> int:
+def grant_size(
+    wanted: int,
+    grantable: int,
+    holders: int,
+    min_units: int = 1,
+    others_demand: int | None = None,
+) -> int:
     """Units to grant (0: deny) when an isolate wants ``wanted`` and the limit has
     ``grantable`` for a lease, with ``holders`` isolates holding leases (this one included).
 
-    While the limit has plenty (room for this lease for every holder, or for twice it),
-    the isolate gets what it wants. Below that, at most half of what is left: the last
-    units go out in ever smaller leases and finally one request at a time, never below
-    ``min_units`` (the request waiting on the grant). What an isolate wants is what it
-    uses before the lease ends, so a first-come grant is used, not left to expire.
+    With ``others_demand`` (the units the other holders are expected to ask for before
+    this lease ends, from the rates they reported): the isolate gets what it wants while
+    the limit has it for everyone, else its share ``wanted / (wanted + others_demand)`` of
+    what is left, so every holder's share lasts about as long and the last units are not
+    first-come. Without it (no rates reported), while the limit has plenty (room for this
+    lease for every holder, or for twice it) the isolate gets what it wants, below that at
+    most half of what is left. Never below ``min_units`` (the request waiting on the
+    grant). A grant below ``wanted`` is *rationed*: the holder waits for its end.
     """
     if grantable < min_units or wanted < min_units:
         return 0
+    if others_demand is not None:
+        total = wanted + max(0, others_demand)
+        if grantable >= total:
+            return wanted
+        return max(min_units, wanted * grantable // total)
     if grantable >= wanted * min(2, max(1, holders)):
         return wanted
     return max(min_units, min(wanted, grantable // 2))
@@ -153,15 +187,25 @@ class Lease:
     comes first (a window's lease ends with the window): never later than the object's.
     """
 
-    __slots__ = ("expires_at", "granted", "rationed", "reported", "units")
+    __slots__ = ("cut", "expires_at", "granted", "rationed", "reported", "units")
 
     def __init__(
-        self, granted: int, expires_at: int, reported: int = 0, *, rationed: bool = False
+        self,
+        granted: int,
+        expires_at: int,
+        reported: int = 0,
+        *,
+        rationed: bool = False,
+        cut: bool = False,
     ) -> None:
         self.granted = granted
         self.rationed = rationed
-        """Granted less than asked for: the limit is short, so once this lease is used up
-        the isolate denies locally until :meth:`next_ask_at` instead of asking at once."""
+        """The object granted a share of a short limit: once this lease is used up the
+        isolate denies locally until :meth:`next_ask_at` instead of asking at once."""
+        self.cut = cut
+        """The lease ends at the object's end (a window's), before the ttl: a lease asked
+        for before that end could only hold what is left of the same window, so the
+        isolate asks for the next one when it needs it, not ahead of the end."""
         self.units = granted
         """Units left to admit locally."""
         self.expires_at = expires_at
@@ -176,14 +220,24 @@ class Lease:
         request left the isolate, in its own clock, and ``wanted`` what it asked for."""
         if answer.granted <= 0:
             return None
+        del wanted  # the object says whether it rationed (``StoreResponse.rationed``)
         expires_at = min(sent_at + ttl_ms, answer.expires_at)
-        rationed = answer.granted < wanted and expires_at == sent_at + ttl_ms
-        return cls(answer.granted, expires_at, answer.decision.remaining, rationed=rationed)
+        cut = answer.expires_at < sent_at + ttl_ms
+        return cls(
+            answer.granted,
+            expires_at,
+            answer.decision.remaining,
+            rationed=answer.rationed,
+            cut=cut,
+        )
 
     def next_ask_at(self, lead_ms: int) -> int:
         """When an isolate whose leases are used up may ask again: at once, unless this
-        lease was rationed; then shortly before it ends (its units were its share)."""
-        return self.expires_at - lead_ms if self.rationed else 0
+        lease was rationed (its units were its share); then shortly before it ends, or
+        once it ended if it was cut (its window has nothing left for this holder)."""
+        if not self.rationed:
+            return 0
+        return self.expires_at if self.cut else self.expires_at - lead_ms
 
     def take(self, cost: int, now: int) -> bool:
         """Admit ``cost`` from the lease at ``now`` if it has the units and has not ended."""
@@ -202,8 +256,12 @@ class Lease:
 
     def should_refresh(self, now: int, rate_per_ms: float, lead_ms: int) -> bool:
         """Whether to ask for the next lease now: the lease ends within ``lead_ms`` or
-        holds less than ``rate_per_ms`` uses in ``lead_ms`` (the call's round trip)."""
-        if now + lead_ms >= self.expires_at:
+        holds less than ``rate_per_ms`` uses in ``lead_ms`` (the call's round trip). A
+        rationed lease is not refreshed (its holder has had its share until the end), and a
+        cut one only when it runs low (see :attr:`cut`)."""
+        if self.rationed:
+            return False
+        if not self.cut and now + lead_ms >= self.expires_at:
             return True
         return self.units < rate_per_ms * lead_ms
 

@@ -51,6 +51,10 @@ class StoreRequest:
     min_units: int = 1
     """``lease``: the fewest units worth granting (the cost of the request waiting on it);
     for a lease, ``cost`` is the number of units wanted."""
+    observed_rate: int = 0
+    """``lease``: the holder's own demand for the key, in units per second as its meter
+    measured it (0: not reported). The object sizes grants by each holder's share of the
+    total demand it was told (:func:`edge_limiter.core.leases.grant_size`)."""
 
     def to_json(self) -> str:
         """Compact JSON text for the RPC call."""
@@ -74,6 +78,8 @@ class StoreRequest:
             data["rt"] = self.returned
         if self.min_units != 1:
             data["mn"] = self.min_units
+        if self.observed_rate:
+            data["or"] = self.observed_rate
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -105,6 +111,7 @@ class StoreRequest:
                 raise ProtocolError(f"bad lease holder {holder!r}")
             returned = _int_field(data, "rt", 0, 0, "returned units")
             min_units = _int_field(data, "mn", 1, 1, "minimum units")
+            observed_rate = _int_field(data, "or", 0, 0, "observed rate")
             if op == "lease":
                 if ttl < 1:
                     raise ProtocolError("a lease needs a ttl of at least 1 ms")
@@ -123,6 +130,7 @@ class StoreRequest:
                 holder,
                 returned,
                 min_units,
+                observed_rate,
             )
         except ProtocolError:
             raise
@@ -157,13 +165,16 @@ class StoreResponse:
     the key's next requests exactly as the object would, without asking it.
 
     A granted lease also carries ``granted`` (units, at least the request's minimum) and
-    ``expires_at`` (the object's clock, ms); a denied lease is a plain denial.
+    ``expires_at`` (the object's clock, ms); a denied lease is a plain denial. ``rationed``
+    says the grant is the holder's share of a limit that is short (less than it asked
+    for): once it is used up, the holder waits for the lease's end instead of asking again.
     """
 
     decisions: tuple[Decision, ...]
     rows: tuple[list[int] | None, ...] | None = None
     granted: int = 0
     expires_at: int = 0
+    rationed: bool = False
 
     @property
     def decision(self) -> Decision:
@@ -178,6 +189,8 @@ class StoreResponse:
         if self.expires_at:
             data["g"] = self.granted
             data["x"] = self.expires_at
+            if self.rationed:
+                data["rn"] = 1
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -198,7 +211,10 @@ class StoreResponse:
             granted, expires_at = int(data.get("g", 0)), int(data.get("x", 0))
             if granted < 0 or (granted > 0) != (expires_at > 0):
                 raise ValueError(f"bad lease grant {granted!r} until {expires_at!r}")
-            return cls(decisions, rows, granted, expires_at)
+            rationed = data.get("rn", 0)
+            if rationed not in (0, 1) or isinstance(rationed, bool) or (rationed and not granted):
+                raise ValueError(f"bad rationed flag {rationed!r}")
+            return cls(decisions, rows, granted, expires_at, bool(rationed))
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc
 
