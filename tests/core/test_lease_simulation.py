@@ -45,8 +45,9 @@ def test_the_checker_of_the_simulation_sees_over_admission() -> None:
             "sliding_window",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="a rationed sliding-window lease waits for its window's end while "
-                "the previous window slides out: tens of percent under-admitted",
+                reason="its grantable grows as the previous window slides out, so a "
+                "rationed share is asked again at once: exact admission but about one "
+                "call per request once the limit binds (no paced re-asking yet)",
             ),
         ),
     ],

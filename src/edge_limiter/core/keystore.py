@@ -407,7 +407,13 @@ class KeyStore:
                 raise StateError(f"a grant of {granted} within {grantable} was denied")
             by_holder[request.holder] = _Held(granted, now, expires_at)
             answer = _answer(result.decisions, result.decision)
-            rationed = ',"rn":1' if granted < wanted else ""
+            # A rationed holder waits for its lease's end; only right if nothing grows
+            # grantable meanwhile, or the end is near (the bucket's ttl, not a window).
+            waits = granted < wanted and (
+                expires_at == now + ttl
+                or not any(algorithm.lease_supply_grows for algorithm in algorithms)
+            )
+            rationed = ',"rn":1' if waits else ""
             answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}{rationed}}}'
             self._store(compiled, states, result.states, now)
             return answer

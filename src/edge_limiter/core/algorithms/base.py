@@ -117,6 +117,11 @@ class Algorithm(ABC, Generic[S]):
     """Whether a key's Durable Object may hand units of this limit to an isolate ahead of
     use (a lease). An algorithm that is not leasable grants nothing."""
 
+    lease_supply_grows: ClassVar[bool] = True
+    """Whether what is grantable grows while a lease runs (a bucket refills, a sliding
+    window's previous count slides out). Only where it does not (a fixed window) does a
+    holder given a rationed share wait for its lease's end: elsewhere it asks again."""
+
     def grantable(self, state: S | None, now: int, ttl_ms: int) -> int:
         """The most units a lease of ``ttl_ms`` granted at ``now`` may take from ``state``.
 

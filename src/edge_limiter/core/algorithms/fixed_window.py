@@ -75,6 +75,7 @@ class FixedWindow(Algorithm[FixedWindowState]):
         return self._wrap(index, max(0, count - cost))
 
     leasable = True
+    lease_supply_grows = False
 
     def grantable(self, state: FixedWindowState | None, now: int, ttl_ms: int) -> int:
         """What the current window has left (0 if the clock went back before the stored one)."""
