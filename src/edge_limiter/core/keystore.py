@@ -25,6 +25,11 @@ What it does per request, and why (the per-request costs measured on workerd are
   and changes are written at most that long after, in one batch. A restart of the object
   (a deploy, an eviction, a crash) forgets the admissions of at most that last interval;
   that is the trade the platform's own rate-limiting binding makes, offered as a choice.
+- **Leases** (op ``lease``, :mod:`edge_limiter.core.leases`): the grant is a check of the
+  granted units, stored like one. Each holder's outstanding lease (units, grant time,
+  end) is kept in memory only, to cap what its next request may return: after a restart
+  returns are ignored, which can only under-admit. Holders are counted per limit set as
+  those seen within about one ttl (expired ones are dropped at most once per ttl).
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from .algorithms import make_algorithm
 from .algorithms.base import Algorithm
 from .decision import Decision
 from .errors import ProtocolError, StateError
-from .limiter import check_all, peek_all, refund_all
+from .leases import grant_size
+from .limiter import check_all, combine, peek_all, refund_all
 from .protocol import (
     DEFAULT_CLEANUP_AFTER_MS,
     MAX_SHARED_STATE_INTS,
@@ -86,6 +92,32 @@ class _Compiled(NamedTuple):
     cleanup_after_ms: int
 
 
+class _Held(NamedTuple):
+    """A holder's outstanding lease, as the object granted it."""
+
+    units: int
+    granted_at: int
+    expires_at: int
+
+
+class _Holders:
+    """The leases outstanding on one limit set, by holder, and the holders' reported rates."""
+
+    __slots__ = ("by_holder", "prune_at", "rates")
+
+    def __init__(self) -> None:
+        self.by_holder: dict[str, _Held] = {}
+        self.prune_at = 0
+        self.rates: dict[str, tuple[int, int]] = {}
+        """Holder -> (its observed rate in units per second, when it said so)."""
+
+
+#: A holder's reported rate counts for this many lease ttls after its last lease request
+#: (an active holder asks at least once per ttl or window; one that went away stops
+#: holding a share of the grants after this).
+RATE_MEMORY_TTLS = 3
+
+
 #: A row's change: a log entry added, or the row (or whole log) written as memory holds it.
 _ADD, _REWRITE = 1, 2
 
@@ -124,12 +156,16 @@ class KeyStore:
         self.unpruned: dict[str, int] = {}
         """Log id -> entries added since its expired rows were last deleted."""
         self.compiled: dict[str, _Compiled] = {}
+        self.lease_shapes: dict[str, _Compiled] = {}
+        """Lease requests compiled by their limits alone (their other fields vary)."""
         self.alarm_at: int | None = None
         """When the cleanup alarm is set for (None: not set by this instance)."""
         self.flush_due: int | None = None
         """Write-behind: when the pending changes must be written (None: nothing pending)."""
         self.cleanup_after_ms = DEFAULT_CLEANUP_AFTER_MS
         """The latest request's cleanup delay."""
+        self.leases: dict[tuple[str, ...], _Holders] = {}
+        """Limit set (row ids) -> its outstanding leases (memory only)."""
 
     # --- loading ------------------------------------------------------------------------
 
@@ -193,8 +229,9 @@ class KeyStore:
 
     # --- requests -----------------------------------------------------------------------
 
-    def _compile(self, payload: str) -> _Compiled:
-        request = StoreRequest.from_json(payload)
+    def _compile_request(
+        self, request: StoreRequest, key: str, into: dict[str, _Compiled] | None = None
+    ) -> _Compiled:
         try:
             algorithms = tuple(make_algorithm(request.algorithm, limit) for limit in request.limits)
         except ValueError as exc:  # e.g. a burst for an algorithm that takes none
@@ -210,9 +247,10 @@ class KeyStore:
             request.write_behind_ms,
             request.cleanup_after_ms,
         )
-        if len(self.compiled) >= MAX_COMPILED:
-            self.compiled.clear()
-        self.compiled[payload] = compiled
+        cache = self.compiled if into is None else into
+        if len(cache) >= MAX_COMPILED:
+            cache.clear()
+        cache[key] = compiled
         return compiled
 
     def decide(self, payload: str, now: int) -> str:
@@ -220,7 +258,12 @@ class KeyStore:
 
         Raises :class:`ProtocolError` for a payload that is not a valid request.
         """
-        compiled = self.compiled.get(payload) or self._compile(payload)
+        compiled = self.compiled.get(payload)
+        if compiled is None:
+            request = StoreRequest.from_json(payload)
+            if request.op == "lease":
+                return self._lease(request, now)
+            compiled = self._compile_request(request, payload)
         if not self.loaded:
             self._load()
         self.cleanup_after_ms = compiled.cleanup_after_ms
@@ -250,6 +293,15 @@ class KeyStore:
                 # Admitted, and the next request like it would be denied now: the states
                 # go along, so the isolate's deny cache can answer that next request.
                 answer = _with_states(answer, algorithms, new_states)
+        self._store(compiled, states, new_states, now)
+        return answer
+
+    def _store(
+        self, compiled: _Compiled, states: Sequence[Any], new_states: Sequence[Any], now: int
+    ) -> None:
+        """Keep the changed states in memory and write them (now, or write-behind)."""
+        algorithms, ids, op = compiled.algorithms, compiled.ids, compiled.op
+        states_map = self.states
         immediate = compiled.write_behind_ms <= 0
         changed = False
         for index, new in enumerate(new_states):
@@ -276,6 +328,103 @@ class KeyStore:
                 self.flush_due = now + compiled.write_behind_ms
             elif now >= self.flush_due:
                 self._write(now)
+
+    # --- leases -------------------------------------------------------------------------
+
+    def _lease(self, request: StoreRequest, now: int) -> str:
+        """Op ``lease``: take the holder's returns back, then grant what the planner sizes.
+
+        Lease payloads differ per holder and per return, so they are parsed every time and
+        compiled by their limits only (the op's own fields come from ``request``).
+        """
+        shape = StoreRequest(
+            "lease",
+            request.algorithm,
+            request.limits,
+            write_behind_ms=request.write_behind_ms,
+            cleanup_after_ms=request.cleanup_after_ms,
+        ).to_json()
+        compiled = self.lease_shapes.get(shape)
+        if compiled is None:
+            compiled = self._compile_request(request, shape, self.lease_shapes)
+        algorithms, ids = compiled.algorithms, compiled.ids
+        for algorithm in algorithms:
+            if not algorithm.leasable:
+                raise ProtocolError(f"algorithm {algorithm.name!r} cannot lease")
+        if not self.loaded:
+            self._load()
+        self.cleanup_after_ms = compiled.cleanup_after_ms
+        ttl, min_units = request.lease_ttl_ms, request.min_units
+        holders = self.leases.get(ids)
+        if holders is None:
+            holders = self.leases[ids] = _Holders()
+        by_holder = holders.by_holder
+        rates = holders.rates
+        if now >= holders.prune_at:
+            for holder, lease in list(by_holder.items()):
+                if lease.expires_at <= now:
+                    del by_holder[holder]
+            forget_before = now - RATE_MEMORY_TTLS * ttl
+            for holder, (_, seen_at) in list(rates.items()):
+                if seen_at < forget_before:
+                    del rates[holder]
+            holders.prune_at = now + ttl
+        if request.observed_rate:
+            rates[request.holder] = (request.observed_rate, now)
+        states = [self.states.get(rid) for rid in ids]
+        current: Sequence[Any] = states
+        held = by_holder.pop(request.holder, None)
+        if held is not None and request.returned and now < held.expires_at:
+            back = min(request.returned, held.units)
+            for algorithm in algorithms:
+                back = algorithm.lease_refundable(held.units, back, held.granted_at, now)
+            if back > 0:
+                current = refund_all(algorithms, current, now, back)
+        expires_at = min(algorithm.lease_expiry(now, ttl) for algorithm in algorithms)
+        # A lease cut short (a window ends first) is worth that much less of the rate.
+        wanted = max(min_units, -(-request.cost * (expires_at - now) // ttl))
+        grantable = min(
+            algorithm.grantable(state, now, ttl)
+            for algorithm, state in zip(algorithms, current, strict=True)
+        )
+        others: int | None = None
+        if request.observed_rate:
+            # What the other holders will ask for before this lease ends: each one's rate
+            # over the part of [now, expires_at) its own live lease does not cover.
+            demand = 0
+            for holder, (rate, _) in rates.items():
+                if holder == request.holder:
+                    continue
+                other = by_holder.get(holder)
+                covered_to = now if other is None else max(now, other.expires_at)
+                if covered_to < expires_at:
+                    demand += rate * (expires_at - covered_to)
+            others = -(-demand // 1000)
+        granted = grant_size(wanted, grantable, len(by_holder) + 1, min_units, others)
+        if granted >= min_units:
+            result = check_all(algorithms, current, now, granted)
+            if not result.decision.allowed:
+                raise StateError(f"a grant of {granted} within {grantable} was denied")
+            by_holder[request.holder] = _Held(granted, now, expires_at)
+            answer = _answer(result.decisions, result.decision)
+            # A rationed holder waits for its lease's end; only right if nothing grows
+            # grantable meanwhile, or the end is near (the bucket's ttl, not a window).
+            waits = granted < wanted and (
+                expires_at == now + ttl
+                or not any(algorithm.lease_supply_grows for algorithm in algorithms)
+            )
+            rationed = ',"rn":1' if waits else ""
+            answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}{rationed}}}'
+            self._store(compiled, states, result.states, now)
+            return answer
+        # Denied: each limit answers for the least it could grant (with its reserve), so
+        # retry_after says when a lease of min_units could be granted.
+        decisions = []
+        for algorithm, state in zip(algorithms, current, strict=True):
+            decision = algorithm.peek(state, now, min_units + algorithm.lease_reserve(ttl))
+            decisions.append(decision if not decision.allowed else algorithm.peek(state, now, 0))
+        answer = _with_states(_answer(decisions, combine(decisions)), algorithms, current)
+        self._store(compiled, states, current, now)
         return answer
 
     # --- writing ------------------------------------------------------------------------

@@ -21,7 +21,9 @@ from .errors import ProtocolError
 from .limiter import combine
 from .rates import Limit, Rate
 
-OPS = ("check", "peek", "refund", "reset")
+OPS = ("check", "peek", "refund", "reset", "lease")
+#: The longest lease holder id (an isolate's random id).
+MAX_HOLDER_LEN = 64
 #: The cleanup alarm's default delay (``[storage] cleanup_after``).
 DEFAULT_CLEANUP_AFTER_MS = 60_000
 #: The largest state (in ints) a denial sends along for the isolate's deny cache.
@@ -40,6 +42,19 @@ class StoreRequest:
     """0: every change is written before the answer; else at most this long after."""
     cleanup_after_ms: int = DEFAULT_CLEANUP_AFTER_MS
     """The cleanup alarm fires no sooner than this after it is armed."""
+    lease_ttl_ms: int = 0
+    """``lease``: how long the lease may be used (the object may end it sooner)."""
+    holder: str = ""
+    """``lease``: the asking isolate's random id."""
+    returned: int = 0
+    """``lease``: units of the holder's previous lease it gives back, never to be used."""
+    min_units: int = 1
+    """``lease``: the fewest units worth granting (the cost of the request waiting on it);
+    for a lease, ``cost`` is the number of units wanted."""
+    observed_rate: int = 0
+    """``lease``: the holder's own demand for the key, in units per second as its meter
+    measured it (0: not reported). The object sizes grants by each holder's share of the
+    total demand it was told (:func:`edge_limiter.core.leases.grant_size`)."""
 
     def to_json(self) -> str:
         """Compact JSON text for the RPC call."""
@@ -55,6 +70,16 @@ class StoreRequest:
             data["wb"] = self.write_behind_ms
         if self.cleanup_after_ms != DEFAULT_CLEANUP_AFTER_MS:
             data["ca"] = self.cleanup_after_ms
+        if self.lease_ttl_ms:
+            data["lt"] = self.lease_ttl_ms
+        if self.holder:
+            data["h"] = self.holder
+        if self.returned:
+            data["rt"] = self.returned
+        if self.min_units != 1:
+            data["mn"] = self.min_units
+        if self.observed_rate:
+            data["or"] = self.observed_rate
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -80,11 +105,44 @@ class StoreRequest:
             cleanup = data.get("ca", DEFAULT_CLEANUP_AFTER_MS)
             if not isinstance(cleanup, int) or isinstance(cleanup, bool) or cleanup < 1:
                 raise ProtocolError(f"bad cleanup delay {cleanup!r}")
-            return cls(op, algorithm, limits, cost, max(0, write_behind), cleanup)
+            ttl = _int_field(data, "lt", 0, 0, "lease ttl")
+            holder = data.get("h", "")
+            if not isinstance(holder, str) or len(holder) > MAX_HOLDER_LEN:
+                raise ProtocolError(f"bad lease holder {holder!r}")
+            returned = _int_field(data, "rt", 0, 0, "returned units")
+            min_units = _int_field(data, "mn", 1, 1, "minimum units")
+            observed_rate = _int_field(data, "or", 0, 0, "observed rate")
+            if op == "lease":
+                if ttl < 1:
+                    raise ProtocolError("a lease needs a ttl of at least 1 ms")
+                if not holder:
+                    raise ProtocolError("a lease needs a holder")
+                if cost < min_units:
+                    raise ProtocolError(f"a lease of {cost} is below its minimum {min_units}")
+            return cls(
+                op,
+                algorithm,
+                limits,
+                cost,
+                max(0, write_behind),
+                cleanup,
+                ttl,
+                holder,
+                returned,
+                min_units,
+                observed_rate,
+            )
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store request: {exc}") from exc
+
+
+def _int_field(data: dict[str, Any], key: str, default: int, least: int, what: str) -> int:
+    value = data.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ProtocolError(f"bad {what} {value!r}")
+    return value
 
 
 def _limit_from_list(item: list[Any]) -> Limit:
@@ -105,10 +163,18 @@ class StoreResponse:
     On a denial it also sends the limits' states it decided on (``rows``: each encoded, or
     ``None`` for a fresh state) when they are small, so the isolate's deny cache can answer
     the key's next requests exactly as the object would, without asking it.
+
+    A granted lease also carries ``granted`` (units, at least the request's minimum) and
+    ``expires_at`` (the object's clock, ms); a denied lease is a plain denial. ``rationed``
+    says the grant is the holder's share of a limit that is short (less than it asked
+    for): once it is used up, the holder waits for the lease's end instead of asking again.
     """
 
     decisions: tuple[Decision, ...]
     rows: tuple[list[int] | None, ...] | None = None
+    granted: int = 0
+    expires_at: int = 0
+    rationed: bool = False
 
     @property
     def decision(self) -> Decision:
@@ -120,6 +186,11 @@ class StoreResponse:
         data: dict[str, Any] = {"ds": [_decision_to_list(d) for d in self.decisions]}
         if self.rows is not None:
             data["st"] = list(self.rows)
+        if self.expires_at:
+            data["g"] = self.granted
+            data["x"] = self.expires_at
+            if self.rationed:
+                data["rn"] = 1
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -137,7 +208,13 @@ class StoreResponse:
                     None if row is None else [int(v) for v in row]
                     for row in _same_length(data["st"], limits)
                 )
-            return cls(decisions, rows)
+            granted, expires_at = int(data.get("g", 0)), int(data.get("x", 0))
+            if granted < 0 or (granted > 0) != (expires_at > 0):
+                raise ValueError(f"bad lease grant {granted!r} until {expires_at!r}")
+            rationed = data.get("rn", 0)
+            if rationed not in (0, 1) or isinstance(rationed, bool) or (rationed and not granted):
+                raise ValueError(f"bad rationed flag {rationed!r}")
+            return cls(decisions, rows, granted, expires_at, bool(rationed))
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc
 

@@ -111,6 +111,45 @@ class Algorithm(ABC, Generic[S]):
     def refund(self, state: S | None, now: int, cost: int = 1) -> S | None:
         """Give back ``cost`` previously consumed (never beyond the fresh state)."""
 
+    # --- leases (see :mod:`edge_limiter.core.leases`) -----------------------------------
+
+    leasable: ClassVar[bool] = False
+    """Whether a key's Durable Object may hand units of this limit to an isolate ahead of
+    use (a lease). An algorithm that is not leasable grants nothing."""
+
+    lease_supply_grows: ClassVar[bool] = True
+    """Whether what is grantable grows while a lease runs (a bucket refills, a sliding
+    window's previous count slides out). Only where it does not (a fixed window) does a
+    holder given a rationed share wait for its lease's end: elsewhere it asks again."""
+
+    def grantable(self, state: S | None, now: int, ttl_ms: int) -> int:
+        """The most units a lease of ``ttl_ms`` granted at ``now`` may take from ``state``.
+
+        A grant of at most this many, made with :meth:`check`, keeps every use of the
+        lease's units (at any instant before :meth:`lease_expiry`) within the limit.
+        """
+        del state, now, ttl_ms
+        return 0
+
+    def lease_expiry(self, now: int, ttl_ms: int) -> int:
+        """When a lease granted at ``now`` for ``ttl_ms`` ends (its units are void from then)."""
+        return now + ttl_ms
+
+    def lease_reserve(self, ttl_ms: int) -> int:
+        """Units a lease grant leaves untouched (rounded up): 0 unless use may lag a take."""
+        del ttl_ms
+        return 0
+
+    def lease_refundable(self, granted: int, unused: int, granted_at: int, now: int) -> int:
+        """How many of a lease's ``unused`` units :meth:`refund` may give back at ``now``.
+
+        The caller has checked that the lease (``granted`` units taken at ``granted_at``)
+        has not expired. By default all of them: the windows' refund is exact within the
+        window the units were taken in, and a lease never outlives that window.
+        """
+        del granted, granted_at, now
+        return unused
+
     def reset(self) -> S | None:
         """Forget everything about the key: the fresh state."""
         return None

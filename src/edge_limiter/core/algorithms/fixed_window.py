@@ -4,6 +4,12 @@ Windows start at multiples of ``window_ms``; a request is admitted iff the windo
 plus its cost is at most ``quota``, and the count starts again from 0 at each window edge.
 Cheap and exact per window, but a burst on both sides of an edge can pass up to twice the
 quota within one window's length.
+
+Leases: a lease ends at ``min(now + ttl, end of the window it was taken in)``
+(:meth:`FixedWindow.lease_expiry`), so every unit is used in the window that counted it
+and the uses in a window never exceed the units taken in it, which the check keeps within
+the quota. A refund of a lease's unused units happens only while the lease is unexpired,
+so in that same window: it lowers that window's count by units that are never used.
 """
 
 from __future__ import annotations
@@ -67,6 +73,22 @@ class FixedWindow(Algorithm[FixedWindowState]):
         validate_cost(cost)
         index, count = self._at(state, now)
         return self._wrap(index, max(0, count - cost))
+
+    leasable = True
+    lease_supply_grows = False
+
+    def grantable(self, state: FixedWindowState | None, now: int, ttl_ms: int) -> int:
+        """What the current window has left (0 if the clock went back before the stored one)."""
+        del ttl_ms
+        if state is not None and now // self.rate.window_ms < state.window_index:
+            return 0
+        _, count = self._at(state, now)
+        return max(0, self.rate.quota - count)
+
+    def lease_expiry(self, now: int, ttl_ms: int) -> int:
+        """``now + ttl_ms``, or the end of the current window if that comes first."""
+        window = self.rate.window_ms
+        return min(now + ttl_ms, (now // window + 1) * window)
 
     def idle_at(self, state: FixedWindowState | None) -> int:
         """When the window ends (0 for the fresh state)."""

@@ -8,6 +8,12 @@ A request is admitted iff ``new_tat - now * quota <= burst * window_ms``.
 With ``backlog = tat_scaled - now * quota``, a token bucket's level is
 ``burst * window_ms - backlog``, so both admit exactly the same requests and report the
 same numbers (as long as the clock does not go backwards).
+
+Leases follow :mod:`.token_bucket`'s two rules in GCRA's terms: a grant leaves the backlog
+at most ``tolerance - ttl_ms * quota`` (a reserve of ``ttl_ms`` of emission), and a lease's
+unused units are refunded only as far as ``granted - ceil(quota * elapsed / window_ms)``
+(the TAT of the smaller take cannot have fallen behind ``now`` in the meantime, so moving
+the TAT back equals never having taken them).
 """
 
 from __future__ import annotations
@@ -94,6 +100,24 @@ class GCRA(Algorithm[GCRAState]):
         now_scaled = now * self.rate.quota
         tat = max(state.tat_scaled, now_scaled) - cost * self.rate.window_ms
         return GCRAState(tat) if tat > now_scaled else None
+
+    leasable = True
+
+    def grantable(self, state: GCRAState | None, now: int, ttl_ms: int) -> int:
+        """Whole units that fit with a reserve of ``ttl_ms`` of emission left."""
+        now_scaled = now * self.rate.quota
+        backlog = 0 if state is None else max(0, state.tat_scaled - now_scaled)
+        room = self._tolerance - backlog - ttl_ms * self.rate.quota
+        return max(0, room // self.rate.window_ms)
+
+    def lease_reserve(self, ttl_ms: int) -> int:
+        """``ttl_ms`` of emission, in whole units rounded up."""
+        return -(-ttl_ms * self.rate.quota // self.rate.window_ms)
+
+    def lease_refundable(self, granted: int, unused: int, granted_at: int, now: int) -> int:
+        """As the token bucket's: what the emission since the grant has not overtaken."""
+        emitted = -(-max(0, now - granted_at) * self.rate.quota // self.rate.window_ms)
+        return max(0, min(unused, granted - emitted))
 
     def idle_at(self, state: GCRAState | None) -> int:
         """The TAT in ms, rounded up (0 for the fresh state)."""

@@ -23,6 +23,13 @@ whatever the traffic, and what the tests check:
 Over time with no new requests the estimate never grows, so the earliest instant a request
 fits is found in closed form: it is in the current window, the next one, or at the start of
 the one after (where both counters are stale), with no search loop.
+
+Leases: as in :mod:`.fixed_window`, a lease ends with the window it was taken in, so the
+counters hold at least the units used in each window. A use at a later instant of the
+same window still passes the test its grant passed: the previous window's weight only
+falls as the window goes on, and the current count only grows by grants, each of which
+passed the test at its own instant. A refund happens within the lease's window and takes
+from the current count, which holds the lease's units (never from the previous one).
 """
 
 from __future__ import annotations
@@ -129,6 +136,23 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         index, current, previous, _ = self._at(state, now)
         taken = min(cost, current)
         return self._wrap(index, current - taken, max(0, previous - (cost - taken)))
+
+    leasable = True
+
+    def grantable(self, state: SlidingWindowState | None, now: int, ttl_ms: int) -> int:
+        """The room the weighted estimate leaves now (0 if the clock went back)."""
+        del ttl_ms
+        window = self.rate.window_ms
+        if state is not None and now // window < state.window_index:
+            return 0
+        index, current, previous, t = self._at(state, now)
+        used = self._weighted(previous, t - index * window) + current
+        return max(0, self.rate.quota - used)
+
+    def lease_expiry(self, now: int, ttl_ms: int) -> int:
+        """``now + ttl_ms``, or the end of the current window if that comes first."""
+        window = self.rate.window_ms
+        return min(now + ttl_ms, (now // window + 1) * window)
 
     def idle_at(self, state: SlidingWindowState | None) -> int:
         """When the estimate reaches 0 for good (0 for the fresh state)."""

@@ -3,6 +3,25 @@
 The level is kept in exact integers: one token is ``window_ms`` units, so a full bucket is
 ``burst * window_ms`` units and every millisecond adds exactly ``quota`` units. A request
 of ``cost`` needs ``cost * window_ms`` units. Admission is the same as :mod:`.gcra`'s.
+
+Leases (units taken at a grant, used by an isolate up to ``ttl_ms`` later). Two things can
+make a bucket admit more than ``burst + rate * (b - a)`` over an interval ``[a, b]``, and
+both are closed here (:mod:`.gcra` has the same two rules, in its own units):
+
+* **Use lags the take.** Units taken at ``g`` may be used anywhere in ``[g, g + ttl)``, so
+  a burst of uses can meet the refill the bucket already counted. A grant therefore leaves
+  a *reserve* of ``ttl_ms`` of refill in the bucket: :meth:`TokenBucket.grantable` is
+  ``floor((level - ttl_ms * quota) / window_ms)``. The deficit after any grant is then at
+  most ``full - ttl * quota`` (scaled), so the takes over ``[a - ttl, b]`` are at most
+  ``burst - rate * ttl + rate * (b - a + ttl)``, and the uses over ``[a, b]`` (every one
+  comes from a take in ``(a - ttl, b]``) at most ``burst + rate * (b - a)``.
+* **A late refund can credit refill the full bucket threw away.** Taking ``R`` more at
+  ``g`` and giving it back at ``t`` equals never taking it only if the bucket that took
+  less never reached full in ``(g, t)``; otherwise the refund credits refill the cap had
+  discarded. The bucket that took only ``granted - R`` at ``g`` cannot be full before
+  ``g + (granted - R) * window_ms / quota``, so :meth:`TokenBucket.lease_refundable`
+  allows ``R <= granted - ceil(quota * (t - g) / window_ms)``: the units the refill since
+  the grant has not yet overtaken.
 """
 
 from __future__ import annotations
@@ -110,6 +129,24 @@ class TokenBucket(Algorithm[TokenBucketState]):
         if level == self._full:
             return None
         return TokenBucketState(level, as_of)
+
+    leasable = True
+
+    def grantable(self, state: TokenBucketState | None, now: int, ttl_ms: int) -> int:
+        """Whole tokens above a reserve of ``ttl_ms`` of refill (0 if the clock went back)."""
+        if state is not None and now < state.updated_at:
+            return 0
+        level, _ = self._level(state, now)
+        return max(0, (level - ttl_ms * self.rate.quota) // self.rate.window_ms)
+
+    def lease_reserve(self, ttl_ms: int) -> int:
+        """``ttl_ms`` of refill, in whole tokens rounded up."""
+        return -(-ttl_ms * self.rate.quota // self.rate.window_ms)
+
+    def lease_refundable(self, granted: int, unused: int, granted_at: int, now: int) -> int:
+        """The unused units the refill since the grant has not overtaken (module docstring)."""
+        refilled = -(-max(0, now - granted_at) * self.rate.quota // self.rate.window_ms)
+        return max(0, min(unused, granted - refilled))
 
     def idle_at(self, state: TokenBucketState | None) -> int:
         """When the bucket is full again (0 for the fresh state)."""

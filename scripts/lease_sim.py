@@ -1,0 +1,440 @@
+"""A discrete-event simulation of token leases: N isolates, one key, one Durable Object.
+
+Every isolate runs the real planner (:mod:`edge_limiter.core.leases`) and every call runs
+the real Durable Object step (``KeyStore.decide`` with op ``"lease"``, over SQL that does
+nothing), with a random network delay each way. Arrivals are Poisson in total and spread
+over the isolates by a Zipf law (``skew`` is its exponent; 0 is uniform).
+
+An isolate admits a request from its leases when they hold a unit; otherwise the request
+waits for a lease answer (a call, unless one is in flight already). It asks for its next
+lease before the current one runs out (``Lease.should_refresh``) and keeps admitting from
+the old one meanwhile. A denied lease answer is remembered until its ``retry_after`` (the
+isolate's deny cache): requests until then are denied with no call.
+
+Reported per scenario: DO calls per admitted request, over the whole run and in the
+steady state; over-admission (units admitted beyond what the limit allows, by an
+independent strict checker of the use timeline, over the whole run: must be 0); and
+under-admission in the steady state, against an exact single counter fed the same
+arrivals. The steady state is every whole window of the limit (``window_ms``) after the
+one in which that counter first denied (the limit is reached) and before the end of the
+arrivals; in each, the requests the lease system admitted (by arrival time) are compared
+with the ones the counter admitted. The first window is left out because the two reach
+the limit at different instants (the lease system admits some requests later, waiting on
+a grant, and the bucket algorithms keep their reserve back from the start), which made
+the old measure, counted from the counter's first denial, go negative.
+
+Time runs in microseconds here; the core sees integer milliseconds (``t // 1000``), as the
+platform's clocks give them. All clocks are the same clock (no skew).
+
+    python scripts/lease_sim.py            # the grid, as a markdown table
+    python scripts/lease_sim.py --quick    # a smaller grid
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import heapq
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from edge_limiter.core.algorithms import make_algorithm  # noqa: E402
+from edge_limiter.core.keystore import KeyStore  # noqa: E402
+from edge_limiter.core.leases import Lease, RateMeter, default_ttl, want  # noqa: E402
+from edge_limiter.core.protocol import StoreRequest, StoreResponse  # noqa: E402
+from edge_limiter.core.rates import Limit, Rate  # noqa: E402
+
+
+class NullSql:
+    """SQL that does nothing: the object's step without SQLite's cost."""
+
+    def run(self, query: str, *args: Any) -> None:
+        return None
+
+    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        return []
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One simulated key."""
+
+    isolates: int
+    rate: int
+    """Offered requests per second, all isolates together."""
+    limit: Limit
+    algorithm: str = "token_bucket"
+    ttl_ms: int | None = None
+    """None: the algorithm family's default (:func:`edge_limiter.core.leases.default_ttl`)."""
+    skew: float = 1.0
+    duration_ms: int = 4_000
+    delay_us: tuple[int, int] = (500, 2_500)
+    """One-way network delay, uniform in this range (a round trip of 1-5 ms)."""
+    lead_ms: int = 10
+    """How far ahead of running out an isolate asks for its next lease."""
+    seed: int = 1
+
+    @property
+    def ttl(self) -> int:
+        """The lease ttl used (ms)."""
+        return default_ttl(self.algorithm) if self.ttl_ms is None else self.ttl_ms
+
+
+@dataclass
+class Result:
+    """What one scenario measured."""
+
+    scenario: Scenario
+    arrivals: int = 0
+    admitted: int = 0
+    calls: int = 0
+    over: int = 0
+    reference_admitted: int = 0
+    reached_at_ms: int | None = None
+    windows: list[tuple[int, int, int]] = field(default_factory=list)
+    """Steady-state windows: (admitted, reference admitted, calls sent) in each."""
+
+    @property
+    def calls_per_admitted(self) -> float:
+        return self.calls / self.admitted if self.admitted else float("inf")
+
+    @property
+    def under_pct(self) -> float | None:
+        """Steady-state under-admission, all windows together (None: no such window)."""
+        reference = sum(window[1] for window in self.windows)
+        if not reference:
+            return None
+        return 100.0 * (reference - sum(window[0] for window in self.windows)) / reference
+
+    @property
+    def worst_window_pct(self) -> float | None:
+        """The largest under-admission of any one steady-state window."""
+        pcts = [100.0 * (ref - got) / ref for got, ref, _ in self.windows if ref]
+        return max(pcts) if pcts else None
+
+    @property
+    def steady_calls_per_admitted(self) -> float | None:
+        """DO calls sent per admitted request in the steady-state windows."""
+        admitted = sum(window[0] for window in self.windows)
+        return sum(window[2] for window in self.windows) / admitted if admitted else None
+
+
+@dataclass
+class _Isolate:
+    holder: str
+    meter: RateMeter
+    leases: list[Lease] = field(default_factory=list)
+    in_flight: bool = False
+    waiting: list[int] = field(default_factory=list)
+    """Arrival times (ms) of requests waiting for a lease answer."""
+    denied_until_us: int = 0
+    wanted: int = 0
+
+
+_AT_DO, _AT_ISOLATE = 1, 2
+
+
+def _zipf_cumulative(isolates: int, skew: float) -> list[float]:
+    weights = [1.0 / (rank + 1) ** skew for rank in range(isolates)]
+    total = sum(weights)
+    cumulative, running = [], 0.0
+    for weight in weights:
+        running += weight / total
+        cumulative.append(running)
+    cumulative[-1] = 1.0
+    return cumulative
+
+
+def simulate(scenario: Scenario) -> Result:
+    """Run one scenario; its measurements."""
+    rng = random.Random(scenario.seed)
+    limit, ttl, lead = scenario.limit, scenario.ttl, scenario.lead_ms
+    store = KeyStore(NullSql())
+    isolates = [_Isolate(f"iso-{index}", RateMeter(1000)) for index in range(scenario.isolates)]
+    cumulative = _zipf_cumulative(scenario.isolates, scenario.skew)
+    result = Result(scenario)
+    uses: list[int] = []
+    call_times: list[int] = []
+    admitted_arrivals: list[int] = []
+    events: list[tuple[int, int, int, int, Any]] = []
+    sequence = 0
+    low, high = scenario.delay_us
+
+    def send(index: int, now_us: int, covered: int) -> None:
+        nonlocal sequence
+        isolate = isolates[index]
+        now = now_us // 1000
+        rate = isolate.meter.per_ms(now)
+        min_units = max(1, covered)
+        wanted = max(min_units, want(rate, ttl, min_units, limit.capacity))
+        returned = 0
+        if isolate.leases:
+            # Keep what the round trip will use; give the rest back with this request.
+            keep = int(rate * lead * 2) + 1
+            returned = isolate.leases[-1].release(now, keep)
+        isolate.leases = [lease for lease in isolate.leases if lease.unused(now)]
+        payload = StoreRequest(
+            "lease",
+            scenario.algorithm,
+            (limit,),
+            wanted,
+            lease_ttl_ms=ttl,
+            holder=isolate.holder,
+            returned=returned,
+            min_units=min_units,
+            observed_rate=max(1, round(rate * 1000)),
+        ).to_json()
+        isolate.in_flight = True
+        isolate.wanted = wanted
+        result.calls += 1
+        call_times.append(now)
+        sequence += 1
+        heapq.heappush(
+            events,
+            (now_us + rng.randint(low, high), sequence, _AT_DO, index, (payload, now, covered)),
+        )
+
+    def admit(arrived: int, used_at: int) -> None:
+        uses.append(used_at)
+        admitted_arrivals.append(arrived)
+
+    def take(isolate: _Isolate, now: int) -> bool:
+        return any(lease.take(1, now) for lease in isolate.leases)
+
+    def on_answer(index: int, now_us: int, data: tuple[str, int, int, int]) -> None:
+        answer, sent, decided, covered = data
+        isolate = isolates[index]
+        now = now_us // 1000
+        isolate.in_flight = False
+        response = StoreResponse.from_json(answer, (limit,))
+        lease = Lease.from_answer(response, sent, ttl, isolate.wanted)
+        waiting, isolate.waiting = isolate.waiting, []
+        if lease is None:
+            isolate.denied_until_us = now_us + response.decision.retry_after * 1000
+            return
+        # The requests the grant was sized for are admitted as of the grant, as a check's.
+        for arrived in waiting[:covered]:
+            lease.units -= 1
+            admit(arrived, decided)
+        isolate.leases = [old for old in isolate.leases if old.unused(now)] + [lease]
+        for position, arrived in enumerate(waiting[covered:], start=covered):
+            if take(isolate, now):
+                admit(arrived, now)
+            else:
+                isolate.waiting = waiting[position:]
+                send(index, now_us, len(isolate.waiting))
+                return
+
+    # The exact single counter, fed the same arrivals.
+    reference = make_algorithm(scenario.algorithm, limit)
+    reference_state: Any = None
+    reference_admits: list[int] = []
+
+    end_us = scenario.duration_ms * 1000
+    per_us = scenario.rate / 1_000_000
+    next_arrival = int(rng.expovariate(per_us)) if per_us > 0 else end_us
+    while True:
+        if events and events[0][0] <= next_arrival:
+            at_us, _, kind, index, data = heapq.heappop(events)
+            if kind == _AT_DO:
+                payload, sent, covered = data
+                decided = at_us // 1000
+                answer = store.decide(payload, decided)
+                sequence += 1
+                heapq.heappush(
+                    events,
+                    (
+                        at_us + rng.randint(low, high),
+                        sequence,
+                        _AT_ISOLATE,
+                        index,
+                        (answer, sent, decided, covered),
+                    ),
+                )
+            else:
+                on_answer(index, at_us, data)
+            continue
+        if next_arrival >= end_us:
+            if not events:
+                break
+            next_arrival = max(next_arrival, events[0][0])
+            if next_arrival > end_us + 1_000_000:
+                break
+            continue
+        now_us = next_arrival
+        next_arrival += max(1, int(rng.expovariate(per_us)))
+        now = now_us // 1000
+        result.arrivals += 1
+        decision, reference_state = reference.check(reference_state, now, 1)
+        if decision.allowed:
+            reference_admits.append(now)
+        elif result.reached_at_ms is None:
+            result.reached_at_ms = now
+        index = bisect.bisect_left(cumulative, rng.random())
+        isolate = isolates[index]
+        isolate.meter.observe(now)
+        if isolate.waiting:
+            isolate.waiting.append(now)
+            continue
+        if now_us < isolate.denied_until_us:
+            continue
+        if take(isolate, now):
+            admit(now, now)
+            current = isolate.leases[-1]
+            if not isolate.in_flight and current.should_refresh(
+                now, isolate.meter.per_ms(now), lead
+            ):
+                send(index, now_us, 0)
+            continue
+        if isolate.leases and now < isolate.leases[-1].next_ask_at(lead):
+            # Rationed: its share is used up; asking again before the lease ends would
+            # only take from the others' shares.
+            isolate.denied_until_us = isolate.leases[-1].next_ask_at(lead) * 1000
+            continue
+        isolate.waiting.append(now)
+        if not isolate.in_flight:
+            send(index, now_us, 1)
+
+    result.admitted = len(uses)
+    result.reference_admitted = len(reference_admits)
+    result.over = over_admission(scenario.algorithm, limit, sorted(uses))
+    if result.reached_at_ms is not None:
+        window = limit.rate.window_ms
+        first = result.reached_at_ms // window + 1
+        admitted_sorted = sorted(admitted_arrivals)
+        for index in range(first, scenario.duration_ms // window):
+            start, stop = index * window, (index + 1) * window
+            result.windows.append(
+                (
+                    bisect.bisect_left(admitted_sorted, stop)
+                    - bisect.bisect_left(admitted_sorted, start),
+                    bisect.bisect_left(reference_admits, stop)
+                    - bisect.bisect_left(reference_admits, start),
+                    bisect.bisect_left(call_times, stop) - bisect.bisect_left(call_times, start),
+                )
+            )
+    return result
+
+
+def over_admission(algorithm: str, limit: Limit, uses: list[int]) -> int:
+    """Units in ``uses`` (sorted times of unit uses, ms) beyond what ``limit`` allows.
+
+    Token bucket and GCRA: the largest excess of the uses over any interval ``[a, b]``
+    above ``burst + rate * (b - a)`` (a bucket allowed to go negative). Fixed window: the
+    excess over the quota in each aligned window. Sliding window: the uses that fail the
+    sliding-window-counter test computed from the exact per-window counts of uses.
+    """
+    window, quota = limit.rate.window_ms, limit.rate.quota
+    if not uses:
+        return 0
+    if algorithm in ("token_bucket", "gcra"):
+        full = limit.capacity * window
+        level, last, lowest = full, uses[0], 0
+        for at in uses:
+            level = min(full, level + (at - last) * quota) - window
+            last = at
+            lowest = min(lowest, level)
+        return -(lowest // window) if lowest < 0 else 0
+    counts: dict[int, int] = {}
+    for at in uses:
+        counts[at // window] = counts.get(at // window, 0) + 1
+    if algorithm == "fixed_window":
+        return sum(max(0, count - quota) for count in counts.values())
+    if algorithm == "sliding_window":
+        failed, seen = 0, dict.fromkeys(counts, 0)
+        for at in uses:
+            index = at // window
+            seen[index] += 1
+            previous = counts.get(index - 1, 0)
+            elapsed = at - index * window
+            if previous * (window - elapsed) // window + seen[index] > quota:
+                failed += 1
+        return failed
+    raise ValueError(f"no strict checker for {algorithm!r}")
+
+
+def grid(
+    isolates: tuple[int, ...],
+    rates: tuple[int, ...],
+    *,
+    algorithm: str = "token_bucket",
+    duration_ms: int = 4_000,
+    ttl_ms: int | None = None,
+    skew: float = 1.0,
+) -> list[Result]:
+    """Each isolate count x offered rate, with a limit of half the rate (it binds) and one
+    of twice the rate (it does not)."""
+    results = []
+    for count in isolates:
+        for rate in rates:
+            for quota in (rate // 2, rate * 2):
+                scenario = Scenario(
+                    count,
+                    rate,
+                    Limit(Rate(quota, 1_000)),
+                    algorithm,
+                    ttl_ms=ttl_ms,
+                    skew=skew,
+                    duration_ms=duration_ms,
+                )
+                results.append(simulate(scenario))
+    return results
+
+
+def table(results: list[Result]) -> str:
+    """The results as a markdown table."""
+    lines = [
+        "| algorithm | ttl ms | isolates | req/s | limit | calls/admitted (all) "
+        "| calls/admitted (steady) | over | under % (steady) | worst window % |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        s = result.scenario
+        under = "-" if result.under_pct is None else f"{result.under_pct:.2f}"
+        worst = "-" if result.worst_window_pct is None else f"{result.worst_window_pct:.2f}"
+        steady = result.steady_calls_per_admitted
+        steady_text = "-" if not steady else f"1/{1 / steady:.1f}"
+        lines.append(
+            f"| {s.algorithm} | {s.ttl} | {s.isolates} | {s.rate:,} | {s.limit.rate.quota:,}/s "
+            f"| 1/{1 / result.calls_per_admitted:.1f} | {steady_text} | {result.over} "
+            f"| {under} | {worst} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--algorithm",
+        action="append",
+        choices=sorted(("token_bucket", "gcra", "fixed_window", "sliding_window")),
+    )
+    parser.add_argument("--quick", action="store_true", help="a smaller grid")
+    parser.add_argument("--duration-ms", type=int, default=4_000)
+    parser.add_argument("--ttl-ms", type=int, default=None, help="default: per family")
+    parser.add_argument("--skew", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    isolates = (10, 100) if args.quick else (1, 10, 100, 500)
+    rates = (1_000, 10_000)
+    results = []
+    for algorithm in args.algorithm or ["token_bucket"]:
+        results += grid(
+            isolates,
+            rates,
+            algorithm=algorithm,
+            duration_ms=args.duration_ms,
+            ttl_ms=args.ttl_ms,
+            skew=args.skew,
+        )
+    print(table(results))
+    return 1 if any(result.over for result in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

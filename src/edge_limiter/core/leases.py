@@ -1,0 +1,276 @@
+"""Token leases: a key's units handed to an isolate ahead of use, as pure functions.
+
+Without leases every admitted request of a limited route costs one call to the key's
+Durable Object. With a lease (opt-in per route, for the token bucket, GCRA, the fixed and
+the sliding window; never the sliding log, whose entries are per request), the object
+takes ``granted`` units from the limit at once (``KeyStore.decide`` with op ``"lease"``)
+and the isolate admits that many requests locally until the lease ends, with no call.
+
+The parts, each a pure function of its arguments (``now`` is always passed in, in ms):
+
+- **Isolate side.** :class:`RateMeter` measures the isolate's own rate for the key;
+  :func:`want` turns it into the units to ask for (about the rate times the ttl);
+  :class:`Lease` holds what was granted: :meth:`Lease.take` admits locally,
+  :meth:`Lease.should_refresh` says when to ask for the next lease (before this one runs
+  out, so requests keep being admitted locally while the call is in flight) and
+  :meth:`Lease.release` gives back the units that will not be used, sent with the
+  holder's next lease request (``returned``).
+- **Object side.** :func:`grant_size` shrinks what an isolate wants as the limit runs low
+  and as more isolates hold leases, so the last units go out one request at a time.
+  What a grant may take at all is each algorithm's ``grantable``: see the algorithm
+  modules for why every use of a lease stays within the limit over any interval.
+
+Exactness (no over-admission), in short: the object's ``check`` of the grant is the
+limit's own check, every unit is used before the lease's end (the isolate's end is its
+send time plus the ttl, never later than the object's, which is the grant time plus the
+ttl or the end of the window the units were counted in), the bucket algorithms leave a
+reserve of ``ttl`` of refill for the lag between take and use, and a refund gives back
+only units that were never used and that the limit's state may take back exactly (see
+``Algorithm.lease_refundable``). The object keeps each holder's outstanding lease in
+memory only: after a restart, returns are ignored, which can only under-admit.
+
+Clocks: the isolate compares its own clock with the object's ``expires_at`` for the
+window algorithms (a lease cannot outlive the window); both are wall clocks, so a skew
+between them moves a lease's end by that skew. The bucket algorithms need no such
+comparison (send time plus ttl is before the object's own end).
+
+Headers: while an isolate admits from a lease, ``Remaining`` is the object's reported
+remaining (as of the grant) plus the units left in the lease (:meth:`Lease.remaining`).
+That is an approximation: other isolates' outstanding leases are neither counted nor
+subtracted, so it is off by at most the units they hold.
+"""
+
+from __future__ import annotations
+
+from .algorithms import ALGORITHMS
+from .protocol import StoreResponse
+from .rates import Limit
+
+LEASABLE = frozenset(name for name, cls in ALGORITHMS.items() if cls.leasable)
+"""The algorithms a route may lease."""
+
+#: The rate meter's period: the isolate's rate is measured over about this much time.
+DEFAULT_METER_PERIOD_MS = 1_000
+
+#: A route's lease ttl when it sets none, by algorithm family (see :func:`default_ttl`).
+DEFAULT_TTL_MS = {"window": 1_000, "bucket": 500}
+
+
+def default_ttl(algorithm: str) -> int:
+    """The default lease ttl (ms) for ``algorithm``.
+
+    Every holder asks at least once per ttl, so with ``n`` isolates a key costs at least
+    ``n * 1000 / ttl`` calls a second. The window algorithms end a lease with its window
+    anyway, so a long ttl costs nothing there: 1 s. The bucket algorithms keep ``ttl`` of
+    refill out of every grant (:func:`lease_reserve_ok`), so a longer ttl costs burst and,
+    once the limit binds, admits as much as it did but never lends out that reserve: 500 ms
+    keeps half a second of refill back, which :func:`lease_reserve_ok` requires the burst
+    to exceed.
+    """
+    cls = ALGORITHMS.get(algorithm)
+    if cls is None:
+        raise ValueError(f"unknown algorithm {algorithm!r}")
+    return DEFAULT_TTL_MS["window" if algorithm.endswith("window") else "bucket"]
+
+
+def lease_reserve_ok(limit: Limit, algorithm: str, ttl_ms: int) -> str | None:
+    """Why a lease of ``ttl_ms`` cannot be used on ``limit`` (None: it can), for the config.
+
+    The bucket algorithms keep ``ttl_ms`` of refill out of every grant; a ttl whose reserve
+    leaves less than one unit of the burst could never grant anything.
+    """
+    cls = ALGORITHMS.get(algorithm)
+    if cls is None:
+        return f"unknown algorithm {algorithm!r}"
+    if not cls.leasable:
+        leasable = ", ".join(sorted(LEASABLE))
+        return f"algorithm {algorithm!r} cannot lease (leasable: {leasable})"
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:
+        return f"a lease ttl must be at least 1 ms, got {ttl_ms!r}"
+    try:
+        limiter = cls(limit)
+    except ValueError as exc:
+        return str(exc)
+    reserve = limiter.lease_reserve(ttl_ms)
+    if limit.capacity - reserve < 1:
+        longest = (limit.capacity - 1) * limit.rate.window_ms // limit.rate.quota
+        return (
+            f"a lease ttl of {ttl_ms} ms keeps {reserve} of the {limit.capacity} units of "
+            f"{limit} in reserve, leaving none to lease; use a ttl of at most {longest} ms "
+            "or a larger burst"
+        )
+    return None
+
+
+class RateMeter:
+    """An isolate's own rate for one key: a count over the last ``period_ms``.
+
+    Two aligned counters, the previous period's weighted by how much of it the rolling
+    period still covers (as :mod:`.algorithms.sliding_window` estimates). Mutable: it is
+    the isolate's local bookkeeping, never stored.
+    """
+
+    __slots__ = ("current", "index", "period_ms", "previous")
+
+    def __init__(self, period_ms: int = DEFAULT_METER_PERIOD_MS) -> None:
+        if period_ms < 1:
+            raise ValueError(f"a meter period must be at least 1 ms, got {period_ms}")
+        self.period_ms = period_ms
+        self.index = 0
+        self.current = 0
+        self.previous = 0
+
+    def _roll(self, now: int) -> None:
+        index = now // self.period_ms
+        if index == self.index:
+            return
+        self.previous = self.current if index == self.index + 1 else 0
+        self.current = 0
+        self.index = index
+
+    def observe(self, now: int, units: int = 1) -> None:
+        """Count ``units`` asked for at ``now`` (admitted or not: demand, not admissions)."""
+        if now // self.period_ms > self.index:
+            self._roll(now)
+        self.current += units
+
+    def per_ms(self, now: int) -> float:
+        """Units per millisecond over the last period."""
+        if now // self.period_ms > self.index:
+            self._roll(now)
+        period = self.period_ms
+        elapsed = now - self.index * period
+        return (self.previous * (period - elapsed) / period + self.current) / period
+
+
+def want(rate_per_ms: float, ttl_ms: int, min_units: int = 1, max_units: int = 1_000_000) -> int:
+    """The units to ask for: what ``rate_per_ms`` uses in ``ttl_ms``, within the bounds."""
+    wanted = -int(-rate_per_ms * ttl_ms // 1)  # ceil, without importing math for one call
+    return max(min_units, min(max_units, wanted))
+
+
+def grant_size(
+    wanted: int,
+    grantable: int,
+    holders: int,
+    min_units: int = 1,
+    others_demand: int | None = None,
+) -> int:
+    """Units to grant (0: deny) when an isolate wants ``wanted`` and the limit has
+    ``grantable`` for a lease, with ``holders`` isolates holding leases (this one included).
+
+    With ``others_demand`` (the units the other holders are expected to ask for before
+    this lease ends, from the rates they reported): the isolate gets what it wants while
+    the limit has it for everyone, else its share ``wanted / (wanted + others_demand)`` of
+    what is left, so every holder's share lasts about as long and the last units are not
+    first-come. Without it (no rates reported), while the limit has plenty (room for this
+    lease for every holder, or for twice it) the isolate gets what it wants, below that at
+    most half of what is left. Never below ``min_units`` (the request waiting on the
+    grant). A grant below ``wanted`` is *rationed*: the holder waits for its end.
+    """
+    if grantable < min_units or wanted < min_units:
+        return 0
+    if others_demand is not None:
+        total = wanted + max(0, others_demand)
+        if grantable >= total:
+            return wanted
+        return max(min_units, wanted * grantable // total)
+    if grantable >= wanted * min(2, max(1, holders)):
+        return wanted
+    return max(min_units, min(wanted, grantable // 2))
+
+
+class Lease:
+    """The units an isolate holds for one key, and until when (the isolate's clock).
+
+    ``expires_at`` is the isolate's send time plus the ttl, or the object's end if that
+    comes first (a window's lease ends with the window): never later than the object's.
+    """
+
+    __slots__ = ("cut", "expires_at", "granted", "rationed", "reported", "units")
+
+    def __init__(
+        self,
+        granted: int,
+        expires_at: int,
+        reported: int = 0,
+        *,
+        rationed: bool = False,
+        cut: bool = False,
+    ) -> None:
+        self.granted = granted
+        self.rationed = rationed
+        """The object granted a share of a short limit: once this lease is used up the
+        isolate denies locally until :meth:`next_ask_at` instead of asking at once."""
+        self.cut = cut
+        """The lease ends at the object's end (a window's), before the ttl: a lease asked
+        for before that end could only hold what is left of the same window, so the
+        isolate asks for the next one when it needs it, not ahead of the end."""
+        self.units = granted
+        """Units left to admit locally."""
+        self.expires_at = expires_at
+        self.reported = reported
+        """The object's remaining as it answered the grant (for the headers)."""
+
+    @classmethod
+    def from_answer(
+        cls, answer: StoreResponse, sent_at: int, ttl_ms: int, wanted: int
+    ) -> Lease | None:
+        """The lease a granted answer holds (None for a denial); ``sent_at`` is when the
+        request left the isolate, in its own clock, and ``wanted`` what it asked for."""
+        if answer.granted <= 0:
+            return None
+        del wanted  # the object says whether it rationed (``StoreResponse.rationed``)
+        expires_at = min(sent_at + ttl_ms, answer.expires_at)
+        cut = answer.expires_at < sent_at + ttl_ms
+        return cls(
+            answer.granted,
+            expires_at,
+            answer.decision.remaining,
+            rationed=answer.rationed,
+            cut=cut,
+        )
+
+    def next_ask_at(self, lead_ms: int) -> int:
+        """When an isolate whose leases are used up may ask again: at once, unless this
+        lease was rationed (its units were its share); then shortly before it ends, or
+        once it ended if it was cut (its window has nothing left for this holder)."""
+        if not self.rationed:
+            return 0
+        return self.expires_at if self.cut else self.expires_at - lead_ms
+
+    def take(self, cost: int, now: int) -> bool:
+        """Admit ``cost`` from the lease at ``now`` if it has the units and has not ended."""
+        if now >= self.expires_at or cost > self.units:
+            return False
+        self.units -= cost
+        return True
+
+    def unused(self, now: int) -> int:
+        """Units still usable at ``now`` (0 once the lease ended)."""
+        return self.units if now < self.expires_at else 0
+
+    def remaining(self, now: int) -> int:
+        """``Remaining`` for the headers: the object's figure plus the units held."""
+        return self.reported + self.unused(now)
+
+    def should_refresh(self, now: int, rate_per_ms: float, lead_ms: int) -> bool:
+        """Whether to ask for the next lease now: the lease ends within ``lead_ms`` or
+        holds less than ``rate_per_ms`` uses in ``lead_ms`` (the call's round trip). A
+        rationed lease is not refreshed (its holder has had its share until the end), and a
+        cut one only when it runs low (see :attr:`cut`)."""
+        if self.rationed:
+            return False
+        if not self.cut and now + lead_ms >= self.expires_at:
+            return True
+        return self.units < rate_per_ms * lead_ms
+
+    def release(self, now: int, keep: int = 0) -> int:
+        """Give back all but ``keep`` units (kept for use while the next lease is asked
+        for); the units given back, which the isolate then never uses."""
+        if now >= self.expires_at:
+            self.units = 0
+            return 0
+        given = max(0, self.units - keep)
+        self.units -= given
+        return given

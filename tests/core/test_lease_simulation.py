@@ -1,0 +1,64 @@
+"""The lease simulation (``scripts/lease_sim.py``) on a small grid: never over-admits.
+
+The issue's efficiency goal at 10,000 requests/s over 100 isolates (at most one Durable
+Object call per 20 admitted requests, at most 1% under-admission once the limit is
+reached) is asserted in the steady state for the algorithms that meet it; the one that
+does not is a strict xfail, with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_limiter.core.rates import Limit, Rate
+from scripts.lease_sim import Scenario, over_admission, simulate
+
+ALGORITHMS = ("token_bucket", "gcra", "fixed_window", "sliding_window")
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize(
+    ("isolates", "rate", "quota"), [(1, 1_000, 500), (10, 1_000, 2_000), (20, 3_000, 1_500)]
+)
+def test_no_over_admission(algorithm: str, isolates: int, rate: int, quota: int) -> None:
+    scenario = Scenario(isolates, rate, Limit(Rate(quota, 1_000)), algorithm, duration_ms=1_500)
+    result = simulate(scenario)
+    assert result.arrivals > rate  # the run really ran
+    assert result.over == 0
+    assert result.calls < result.admitted
+
+
+def test_the_checker_of_the_simulation_sees_over_admission() -> None:
+    limit = Limit(Rate(2, 100))
+    assert over_admission("token_bucket", limit, [0, 0, 0]) == 1
+    assert over_admission("fixed_window", limit, [0, 1, 2, 100]) == 1
+    assert over_admission("sliding_window", limit, [90, 95, 100]) == 1
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        "token_bucket",
+        "gcra",
+        "fixed_window",
+        pytest.param(
+            "sliding_window",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="its grantable grows as the previous window slides out, so a "
+                "rationed share is asked again at once: exact admission but about one "
+                "call per request once the limit binds (no paced re-asking yet)",
+            ),
+        ),
+    ],
+)
+def test_the_goal_at_10000_per_second_over_100_isolates(algorithm: str) -> None:
+    """Issue 12, in the steady state (whole windows after the limit is first reached), at
+    each family's default ttl (1 s windows, 500 ms buckets: see ``default_ttl``)."""
+    scenario = Scenario(100, 10_000, Limit(Rate(5_000, 1_000)), algorithm)
+    result = simulate(scenario)
+    assert result.over == 0
+    assert len(result.windows) >= 2
+    steady = result.steady_calls_per_admitted
+    assert steady is not None and steady * 20 <= 1
+    assert result.under_pct is not None and result.under_pct <= 1.0

@@ -1,0 +1,464 @@
+"""Token leases: each algorithm's grant rules, the protocol fields, the object's lease op
+and, as a property, no over-admission by any mix of isolates, delays and ttls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge_limiter.core.algorithms import make_algorithm
+from edge_limiter.core.errors import ProtocolError
+from edge_limiter.core.keystore import RATE_MEMORY_TTLS, KeyStore
+from edge_limiter.core.leases import (
+    Lease,
+    RateMeter,
+    grant_size,
+    lease_reserve_ok,
+    want,
+)
+from edge_limiter.core.protocol import StoreRequest, StoreResponse
+from edge_limiter.core.rates import Limit, Rate
+from tests.fakes import SqliteSql
+
+T0 = 1_700_000_000_000  # a multiple of every window used here
+LEASABLE = ("token_bucket", "gcra", "fixed_window", "sliding_window")
+SECOND = Limit(Rate(10, 1_000))
+
+
+def lease(
+    algorithm: str = "fixed_window",
+    wanted: int = 5,
+    *,
+    holder: str = "a",
+    returned: int = 0,
+    ttl: int = 100,
+    min_units: int = 1,
+    limits: tuple[Limit, ...] = (SECOND,),
+    observed_rate: int = 0,
+) -> StoreRequest:
+    return StoreRequest(
+        "lease",
+        algorithm,
+        limits,
+        wanted,
+        lease_ttl_ms=ttl,
+        holder=holder,
+        returned=returned,
+        min_units=min_units,
+        observed_rate=observed_rate,
+    )
+
+
+def ask(store: KeyStore, req: StoreRequest, now: int) -> StoreResponse:
+    return StoreResponse.from_json(store.decide(req.to_json(), now), req.limits)
+
+
+# --- each algorithm -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["token_bucket", "gcra"])
+def test_buckets_keep_a_ttl_of_refill_in_reserve(name: str) -> None:
+    algorithm = make_algorithm(name, SECOND)  # 10 per second: 1 unit per 100 ms
+    assert algorithm.lease_reserve(250) == 3
+    assert algorithm.grantable(None, T0, 250) == 7  # 10 - 2.5, rounded down
+    assert algorithm.lease_expiry(T0 + 7, 250) == T0 + 257
+    _, state = algorithm.check(None, T0, 7)
+    assert algorithm.grantable(state, T0, 250) == 0
+    assert algorithm.grantable(state, T0 + 100, 250) == 1
+    # Refunds: only what the refill since the grant has not overtaken.
+    assert algorithm.lease_refundable(7, 5, T0, T0) == 5
+    assert algorithm.lease_refundable(7, 5, T0, T0 + 250) == 4  # 7 - ceil(2.5)
+    assert algorithm.lease_refundable(7, 5, T0, T0 + 700) == 0
+
+
+def test_a_bucket_whose_clock_went_back_grants_nothing() -> None:
+    algorithm = make_algorithm("token_bucket", SECOND)
+    _, state = algorithm.check(None, T0, 1)
+    assert algorithm.grantable(state, T0 - 1, 10) == 0
+
+
+@pytest.mark.parametrize("name", ["fixed_window", "sliding_window"])
+def test_window_leases_end_with_their_window_and_take_what_is_left(name: str) -> None:
+    algorithm = make_algorithm(name, SECOND)
+    assert algorithm.lease_reserve(500) == 0
+    assert algorithm.lease_expiry(T0 + 100, 300) == T0 + 400
+    assert algorithm.lease_expiry(T0 + 900, 300) == T0 + 1_000
+    _, state = algorithm.check(None, T0 + 100, 6)
+    assert algorithm.grantable(state, T0 + 200, 300) == 4
+    assert algorithm.lease_refundable(6, 4, T0 + 100, T0 + 900) == 4
+    assert algorithm.grantable(state, T0 + 50 - 1_000, 300) == 0  # the clock went back
+
+
+def test_the_sliding_window_grants_as_the_previous_window_fades() -> None:
+    algorithm = make_algorithm("sliding_window", SECOND)
+    _, state = algorithm.check(None, T0, 10)
+    assert algorithm.grantable(state, T0 + 1_000, 100) == 0
+    assert algorithm.grantable(state, T0 + 1_500, 100) == 5
+
+
+def test_the_sliding_log_does_not_lease() -> None:
+    algorithm = make_algorithm("sliding_log", SECOND)
+    assert not algorithm.leasable
+    assert algorithm.grantable(None, T0, 10) == 0
+    assert lease_reserve_ok(SECOND, "sliding_log", 10) is not None
+
+
+def test_the_config_can_ask_whether_a_ttl_leaves_anything_to_lease() -> None:
+    assert lease_reserve_ok(SECOND, "token_bucket", 900) is None
+    error = lease_reserve_ok(SECOND, "token_bucket", 901)
+    assert error is not None and "at most 900 ms" in error
+    assert lease_reserve_ok(Limit(Rate(10, 1_000), 20), "gcra", 1_500) is None
+    assert lease_reserve_ok(SECOND, "fixed_window", 60_000) is None
+    assert lease_reserve_ok(SECOND, "fixed_window", 0) is not None
+    assert lease_reserve_ok(SECOND, "leaky", 10) is not None
+    assert lease_reserve_ok(Limit(Rate(10, 1_000), 5), "fixed_window", 10) is not None
+
+
+# --- the planner ----------------------------------------------------------------------
+
+
+def test_the_meter_measures_the_rate_over_its_period() -> None:
+    meter = RateMeter(1_000)
+    for at in range(0, 1_000, 10):
+        meter.observe(T0 + at)
+    assert meter.per_ms(T0 + 1_000) == pytest.approx(0.1)
+    assert meter.per_ms(T0 + 1_500) == pytest.approx(0.05)
+    assert meter.per_ms(T0 + 3_000) == 0
+    assert want(0.1, 250) == 25
+    assert want(0.0, 250, min_units=2) == 2
+    assert want(5.0, 250, max_units=100) == 100
+
+
+def test_grants_shrink_to_one_unit_as_the_limit_runs_low() -> None:
+    assert grant_size(10, 1_000, 50) == 10
+    assert grant_size(10, 15, 1) == 10
+    assert grant_size(10, 15, 3) == 7
+    assert [grant_size(10, left, 3) for left in (3, 2, 1)] == [1, 1, 1]
+    assert grant_size(10, 0, 3) == 0
+    assert grant_size(10, 2, 3, min_units=3) == 0
+    assert grant_size(10, 4, 3, min_units=3) == 3
+
+
+def test_an_isolate_lease_ends_by_its_own_clock_and_gives_back_the_rest() -> None:
+    assert Lease.from_answer(StoreResponse(()), T0, 100, 5) is None
+    held = Lease(5, T0 + 100, reported=3)
+    assert held.take(2, T0) and not held.take(4, T0)
+    assert held.remaining(T0) == 6
+    assert not held.should_refresh(T0, 0.1, 10)
+    assert held.should_refresh(T0, 1.0, 10)  # 3 left: less than 10 ms of use
+    assert held.should_refresh(T0 + 90, 0.0, 10)  # ends within the lead
+    assert held.release(T0 + 10, keep=1) == 2
+    assert held.unused(T0 + 10) == 1 and held.unused(T0 + 100) == 0
+    assert not held.take(1, T0 + 100)
+    assert held.release(T0 + 100) == 0
+
+
+def test_a_lease_from_an_answer_ends_at_send_time_plus_ttl_or_the_objects_end() -> None:
+    decisions = (make_algorithm("fixed_window", SECOND).check(None, T0, 5)[0],)
+    granted = StoreResponse(decisions, granted=5, expires_at=T0 + 1_000)
+    held = Lease.from_answer(granted, T0 - 3, 100, 8)
+    assert held is not None and held.expires_at == T0 + 97 and held.reported == 5
+    assert not held.rationed and not held.cut and held.next_ask_at(10) == 0
+    assert held.should_refresh(T0 + 90, 0.0, 10)  # ends within the lead
+    rationed = StoreResponse(decisions, granted=5, expires_at=T0 + 1_000, rationed=True)
+    held = Lease.from_answer(rationed, T0 - 3, 100, 8)
+    assert held is not None and held.rationed and held.next_ask_at(10) == T0 + 87
+    assert not held.should_refresh(T0 + 90, 1.0, 10)  # its share until the end
+    cut = Lease.from_answer(StoreResponse(decisions, granted=5, expires_at=T0 + 50), T0, 100, 8)
+    assert cut is not None and cut.expires_at == T0 + 50 and cut.cut and not cut.rationed
+    assert not cut.should_refresh(T0 + 45, 0.01, 10)  # a new lease would end at T0 + 50 too
+    assert cut.should_refresh(T0 + 45, 1.0, 10)  # but it runs low
+    cut_short = StoreResponse(decisions, granted=5, expires_at=T0 + 50, rationed=True)
+    held = Lease.from_answer(cut_short, T0, 100, 8)
+    assert held is not None and held.next_ask_at(10) == T0 + 50  # after its window
+
+
+def test_grants_are_each_holders_share_of_the_demand_when_the_limit_is_short() -> None:
+    assert grant_size(10, 1_000, 50, others_demand=90) == 10
+    assert grant_size(10, 50, 50, others_demand=90) == 5  # half the demand fits: half
+    assert grant_size(30, 50, 50, others_demand=70) == 15
+    assert grant_size(10, 1, 50, others_demand=90) == 1  # never below the minimum
+    assert grant_size(10, 2, 50, min_units=3, others_demand=0) == 0
+    assert grant_size(10, 8, 1, others_demand=0) == 8  # alone: all that is left
+
+
+# --- the protocol ---------------------------------------------------------------------
+
+
+def test_lease_requests_and_answers_round_trip() -> None:
+    sent = lease(returned=3, min_units=2, ttl=250, observed_rate=1_200)
+    text = sent.to_json()
+    assert StoreRequest.from_json(text) == sent
+    assert all(f'"{key}"' in text for key in ("lt", "h", "rt", "mn", "or"))
+    assert '"or"' not in lease().to_json()
+    check = StoreRequest("check", "gcra", (SECOND,))
+    assert check.to_json() == (
+        '{"op":"check","algorithm":"gcra","cost":1,"limits":[[10,1000,"10-per-second",null]]}'
+    )
+    decisions = (make_algorithm("gcra", SECOND).check(None, T0, 4)[0],)
+    answer = StoreResponse(decisions, granted=4, expires_at=T0 + 250)
+    assert json.loads(answer.to_json())["g"] == 4
+    assert StoreResponse.from_json(answer.to_json(), (SECOND,)) == answer
+    assert '"g"' not in StoreResponse(decisions).to_json()
+    rationed = StoreResponse(decisions, granted=4, expires_at=T0 + 250, rationed=True)
+    assert json.loads(rationed.to_json())["rn"] == 1 and '"rn"' not in answer.to_json()
+    assert StoreResponse.from_json(rationed.to_json(), (SECOND,)) == rationed
+
+
+BASE = '{"op":"lease","algorithm":"gcra","limits":[[1,1000,"a",null]],"cost":2'
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        ',"h":"a"}',  # no ttl
+        ',"lt":0,"h":"a"}',
+        ',"lt":true,"h":"a"}',
+        ',"lt":10}',  # no holder
+        ',"lt":10,"h":""}',
+        ',"lt":10,"h":7}',
+        f',"lt":10,"h":"{"x" * 65}"}}',
+        ',"lt":10,"h":"a","rt":-1}',
+        ',"lt":10,"h":"a","rt":1.5}',
+        ',"lt":10,"h":"a","mn":0}',
+        ',"lt":10,"h":"a","mn":3}',  # wants 2, below its minimum
+        ',"lt":10,"h":"a","or":-1}',
+        ',"lt":10,"h":"a","or":2.5}',
+        ',"lt":10,"h":"a","or":false}',
+    ],
+)
+def test_malformed_lease_requests(tail: str) -> None:
+    with pytest.raises(ProtocolError):
+        StoreRequest.from_json(BASE + tail)
+
+
+def test_malformed_lease_answers() -> None:
+    for text in (
+        '{"ds":[[true,1,0,1,0]],"g":1}',
+        '{"ds":[[true,1,0,1,0]],"g":-1,"x":5}',
+        '{"ds":[[true,1,0,1,0]],"rn":1}',  # rationed without a grant
+        '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":2}',
+        '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":true}',
+    ):
+        with pytest.raises(ProtocolError):
+            StoreResponse.from_json(text, (Limit(Rate(1, 1_000)),))
+
+
+# --- the object's lease op ------------------------------------------------------------
+
+
+def test_the_object_sizes_grants_by_the_holders_reported_rates() -> None:
+    store = KeyStore(SqliteSql())
+    limit = (Limit(Rate(100, 1_000)),)
+    # Three holders say their rates (units per second), each with a lease of 100 ms.
+    for holder, rate in (("a", 100), ("b", 50), ("c", 50)):
+        ask(store, lease(wanted=1, holder=holder, limits=limit, observed_rate=rate), T0)
+    a = ask(store, lease(wanted=20, holder="a", limits=limit, observed_rate=100, ttl=1_000), T0)
+    # 97 left until the window ends; a wants 20, the others will ask for 50 each over the
+    # 900 ms their leases do not cover: a gets its share, 97 * 20 / 110, rationed.
+    assert (a.granted, a.rationed) == (97 * 20 // 110, True)
+    plenty = ask(store, lease(wanted=5, holder="b", limits=limit, observed_rate=50), T0 + 1)
+    assert (plenty.granted, plenty.rationed) == (5, False)
+    # A holder that stops asking stops counting after RATE_MEMORY_TTLS ttls.
+    later = T0 + 1_000 + RATE_MEMORY_TTLS * 100 + 1
+    alone = ask(store, lease(wanted=5, holder="d", limits=limit, observed_rate=10), later)
+    assert (alone.granted, alone.rationed) == (5, False)
+
+
+def test_the_object_grants_then_shrinks_then_denies_with_its_states() -> None:
+    store = KeyStore(SqliteSql())
+    first = ask(store, lease(wanted=4, holder="a"), T0)
+    assert (first.granted, first.expires_at, first.decision.remaining) == (4, T0 + 100, 6)
+    second = ask(store, lease(wanted=4, holder="b"), T0 + 1)
+    assert second.granted == 3  # 6 left for 2 holders: half of it
+    shrinking = [ask(store, lease(wanted=4, holder=h), T0 + 2).granted for h in "cdef"]
+    assert shrinking == [1, 1, 1, 0]
+    denied = ask(store, lease(wanted=4, holder="g"), T0 + 3)
+    assert not denied.decision.allowed and denied.granted == 0
+    assert denied.decision.retry_after == 997 and denied.rows == ([T0 // 1_000, 10],)
+
+
+def test_sliding_log_leases_and_bad_lease_payloads_are_refused() -> None:
+    store = KeyStore(SqliteSql())
+    with pytest.raises(ProtocolError, match="cannot lease"):
+        store.decide(lease("sliding_log").to_json(), T0)
+    with pytest.raises(ProtocolError):
+        store.decide(BASE + "}", T0)
+
+
+def test_returns_are_capped_by_the_holders_unexpired_lease() -> None:
+    store = KeyStore(SqliteSql())
+    assert ask(store, lease(wanted=4, holder="a"), T0).granted == 4
+    # "a" gives back 10 of its 4: only 4 come back; then it takes 5 (6 were left + 4).
+    again = ask(store, lease(wanted=5, holder="a", returned=10), T0 + 10)
+    assert (again.granted, again.decision.remaining) == (5, 5)
+    # "b" never held a lease: its return is ignored.
+    other = ask(store, lease(wanted=1, holder="b", returned=3), T0 + 20)
+    assert other.decision.remaining == 4
+    # "a"'s lease expired at T0 + 110: its late return is ignored too.
+    late = ask(store, lease(wanted=1, holder="a", returned=5), T0 + 200)
+    assert late.decision.remaining == 3
+
+
+def test_bucket_returns_are_capped_by_the_refill_since_the_grant() -> None:
+    store = KeyStore(SqliteSql())
+    first = ask(store, lease("token_bucket", wanted=5, ttl=300), T0)
+    assert (first.granted, first.decision.remaining) == (5, 5)
+    # 250 ms later 2.5 units have refilled: of 5 unused, 5 - 3 = 2 may come back.
+    again = ask(store, lease("token_bucket", wanted=1, ttl=300, returned=5), T0 + 250)
+    assert again.decision.remaining == 5 + 2 + 2 - 1
+
+
+def test_a_restarted_object_keeps_the_units_it_granted_and_ignores_returns() -> None:
+    sql = SqliteSql()
+    assert ask(KeyStore(sql), lease(wanted=4), T0).granted == 4
+    restarted = KeyStore(sql)
+    answer = ask(restarted, lease(wanted=2, returned=4), T0 + 10)
+    assert (answer.granted, answer.decision.remaining) == (2, 4)
+
+
+def test_write_behind_applies_to_grants() -> None:
+    sql = SqliteSql()
+    store = KeyStore(sql)
+    req = StoreRequest("lease", "fixed_window", (SECOND,), 3, 50, lease_ttl_ms=100, holder="a")
+    assert ask(store, req, T0).granted == 3
+    assert sql.rows("SELECT * FROM limits") == []
+    store.flush(T0 + 50)
+    assert len(sql.rows("SELECT * FROM limits")) == 1
+
+
+def test_a_grant_counts_in_every_limit_of_the_rule() -> None:
+    limits = (SECOND, Limit(Rate(12, 60_000)))
+    store = KeyStore(SqliteSql())
+    answer = ask(store, lease(wanted=20, limits=limits, ttl=5_000), T0)
+    # The second's window ends the lease after 1 s of its 5: 20 wanted is worth 4 then.
+    assert answer.granted == 4 and answer.expires_at == T0 + 1_000
+    assert [d.remaining for d in answer.decisions] == [6, 8]
+    denied = ask(store, lease(wanted=20, holder="b", limits=limits, ttl=5_000, min_units=7), T0)
+    assert not denied.decision.allowed
+    assert [d.allowed for d in denied.decisions] == [False, True]
+
+
+# --- the property: no over-admission --------------------------------------------------
+
+
+def strict_excess(algorithm: str, limit: Limit, uses: list[int]) -> int:
+    """An independent checker: units of ``uses`` (sorted unit-use times) over the limit."""
+    window, quota = limit.rate.window_ms, limit.rate.quota
+    if algorithm in ("token_bucket", "gcra"):
+        # Every interval [a, b] may hold at most burst + quota * (b - a) / window uses.
+        worst = 0
+        for i, start in enumerate(uses):
+            for j in range(i, len(uses)):
+                allowed = limit.capacity * window + quota * (uses[j] - start)
+                worst = max(worst, (j - i + 1) * window - allowed)
+        return -(-worst // window)
+    counts: dict[int, int] = {}
+    for at in uses:
+        counts[at // window] = counts.get(at // window, 0) + 1
+    if algorithm == "fixed_window":
+        return sum(max(0, count - quota) for count in counts.values())
+    seen: dict[int, int] = {}
+    failed = 0
+    for at in uses:
+        index = at // window
+        seen[index] = seen.get(index, 0) + 1
+        weight = counts.get(index - 1, 0) * (window - at % window) // window
+        failed += weight + seen[index] > quota
+    return failed
+
+
+@st.composite
+def lease_runs(draw: st.DrawFn) -> tuple[str, Limit, int, list[tuple[int, ...]]]:
+    algorithm = draw(st.sampled_from(LEASABLE))
+    window = draw(st.sampled_from([50, 100, 1_000]))
+    quota = draw(st.integers(1, 12))
+    burst = None
+    if algorithm in ("token_bucket", "gcra"):
+        burst = draw(st.one_of(st.none(), st.integers(2, 20)))
+    limit = Limit(Rate(quota, window), burst)
+    longest = max(1, (limit.capacity - 1) * window // quota)
+    ttl = draw(st.integers(1, min(longest, 2 * window)))
+    assert lease_reserve_ok(limit, algorithm, ttl) is None or limit.capacity == 1
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, window),  # gap before the isolate sends
+                st.integers(0, 3),  # which isolate
+                st.integers(0, 5),  # delay to the object
+                st.integers(0, 5),  # delay back
+                st.integers(1, 8),  # units wanted
+                st.integers(0, 1_000),  # how much of the old lease to use (per mille)
+                st.integers(0, 1_000),  # of the rest, how much to give back
+                st.integers(0, 999),  # where in the lease's life the uses fall
+            ),
+            min_size=1,
+            max_size=25,
+        )
+    )
+    return algorithm, limit, ttl, steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(lease_runs())
+def test_leases_never_admit_more_than_the_limit(
+    run: tuple[str, Limit, int, list[tuple[int, ...]]],
+) -> None:
+    algorithm, limit, ttl, steps = run
+    store = KeyStore(SqliteSql())
+    held: dict[int, tuple[Lease, int]] = {}  # isolate -> (lease, when it arrived)
+    uses: list[int] = []
+    sent = decided = T0 + 7
+    for gap, isolate, there, back, wanted, used_pm, give_pm, spot in steps:
+        sent += gap
+        returned = 0
+        if isolate in held:
+            old, arrived = held[isolate]
+            # Use part of the old lease, at instants spread over its life until now...
+            usable = old.unused(max(arrived, min(sent, old.expires_at - 1)))
+            for k in range(usable * used_pm // 1_000):
+                end = min(sent, old.expires_at)
+                at = arrived + (end - arrived) * ((spot + 97 * k) % 1_000) // 1_000
+                if arrived <= at < end and old.take(1, at):
+                    uses.append(at)
+            # ...give part of the rest back, and use the kept units while the next is asked.
+            returned = old.release(sent, old.unused(sent) * (1_000 - give_pm) // 1_000)
+            for k in range(old.unused(sent)):
+                at = sent + (old.expires_at - sent) * ((spot + 31 * k) % 1_000) // 1_000
+                if at < old.expires_at and old.take(1, at):
+                    uses.append(at)
+        decided = max(decided, sent + there)
+        req = lease(
+            algorithm,
+            wanted,
+            holder=f"i{isolate}",
+            returned=returned,
+            ttl=ttl,
+            limits=(limit,),
+            observed_rate=spot % 7,  # 0: not reported (the old sizing)
+        )
+        answer = ask(store, req, decided)
+        got = Lease.from_answer(answer, sent, ttl, wanted)
+        held.pop(isolate, None)
+        if got is not None:
+            uses.append(decided)  # the request waiting on it, admitted as of the grant
+            got.units -= 1
+            held[isolate] = (got, decided + back)
+    for old, arrived in held.values():
+        for _ in range(old.unused(arrived)):
+            if old.take(1, arrived):
+                uses.append(arrived)
+    assert strict_excess(algorithm, limit, sorted(uses)) == 0
+
+
+def test_the_strict_checker_catches_over_admission() -> None:
+    limit = Limit(Rate(2, 100))
+    assert strict_excess("token_bucket", limit, [0, 0, 0]) == 1
+    assert strict_excess("token_bucket", limit, [0, 0, 50, 99]) == 1
+    assert strict_excess("token_bucket", limit, [0, 0, 50, 100]) == 0
+    assert strict_excess("fixed_window", limit, [0, 50, 99, 100]) == 1
+    assert strict_excess("sliding_window", limit, [90, 95, 100]) == 1
+    assert strict_excess("sliding_window", limit, [90, 95, 150]) == 0
