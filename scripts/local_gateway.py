@@ -214,6 +214,15 @@ class LocalGateway:
         self._join_readers()
         self._cleanup_after_exit()
 
+    def kill(self) -> None:
+        """A crash: SIGKILL the whole process group at once (workerd gets no chance to tidy
+        up); :meth:`start` boots it again on the same persist dir."""
+        port = self.port if self.running else self._spec["port"]
+        self._kill_group()
+        self._join_readers()
+        self._cleanup_after_exit()
+        self._spec["port"] = port
+
     def restart(self) -> Self:
         """Stops and starts again with the same spec, persist dir and port."""
         port = self.port if self._url else self._spec["port"]

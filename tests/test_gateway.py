@@ -287,3 +287,13 @@ def test_logs_carry_a_hash_of_the_key_never_the_key() -> None:
     (limited,) = h.events("limited") + h.events("cached_denial")
     assert "key" not in limited and len(limited["key_hash"]) == 16
     assert "sk_live_secret" not in repr(h.logs)
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_a_get_or_head_with_a_body_is_a_400_and_never_forwarded(method: str) -> None:
+    h = harness(ROUTE)
+    answer = h.send(request("/v1/login", method, body=b"{}"))
+    assert answer.status == 400
+    if method == "GET":
+        assert body_json(answer)["code"] == "body_not_allowed"
+    assert h.origin.sent == []

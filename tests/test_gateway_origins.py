@@ -290,3 +290,53 @@ def test_refund_on_gives_the_quota_back_when_the_origins_fail() -> None:
         assert h.send(from_("DE", "EU")).status == 502  # refunded: never 429
     origins.status.clear()
     assert [h.send(from_("DE", "EU")).status for _ in range(3)] == [200, 200, 429]
+
+
+class OnceBody:
+    """A streamed request body, as the platform's: read into memory (then kept), or sent
+    as a stream, which consumes it: after that it can be neither read nor sent again."""
+
+    def __init__(self, data: bytes) -> None:
+        self._stream: bytes | None = data
+        self.data: bytes | None = None
+
+    async def read(self) -> bytes:
+        if self.data is None:
+            self.data = self.send()
+        return self.data
+
+    def send(self) -> bytes:
+        if self.data is not None:
+            return self.data
+        if self._stream is None:
+            raise RuntimeError("this stream is disturbed (already read)")
+        sent, self._stream = self._stream, None
+        return sent
+
+
+def test_a_streamed_body_is_retried_only_when_its_length_allows_keeping_it() -> None:
+    # Sized (Content-Length, up to 1 MiB): read once, every attempt sends the same bytes.
+    origins = Origins()
+    origins.down.add("eu")
+    seen: list[bytes] = []
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        body = outgoing.body
+        assert isinstance(body, OnceBody)
+        seen.append(body.send())
+        return await origins.respond(outgoing)
+
+    h = harness(ROUTE, upstream=FakeOrigin(respond=respond), origin=None, pools=POOLS)
+    sized = from_("DE", "EU", method="DELETE", headers=[("content-length", "5")])
+    sized.body = OnceBody(b"hello")  # type: ignore[assignment]
+    answer = h.send(sized)
+    assert answer.status == 200
+    assert origins.hits == ["eu", "us"]
+    assert seen == [b"hello", b"hello"]
+    # Unknown length (chunked): sent once, streamed; the failure is the answer, never a 500.
+    origins.hits.clear()
+    chunked = from_("DE", "EU", method="DELETE", headers=[("transfer-encoding", "chunked")])
+    chunked.body = OnceBody(b"hello")  # type: ignore[assignment]
+    answer = h.send(chunked)
+    assert answer.status == 502
+    assert origins.hits == ["eu"]

@@ -10,7 +10,11 @@ const body = Buffer.from("ok\n");
 const server = http.createServer((req, res) => {
   req.resume();
   req.on("end", () => {
-    res.writeHead(200, { "content-type": "text/plain", "content-length": body.length });
+    res.writeHead(200, {
+      "content-type": "text/plain",
+      "content-length": body.length,
+      "x-demo-origin": "bench",
+    });
     res.end(body);
   });
 });

@@ -288,11 +288,11 @@ class KeyStore:
         answer = _answer(result.decisions, result.decision)
         if op == "check":
             if not result.decision.allowed:
-                answer = _with_states(answer, algorithms, states)
+                answer = _with_states(answer, algorithms, states, now)
             elif compiled.cost and result.decision.remaining < compiled.cost:
                 # Admitted, and the next request like it would be denied now: the states
                 # go along, so the isolate's deny cache can answer that next request.
-                answer = _with_states(answer, algorithms, new_states)
+                answer = _with_states(answer, algorithms, new_states, now)
         self._store(compiled, states, new_states, now)
         return answer
 
@@ -423,7 +423,7 @@ class KeyStore:
         for algorithm, state in zip(algorithms, current, strict=True):
             decision = algorithm.peek(state, now, min_units + algorithm.lease_reserve(ttl))
             decisions.append(decision if not decision.allowed else algorithm.peek(state, now, 0))
-        answer = _with_states(_answer(decisions, combine(decisions)), algorithms, current)
+        answer = _with_states(_answer(decisions, combine(decisions)), algorithms, current, now)
         self._store(compiled, states, current, now)
         return answer
 
@@ -539,8 +539,14 @@ def _answer(decisions: Sequence[Decision], combined: Decision) -> str:
     return '{"ds":[' + ",".join(parts) + "]}"
 
 
-def _with_states(answer: str, algorithms: Sequence[Algorithm[Any]], states: Sequence[Any]) -> str:
+def _with_states(
+    answer: str, algorithms: Sequence[Algorithm[Any]], states: Sequence[Any], now: int
+) -> str:
     """Add the key's states as of the answer, when small, for the isolate's deny cache."""
+    states = [
+        None if state is None else algorithm.live(state, now)
+        for algorithm, state in zip(algorithms, states, strict=True)
+    ]
     size = 0
     for algorithm, state in zip(algorithms, states, strict=True):
         if state is not None:

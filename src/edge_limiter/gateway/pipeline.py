@@ -25,6 +25,9 @@ from .ports import Background, Services
 from .ratelimit import RateLimit
 from .upstream import Upstream
 
+#: Methods whose requests the platform's ``fetch`` can only send without a body.
+BODILESS = frozenset(("GET", "HEAD"))
+
 
 class Gateway:
     """Handles requests against one parsed :class:`Config`."""
@@ -74,6 +77,15 @@ class Gateway:
             return problem_response(problems.bad_path(str(exc)))
         if self.admin.owns(path):
             return await self.admin.handle(request, path, self.services.clock.now_ms())
+        if request.body is not None and request.method in BODILESS:
+            # The platform's fetch cannot send one: forwarding it would change the request.
+            return problem_response(
+                problems.bad_request(
+                    f"A {request.method} request with a body cannot be forwarded as it came "
+                    "(the platform sends GET and HEAD without one); send it without a body.",
+                    "body_not_allowed",
+                )
+            )
         host = canonical_host(request.host, request.scheme)
         matched = self.config.match(request.method, host, path)
         if matched is None:

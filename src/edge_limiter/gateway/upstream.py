@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.http import problems
-from ..core.http.messages import Response
+from ..core.http.messages import BytesBody, Request, Response
 from ..core.resilience.backoff import parse_retry_after, retry_delay_ms
 from ..core.resilience.breaker import (
     BreakerDecision,
@@ -71,6 +71,9 @@ REFRESH_BEFORE_USE_MS = 10_000
 REFRESH_TIMEOUT_S = 0.2
 #: The longest an origin's Retry-After may park it.
 MAX_RETRY_AFTER_MS = 300_000
+#: A request body is kept in memory for retries up to this size (its Content-Length);
+#: a larger one, or one of unknown length (chunked), is sent once, streamed.
+MAX_REPLAY_BODY_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
@@ -274,8 +277,10 @@ class Upstream:
         order = self._order(pool, exchange)
         start = clock.now_ms()
         deadline = start + forward.timeout_ms
-        retryable = retry.attempts > 1 and is_idempotent(
-            request.method, exchange.idempotency_token is not None
+        retryable = (
+            retry.attempts > 1
+            and is_idempotent(request.method, exchange.idempotency_token is not None)
+            and await _replayable(request)
         )
         budget_key = (pool.name, retry)
         if retryable:
@@ -434,3 +439,16 @@ class Upstream:
         if attempted[-1].outcome == "timeout":
             return problems.origin_timeout(route, pool, described, exchange.forward.timeout_ms)
         return problems.origin_unreachable(route, pool, described)
+
+
+async def _replayable(request: Request) -> bool:
+    """Whether the request can be sent again: no body, a body already in memory, or one
+    small enough to read now (a streamed body can be sent only once)."""
+    body = request.body
+    if body is None or isinstance(body, BytesBody) or getattr(body, "data", None) is not None:
+        return True
+    length = request.headers.get("content-length")
+    if length is None or not length.isdigit() or int(length) > MAX_REPLAY_BODY_BYTES:
+        return False
+    await body.read()  # kept by the body: every attempt sends these bytes
+    return True

@@ -213,6 +213,14 @@ class SlidingLog(Algorithm[SlidingLogState]):
             return 0
         return state.newest + self.window_ms
 
+    def live(self, state: SlidingLogState, now: int) -> SlidingLogState:
+        """The entries still inside the window ending at ``now`` (a view: no copy)."""
+        buffer, start, end = state._buffer, state._start, state._end
+        if start < end and buffer.stamps[start] <= now - self.window_ms:
+            start = bisect_right(buffer.stamps, now - self.window_ms, start, end)
+            return SlidingLogState._view(buffer, start, end)
+        return state
+
     def encoded_len(self, state: SlidingLogState) -> int:
         """At most two ints per entry (same-millisecond entries merge when encoded)."""
         return 2 * len(state)
