@@ -247,12 +247,14 @@ def _decide_calls(gw: Any) -> int:
     return int(gw.durable_object_calls().get("RateLimiter.decide", 0))
 
 
-def section_flood(report: Report, quick: bool, origin: str) -> None:
+def section_flood(
+    report: Report, quick: bool, origin: str, flood_rates: tuple[int, ...] = (400,)
+) -> None:
     with rt.runtime(origin) as gw:
-        _flood(report, quick, gw)
+        _flood(report, quick, gw, flood_rates)
 
 
-def _flood(report: Report, quick: bool, gw: Any) -> None:
+def _flood(report: Report, quick: bool, gw: Any, flood_rates: tuple[int, ...]) -> None:
     seconds = 2 if quick else 10
     # Goal 2: one key at 10x its limit (100/minute -> 1,000/minute) for `seconds`.
     rate = 1000 / 60
@@ -291,70 +293,68 @@ def _flood(report: Report, quick: bool, gw: Any) -> None:
         ],
     )
 
-    # Goal 6: 10 clients of one key, alone and beside a flood of another key.
-    flood_rate = 400
+    # Goal 6: 10 clients of one key, alone and beside a flood of another key, at each rate.
     victims_alone = rt.load(
         f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
     )
-    hey = shutil.which("hey")
-    flood_key = f"flood-{time.time_ns()}"
-    if hey:
-        # 40 workers, each rate-limited to 10/s: 400 requests/s, open loop per worker.
-        flood = subprocess.Popen(
-            [
-                hey,
-                "-z",
-                f"{seconds}s",
-                "-c",
-                "40",
-                "-q",
-                str(flood_rate // 40),
-                "-H",
-                f"{KEY}: {flood_key}",
-                f"{gw.url}/small/x",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
+    rows: list[list[Any]] = [
+        ["alone", "-", victims_alone["rps"], victims_alone["p50"], victims_alone["p99"], 1.0, 1.0]
+    ]
+    report.data["flood"] = {"alone": victims_alone, "rates": {}}
+    tool = "scripts/load.mjs --rate R"
+    for flood_rate in flood_rates:
+        flood, tool = _start_flood(gw, flood_rate, seconds)
+        victims_flooded = rt.load(
+            f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
         )
-        tool = "hey -c 40 -q 10"
-    else:
-        flood = rt.start_load(
-            f"{gw.url}/small/x",
-            requests=flood_rate * seconds,
-            rate=flood_rate,
-            headers={KEY: flood_key},
-            warmup=0,
-        )
-        tool = "scripts/load.mjs --rate 400"
-    victims_flooded = rt.load(
-        f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
-    )
-    flood_out, _ = flood.communicate(timeout=120)
-    flood_summary = _hey_summary(flood_out) if hey else json.loads(flood_out)
-    share = victims_flooded["rps"] / victims_alone["rps"]
-    p99 = victims_flooded["p99"] / victims_alone["p99"]
-    report.data["flood"] = {
-        "alone": victims_alone,
-        "flooded": victims_flooded,
-        "flood": flood_summary,
-        "tool": tool,
-    }
-    report.table(
-        f"10 clients of one key, alone and while another key is flooded at {flood_rate} req/s "
-        f"({tool}, {seconds} s, 100/minute limit)",
-        ["", "req/s", "p50 ms", "p99 ms"],
-        [
-            ["alone", victims_alone["rps"], victims_alone["p50"], victims_alone["p99"]],
+        flood_out, _ = flood.communicate(timeout=120)
+        flood_summary = _hey_summary(flood_out) if tool.startswith("hey") else json.loads(flood_out)
+        share = victims_flooded["rps"] / victims_alone["rps"]
+        p99 = victims_flooded["p99"] / victims_alone["p99"]
+        report.data["flood"]["rates"][flood_rate] = {
+            "flooded": victims_flooded,
+            "flood": flood_summary,
+            "tool": tool,
+        }
+        rows.append(
             [
                 "beside the flood",
+                f"{flood_rate} ({flood_summary.get('rps', 0):.0f} served)",
                 victims_flooded["rps"],
                 victims_flooded["p50"],
                 victims_flooded["p99"],
-            ],
-            ["ratio", share, victims_flooded["p50"] / victims_alone["p50"], p99],
-        ],
+                share,
+                p99,
+            ]
+        )
+    report.table(
+        f"10 clients of one key (closed loop), alone and while another key is flooded at R "
+        f"req/s (open loop, {tool}, {seconds} s each, 100/minute limit)",
+        ["", "flood R req/s", "req/s", "p50 ms", "p99 ms", "share of alone", "p99 x alone"],
+        rows,
     )
-    report.note(f"Flood: {json.dumps(flood_summary)}")
+
+
+def _start_flood(gw: Any, flood_rate: int, seconds: int) -> tuple[Any, str]:
+    """An open-loop flood of one new key at ``flood_rate`` requests/s (hey when installed)."""
+    hey = shutil.which("hey")
+    flood_key = f"flood-{time.time_ns()}"
+    if hey and flood_rate % 10 == 0:
+        # Workers each rate-limited to 10/s: an open loop per worker.
+        workers = flood_rate // 10
+        command = [hey, "-z", f"{seconds}s", "-c", str(workers), "-q", "10"]
+        command += ["-H", f"{KEY}: {flood_key}", f"{gw.url}/small/x"]
+        return subprocess.Popen(command, stdout=subprocess.PIPE, text=True), (
+            f"hey -c {workers} -q 10"
+        )
+    flood = rt.start_load(
+        f"{gw.url}/small/x",
+        requests=flood_rate * seconds,
+        rate=flood_rate,
+        headers={KEY: flood_key},
+        warmup=0,
+    )
+    return flood, f"scripts/load.mjs --rate {flood_rate}"
 
 
 def _hey_summary(text: str) -> dict[str, Any]:
@@ -548,6 +548,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny numbers: a smoke test")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--json", type=Path, help="also write every number here")
+    parser.add_argument(
+        "--flood-rates",
+        default="400",
+        help="the flood section's rates (req/s), comma-separated, e.g. 50,100,200,400",
+    )
     args = parser.parse_args(argv)
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = set(chosen) - set(SECTIONS)
@@ -566,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
         if "object" in chosen:
             section_object(report, args.quick, origin)
         if "flood" in chosen:
-            section_flood(report, args.quick, origin)
+            rates = tuple(int(rate) for rate in args.flood_rates.split(",") if rate.strip())
+            section_flood(report, args.quick, origin, rates)
         if "startup" in chosen:
             section_startup(report, args.quick, origin)
         if "memory" in chosen:
