@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_limiter.core.config import parse_config
+from edge_limiter.core.errors import BodyReadError
 from edge_limiter.core.http.messages import BytesBody, Client, Headers, Request, Response
 from edge_limiter.core.idempotency.protocol import apply_stored
 from edge_limiter.core.keystore import KeyStore
@@ -399,5 +400,22 @@ def answering(
         count += 1
         data = body if body is not None else f"answer {count}".encode()
         return Response(status, Headers(list(headers or [])), data)
+
+    return respond
+
+
+class BrokenBody:
+    """A body cut off mid-way (the connection reset or the framing broke)."""
+
+    async def read(self) -> bytes:
+        raise BodyReadError("Network connection lost.")
+
+
+def cut_off(status: int = 200) -> Any:
+    """An origin that answers ``status`` with a body that breaks while it is read."""
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        del outgoing
+        return Response(status, Headers([("content-type", "application/json")]), BrokenBody())
 
     return respond

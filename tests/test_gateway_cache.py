@@ -9,7 +9,7 @@ import pytest
 from edge_limiter.core.http.messages import Response
 from edge_limiter.gateway import OriginRequest
 
-from .fakes import FakeOrigin, answering, body_json, harness, request
+from .fakes import FakeOrigin, answering, body_json, cut_off, harness, request
 
 CATALOG: dict[str, Any] = {
     "name": "catalog",
@@ -218,3 +218,12 @@ def test_set_cookie_on_a_hit_is_impossible_even_if_the_origin_adds_it_later() ->
     h.send(request("/v1/catalog/s"))
     hit = h.send(request("/v1/catalog/s"))
     assert "set-cookie" not in hit.headers and hit.headers.get("cache-control") == "max-age=60"
+
+
+def test_an_origin_body_cut_off_is_a_502_and_never_stored() -> None:
+    h = cached(FakeOrigin(respond=cut_off()))
+    answer = h.send(request("/v1/catalog/shoes"))
+    assert answer.status == 502
+    assert body_json(answer)["code"] == "origin_body_broken"
+    h.flush()
+    assert h.kv.values == {}

@@ -12,7 +12,16 @@ import pytest
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.gateway import OriginRequest
 
-from .fakes import FakeOrigin, answering, body_json, harness, request, unreachable
+from .fakes import (
+    BrokenBody,
+    FakeOrigin,
+    answering,
+    body_json,
+    cut_off,
+    harness,
+    request,
+    unreachable,
+)
 
 PAYMENTS: dict[str, Any] = {
     "name": "payments",
@@ -297,3 +306,27 @@ def test_the_edge_record_holds_no_raw_key() -> None:
     assert ttl == 86_400
     data = json.loads(h.kv.values[key][0])
     assert set(data) == {"fp", "exp", "response"}
+
+
+def test_an_origin_body_cut_off_is_a_502_and_the_claim_holds_until_its_lock_ends() -> None:
+    h = paying(FakeOrigin(respond=cut_off(201)), lock_timeout="30s")
+    first = h.send(post())
+    assert first.status == 502
+    assert body_json(first)["code"] == "origin_body_broken"
+    # The origin acted: a retry is never forwarded again while the lock holds, nor replayed.
+    retry = h.send(post())
+    assert retry.status == 409
+    assert len(h.origin.sent) == 1
+    h.clock.advance(31_000)
+    h.send(post())
+    assert len(h.origin.sent) == 2  # taken over once the lock ran out
+
+
+def test_a_request_body_that_cannot_be_read_is_a_400_with_no_claim() -> None:
+    h = paying()
+    broken = post()
+    broken.body = BrokenBody()
+    answer = h.send(broken)
+    assert answer.status == 400
+    assert body_json(answer)["code"] == "request_body_broken"
+    assert h.send(post()).status == 201  # nothing was claimed

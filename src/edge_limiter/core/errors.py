@@ -57,6 +57,10 @@ class BulkheadError(EdgeLimiterError, RuntimeError):
     """A bulkhead slot was released that was never acquired (a bug in the caller)."""
 
 
+class BodyReadError(EdgeLimiterError, OSError):
+    """A message body could not be read to its end (cut off, reset, or a broken stream)."""
+
+
 class CacheEntryError(EdgeLimiterError, ValueError):
     """A cached entry could not be encoded or decoded; the caller treats it as a miss."""
 

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from ..core.config import Config
+from ..core.errors import BodyReadError
 from ..core.explain import describe_route, explain
 from ..core.http import problems
 from ..core.http.fields import rate_limit_headers
@@ -240,7 +241,10 @@ class Admin:
         return _json(200, answer)
 
     async def _set_override(self, request: Request, now: int) -> Response:
-        raw = await request.body.read() if request.body is not None else b""
+        try:
+            raw = await request.body.read() if request.body is not None else b""
+        except BodyReadError as exc:
+            raise _AdminError(400, f"the body could not be read to its end: {exc}") from exc
         try:
             data = json.loads(raw or b"null")
         except ValueError as exc:

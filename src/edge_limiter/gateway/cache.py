@@ -32,10 +32,11 @@ from ..core.caching.policy import (
 )
 from ..core.caching.settings import CacheSettings
 from ..core.config import Route
-from ..core.errors import CacheEntryError
+from ..core.errors import BodyReadError, CacheEntryError
+from ..core.http import problems
 from ..core.http.fields import gateway_fields, origin_fields
 from ..core.http.messages import Headers, Response
-from .exchange import Exchange, Handler
+from .exchange import Exchange, Handler, problem_response
 from .ports import KeyValueStore, Services
 from .ratelimit import RateLimit, request_key
 
@@ -100,7 +101,14 @@ class Cache:
         if stale is not None and exchange.origin_failed:
             return self._stale(exchange, stale, response)
         if lookup.write and exchange.reached_origin and request.method == "GET":
-            await self._store(exchange, base, request_fields, response)
+            try:
+                await self._store(exchange, base, request_fields, response)
+            except BodyReadError as exc:
+                # Cut off mid-body: nothing is stored, and the client is told, not sent a
+                # truncated copy as if it were whole.
+                self._log_failure("origin_body", exc)
+                origin = response.headers.get("x-origin") or "origin"
+                return problem_response(problems.origin_body_broken(self.route.name, origin))
         response.headers.set(CACHE_HEADER, "MISS")
         return response
 

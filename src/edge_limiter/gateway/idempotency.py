@@ -27,7 +27,7 @@ import json
 from typing import Any
 
 from ..core.config import Route
-from ..core.errors import IdempotencyKeyError, IdempotencyRecordError, ProtocolError
+from ..core.errors import BodyReadError, IdempotencyKeyError, IdempotencyRecordError, ProtocolError
 from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, origin_fields
 from ..core.http.messages import BytesBody, Headers, Response
@@ -98,7 +98,10 @@ class Idempotency:
         identity = request_key(self.route, exchange)
         if isinstance(identity, Response):
             return identity
-        body = await request.body.read() if request.body is not None else b""
+        try:
+            body = await request.body.read() if request.body is not None else b""
+        except BodyReadError:
+            return problem_response(problems.request_body_broken())
         request.body = BytesBody(body)  # read once; forwarded as these bytes
         present = {
             name: value
@@ -145,7 +148,15 @@ class Idempotency:
             # Not forwarded, or the origin failed: give the key back for the retry.
             await self._release(name, token)
             return response
-        data = await response.read_body()
+        try:
+            data = await response.read_body()
+        except BodyReadError as exc:
+            # The origin acted but its answer was cut off: nothing to replay. The claim is
+            # neither completed nor released: a retry gets 409 until the lock runs out
+            # (never a wrong replay), then takes it over.
+            self._log("idempotency_error", op="origin_body", error=repr(exc))
+            origin = response.headers.get("x-origin") or "origin"
+            return problem_response(problems.origin_body_broken(self.route.name, origin))
         fields = origin_fields(response.headers.items())
         kept = stored_response(response.status, fields, data, settings)
         try:

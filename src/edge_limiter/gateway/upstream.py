@@ -27,6 +27,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.errors import BodyReadError
 from ..core.http import problems
 from ..core.http.messages import BytesBody, Request, Response
 from ..core.resilience.backoff import parse_retry_after, retry_delay_ms
@@ -277,11 +278,14 @@ class Upstream:
         order = self._order(pool, exchange)
         start = clock.now_ms()
         deadline = start + forward.timeout_ms
-        retryable = (
-            retry.attempts > 1
-            and is_idempotent(request.method, exchange.idempotency_token is not None)
-            and await _replayable(request)
-        )
+        try:
+            retryable = (
+                retry.attempts > 1
+                and is_idempotent(request.method, exchange.idempotency_token is not None)
+                and await _replayable(request)
+            )
+        except BodyReadError:
+            return problem_response(problems.request_body_broken())
         budget_key = (pool.name, retry)
         if retryable:
             self.budgets[budget_key] = retry.budget().note_request(

@@ -12,8 +12,9 @@ import math
 from typing import Any
 
 import js
-from pyodide.ffi import jsnull, to_js
+from pyodide.ffi import JsException, jsnull, to_js
 
+from ..core.errors import BodyReadError
 from ..core.http.messages import Body, BytesBody, Client, HeaderMap, Request, Response
 
 
@@ -50,7 +51,10 @@ class JsBody:
     async def read(self) -> bytes:
         """The whole body, read once."""
         if self._data is None:
-            buffer = await self._source.arrayBuffer()
+            try:
+                buffer = await self._source.arrayBuffer()
+            except JsException as exc:
+                raise BodyReadError(str(exc)[:200]) from exc
             self._data = bytes(buffer.to_bytes())
         return self._data
 

@@ -192,6 +192,25 @@ def origin_unreachable(route: str | None, pool: str, tried: Sequence[dict[str, A
     )
 
 
+def origin_body_broken(route: str | None, origin: str) -> Problem:
+    """502: the origin's answer was cut off before its body ended."""
+    return Problem(
+        502,
+        "Bad Gateway",
+        f"The origin '{origin}' answered, but its body was cut off before its end.",
+        "origin_body_broken",
+        members={"route": route, "origin": origin},
+    )
+
+
+def request_body_broken() -> Problem:
+    """400: the client's body could not be read to its end."""
+    return bad_request(
+        "The request body could not be read to its end (cut off or malformed framing).",
+        "request_body_broken",
+    )
+
+
 def origin_timeout(
     route: str | None, pool: str, tried: Sequence[dict[str, Any]], timeout_ms: int
 ) -> Problem:
