@@ -27,8 +27,10 @@ import collections
 import contextlib
 import json
 import os
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -558,7 +560,48 @@ LOAD_IN_FLIGHT = 100
 EXACT = ("token_bucket", "gcra", "sliding_log", "fixed_window")
 
 
-def load_config(origin: str) -> dict[str, Any]:
+class _BrokenOriginHandler(socketserver.StreamRequestHandler):
+    """Answers by path: ``/garbage`` with bytes that are not HTTP, ``/cut`` with a 200 whose
+    body stops at 10 of its 1,000 announced bytes, then closes the connection."""
+
+    def handle(self) -> None:
+        request_line = self.rfile.readline().decode("latin-1")
+        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+            pass
+        path = request_line.split(" ")[1] if " " in request_line else "/"
+        if "/garbage" in path:
+            self.wfile.write(b"this is not HTTP at all\r\n\r\n\x00\xff")
+        else:
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            self.wfile.write(head + b"content-length: 1000\r\n\r\n" + b"0123456789")
+        self.wfile.flush()
+
+
+@pytest.fixture(scope="module")
+def broken_origin() -> Iterator[str]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _BrokenOriginHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def load_config(origin: str, broken: str = "http://127.0.0.1:9") -> dict[str, Any]:
+    def on_broken(name: str, **more: Any) -> dict[str, Any]:
+        return {
+            "name": name,
+            "match": {"path": f"/{name}/*"},
+            "limits": "1000/hour",
+            "origin": broken,
+            "timeout": "5s",
+            "retry": {"attempts": 1},
+            **more,
+        }
+
     return {
         "origin": origin,
         # A busy machine must not turn a slow object call into a fail-open admission.
@@ -582,6 +625,15 @@ def load_config(origin: str) -> dict[str, Any]:
                 "algorithm": "sliding_log",
                 "key": "header:x-api-key",
             }
+        ]
+        + [
+            on_broken("broken"),
+            on_broken("broken-cached", cache={"ttl": "5m"}),
+            on_broken(
+                "broken-pay",
+                key="header:x-api-key",
+                idempotency={"mode": "required", "lock_timeout": "30s"},
+            ),
         ],
     }
 
@@ -612,11 +664,14 @@ def workerd_rss_kb(gw: LocalGateway) -> int:
 
 @pytest.fixture(scope="module")
 def load_gateway(
-    worker_dir: Path, fast_origin: str, tmp_path_factory: pytest.TempPathFactory
+    worker_dir: Path,
+    fast_origin: str,
+    broken_origin: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[LocalGateway]:
     gw = LocalGateway(
         worker_dir,
-        {"EDGE_LIMITER": load_config(fast_origin)},
+        {"EDGE_LIMITER": load_config(fast_origin, broken_origin)},
         persist_dir=tmp_path_factory.mktemp("load"),
     )
     track(gw.start())
@@ -736,3 +791,33 @@ def test_a_crash_mid_load_loses_no_admission_and_the_restart_admits_no_extra(
         "was left of its limit (never more; fewer by at most its unanswered requests)",
         file=sys.stderr,
     )
+
+
+def test_an_origin_that_answers_garbage_or_cuts_its_body_off(load_gateway: LocalGateway) -> None:
+    """Garbage instead of HTTP is a 502; a body cut off mid-way is never cached or kept for
+    an idempotent replay (502 ``origin_body_broken``), and a retry of the idempotent request
+    is not forwarded again while its claim holds."""
+    base = load_gateway.url
+    garbage = httpx.get(f"{base}/broken/garbage", timeout=30)
+    assert garbage.status_code == 502, (garbage.headers, garbage.content[:300])
+    assert garbage.json()["code"] == "origin_unreachable"
+    cached = httpx.get(f"{base}/broken-cached/cut", timeout=30)
+    assert cached.status_code == 502
+    assert cached.json()["code"] == "origin_body_broken"
+    headers = {"idempotency-key": '"cut-1"', "x-api-key": "payer"}
+    paid = httpx.post(f"{base}/broken-pay/cut", headers=headers, content=b"{}", timeout=30)
+    assert paid.status_code == 502
+    assert paid.json()["code"] == "origin_body_broken"
+    retry = httpx.post(f"{base}/broken-pay/cut", headers=headers, content=b"{}", timeout=30)
+    assert retry.status_code == 409
+    # Streamed straight through, the body is the runtime's to end: locally workerd ends it
+    # early (an empty chunked body, status 200). Never padded, never stored: the next
+    # request goes to the origin again and is cut again.
+    for _ in range(2):
+        try:
+            cut = httpx.get(f"{base}/broken/cut", timeout=30)
+        except httpx.HTTPError:
+            continue
+        assert cut.status_code == 200 and len(cut.content) < 1000, cut.headers
+    # And the gateway is fine afterwards.
+    assert httpx.get(f"{base}/load/gcra", headers={"x-api-key": "after-broken"}).status_code == 200
