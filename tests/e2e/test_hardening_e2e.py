@@ -627,6 +627,13 @@ def load_config(origin: str, broken: str = "http://127.0.0.1:9") -> dict[str, An
             }
         ]
         + [
+            {
+                "name": "crash-pay",
+                "match": {"path": "/crash-pay/*"},
+                "limits": "1000/hour",
+                "key": "header:x-api-key",
+                "idempotency": {"mode": "required"},
+            },
             on_broken("broken"),
             on_broken("broken-cached", cache={"ttl": "5m"}),
             on_broken(
@@ -756,6 +763,10 @@ def test_a_crash_mid_load_loses_no_admission_and_the_restart_admits_no_extra(
     limit = 40
     first = [("/crash", key) for _ in range(15) for key in keys]  # 15 per key, all admitted
     assert set(asyncio.run(_drive(load_gateway.url, first, 50))) == {200}
+    # An idempotent request completed before the kill.
+    pay = {"idempotency-key": '"before-the-crash"', "x-api-key": "payer"}
+    paid = httpx.post(f"{load_gateway.url}/crash-pay/1", headers=pay, content=b"{}", timeout=30)
+    assert paid.status_code == 200 and "idempotent-replayed" not in paid.headers
     mid = [("/crash", key) for _ in range(10) for key in keys]
 
     async def crash_mid_load() -> list[int | str]:
@@ -766,6 +777,9 @@ def test_a_crash_mid_load_loses_no_admission_and_the_restart_admits_no_extra(
 
     during = asyncio.run(crash_mid_load())
     track(load_gateway.start())
+    # Its record survived: the retry is replayed, not forwarded again.
+    replay = httpx.post(f"{load_gateway.url}/crash-pay/1", headers=pay, content=b"{}", timeout=30)
+    assert replay.status_code == 200 and replay.headers["idempotent-replayed"] == "true"
     admitted_before = dict.fromkeys(keys, 15)
     unanswered: collections.Counter[str] = collections.Counter()
     for (_, key), status in zip(mid, during, strict=True):
