@@ -282,7 +282,7 @@ class Upstream:
             retryable = (
                 retry.attempts > 1
                 and is_idempotent(request.method, exchange.idempotency_token is not None)
-                and await _replayable(request)
+                and (request.body is None or await _replayable(request))
             )
         except BodyReadError:
             return problem_response(problems.request_body_broken())

@@ -39,7 +39,16 @@ from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..rates import Limit, parse_rate, parse_rates
 from ..resilience.retry import RetrySettings, parse_retry
 from ..routing.origins import Origin, Pool, parse_pools
-from ..validation import Problems, boolean, duration, integer, is_int, shown, unknown_fields
+from ..validation import (
+    Problems,
+    boolean,
+    duration,
+    integer,
+    is_int,
+    shown,
+    table,
+    unknown_fields,
+)
 from .model import (
     DEFAULT_ORIGIN_TIMEOUT_MS,
     DEFAULT_STORE_TIMEOUT_MS,
@@ -551,8 +560,8 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
     else:
         problems.add("config.logging", f"must be a table, got {shown(logging)}")
     cleanup = defaults.cleanup_after_ms
-    storage = raw.get("storage", {})
-    if isinstance(storage, Mapping):
+    storage = table(raw.get("storage", {}), "config.storage", problems)
+    if storage is not None:
         unknown_fields(storage, ("cleanup_after",), "config.storage", problems)
         cleanup = duration(
             storage,
@@ -563,8 +572,6 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
             minimum_ms=1_000,
             maximum_ms=86_400_000,
         )
-    else:
-        problems.add("config.storage", f"must be a table, got {shown(storage)}")
     return Operations(shadow, ttl, max_keys, prefix, refresh, sample, near, cleanup)
 
 
