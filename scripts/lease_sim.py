@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from edge_limiter.core.algorithms import make_algorithm  # noqa: E402
 from edge_limiter.core.keystore import KeyStore  # noqa: E402
-from edge_limiter.core.leases import Lease, RateMeter, default_ttl, want  # noqa: E402
+from edge_limiter.core.leases import Holding, default_ttl  # noqa: E402
 from edge_limiter.core.protocol import StoreRequest, StoreResponse  # noqa: E402
 from edge_limiter.core.rates import Limit, Rate  # noqa: E402
 
@@ -128,13 +128,10 @@ class Result:
 @dataclass
 class _Isolate:
     holder: str
-    meter: RateMeter
-    leases: list[Lease] = field(default_factory=list)
+    holding: Holding
     in_flight: bool = False
     waiting: list[int] = field(default_factory=list)
     """Arrival times (ms) of requests waiting for a lease answer."""
-    denied_until_us: int = 0
-    wanted: int = 0
 
 
 _AT_DO, _AT_ISOLATE = 1, 2
@@ -156,7 +153,10 @@ def simulate(scenario: Scenario) -> Result:
     rng = random.Random(scenario.seed)
     limit, ttl, lead = scenario.limit, scenario.ttl, scenario.lead_ms
     store = KeyStore(NullSql())
-    isolates = [_Isolate(f"iso-{index}", RateMeter(1000)) for index in range(scenario.isolates)]
+    isolates = [
+        _Isolate(f"iso-{index}", Holding(ttl, limit.capacity, lead, 1000))
+        for index in range(scenario.isolates)
+    ]
     cumulative = _zipf_cumulative(scenario.isolates, scenario.skew)
     result = Result(scenario)
     uses: list[int] = []
@@ -170,15 +170,7 @@ def simulate(scenario: Scenario) -> Result:
         nonlocal sequence
         isolate = isolates[index]
         now = now_us // 1000
-        rate = isolate.meter.per_ms(now)
-        min_units = max(1, covered)
-        wanted = max(min_units, want(rate, ttl, min_units, limit.capacity))
-        returned = 0
-        if isolate.leases:
-            # Keep what the round trip will use; give the rest back with this request.
-            keep = int(rate * lead * 2) + 1
-            returned = isolate.leases[-1].release(now, keep)
-        isolate.leases = [lease for lease in isolate.leases if lease.unused(now)]
+        wanted, returned, observed = isolate.holding.request(now, max(1, covered))
         payload = StoreRequest(
             "lease",
             scenario.algorithm,
@@ -187,11 +179,10 @@ def simulate(scenario: Scenario) -> Result:
             lease_ttl_ms=ttl,
             holder=isolate.holder,
             returned=returned,
-            min_units=min_units,
-            observed_rate=max(1, round(rate * 1000)),
+            min_units=max(1, covered),
+            observed_rate=observed,
         ).to_json()
         isolate.in_flight = True
-        isolate.wanted = wanted
         result.calls += 1
         call_times.append(now)
         sequence += 1
@@ -205,7 +196,7 @@ def simulate(scenario: Scenario) -> Result:
         admitted_arrivals.append(arrived)
 
     def take(isolate: _Isolate, now: int) -> bool:
-        return any(lease.take(1, now) for lease in isolate.leases)
+        return isolate.holding.take(1, now) is not None
 
     def on_answer(index: int, now_us: int, data: tuple[str, int, int, int]) -> None:
         answer, sent, decided, covered = data
@@ -213,16 +204,13 @@ def simulate(scenario: Scenario) -> Result:
         now = now_us // 1000
         isolate.in_flight = False
         response = StoreResponse.from_json(answer, (limit,))
-        lease = Lease.from_answer(response, sent, ttl, isolate.wanted)
         waiting, isolate.waiting = isolate.waiting, []
-        if lease is None:
-            isolate.denied_until_us = now_us + response.decision.retry_after * 1000
-            return
         # The requests the grant was sized for are admitted as of the grant, as a check's.
+        lease = isolate.holding.answered(response, sent, now, reserved=covered)
+        if lease is None:
+            return
         for arrived in waiting[:covered]:
-            lease.units -= 1
             admit(arrived, decided)
-        isolate.leases = [old for old in isolate.leases if old.unused(now)] + [lease]
         for position, arrived in enumerate(waiting[covered:], start=covered):
             if take(isolate, now):
                 admit(arrived, now)
@@ -278,24 +266,19 @@ def simulate(scenario: Scenario) -> Result:
             result.reached_at_ms = now
         index = bisect.bisect_left(cumulative, rng.random())
         isolate = isolates[index]
-        isolate.meter.observe(now)
+        isolate.holding.meter.observe(now)
         if isolate.waiting:
             isolate.waiting.append(now)
             continue
-        if now_us < isolate.denied_until_us:
-            continue
+        holding = isolate.holding
         if take(isolate, now):
             admit(now, now)
-            current = isolate.leases[-1]
-            if not isolate.in_flight and current.should_refresh(
-                now, isolate.meter.per_ms(now), lead
-            ):
+            if not isolate.in_flight and holding.wants_refresh(now):
                 send(index, now_us, 0)
             continue
-        if isolate.leases and now < isolate.leases[-1].next_ask_at(lead):
-            # Rationed: its share is used up; asking again before the lease ends would
-            # only take from the others' shares.
-            isolate.denied_until_us = isolate.leases[-1].next_ask_at(lead) * 1000
+        if holding.ask_at(now):
+            # Denied until its retry_after, or rationed: its share is used up, and asking
+            # again before the lease ends would only take from the others' shares.
             continue
         isolate.waiting.append(now)
         if not isolate.in_flight:

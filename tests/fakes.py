@@ -327,10 +327,12 @@ def harness(
     store: Any = None,
     upstream: FakeOrigin | None = None,
     admin_token: str | None = None,
+    clock: FakeClock | None = None,
     **top: Any,
 ) -> Harness:
-    """A gateway for ``routes`` (and top-level fields ``top``; ``origin=None`` for none)."""
-    clock = FakeClock()
+    """A gateway for ``routes`` (and top-level fields ``top``; ``origin=None`` for none).
+    Several harnesses given one ``store`` and one ``clock`` are isolates of one Worker."""
+    clock = clock if clock is not None else FakeClock()
     raw = {"origin": "http://origin.test", "routes": list(routes), **top}
     if raw["origin"] is None:
         raw.pop("origin")

@@ -205,6 +205,39 @@ def test_write_behind_is_an_opt_in_bounded_interval() -> None:
         assert "route 'w'.write_behind" in text, bad
 
 
+def test_leases_are_opt_in_with_a_ttl_per_algorithm_family() -> None:
+    (off,) = parse_config(config(route())).routes
+    assert off.limits.lease_ttl_ms == 0
+    ttls = {
+        algorithm: parse_config(config(route(algorithm=algorithm, leases=True)))
+        .routes[0]
+        .limits.lease_ttl_ms
+        for algorithm in ("fixed_window", "sliding_window", "token_bucket", "gcra")
+    }
+    assert ttls == {"fixed_window": 1000, "sliding_window": 1000, "token_bucket": 500, "gcra": 500}
+    (custom,) = parse_config(config(route(leases={"ttl": "250ms"}))).routes
+    assert custom.limits.lease_ttl_ms == 250
+    (explicit_off,) = parse_config(config(route(leases=False))).routes
+    assert explicit_off.limits.lease_ttl_ms == 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"algorithm": "sliding_log", "leases": True}, "'sliding_log' counts every request"),
+        ({"leases": "yes"}, "must be true, false or a table"),
+        ({"leases": {"ttl": "0ms"}}, "leases.ttl"),
+        ({"leases": {"ttl": "2 minutes"}}, "leases.ttl"),
+        ({"leases": {"size": 3}}, "leases.size: unknown field"),
+        # A bucket keeps ttl x rate of refill back: 10/s with a 1 s ttl leaves nothing.
+        ({"algorithm": "token_bucket", "leases": {"ttl": "1s"}}, "use a ttl of at most 900 ms"),
+    ],
+)
+def test_bad_leases_name_the_route_and_field(fields: dict[str, object], says: str) -> None:
+    text = "\n".join(problems_of(config(route(name="hot", **fields))))
+    assert "route 'hot'.leases" in text and says in text, text
+
+
 def test_error_message_is_readable() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(config(route(limits="ten per second")))

@@ -32,6 +32,7 @@ def describe_route(route: Route) -> dict[str, Any]:
         "key": [str(part) for part in limits.key.parts],
         "cost": limits.cost,
         "shadow": limits.shadow,
+        "leases": {"ttl_ms": limits.lease_ttl_ms} if limits.lease_ttl_ms else None,
         "on_store_error": "open" if route.failure.fail_open else "closed",
         "pool": route.forward.pool.name,
         "origins": [origin.name for origin in route.forward.pool.origins],

@@ -43,6 +43,7 @@ subtracted, so it is off by at most the units they hold.
 from __future__ import annotations
 
 from .algorithms import ALGORITHMS
+from .decision import Decision, Reason
 from .protocol import StoreResponse
 from .rates import Limit
 
@@ -246,6 +247,12 @@ class Lease:
         self.units -= cost
         return True
 
+    def give_back(self, cost: int, now: int) -> None:
+        """Return ``cost`` taken from this lease by a request that the origins failed (the
+        route refunds those): it may be used again until the lease ends."""
+        if now < self.expires_at:
+            self.units += cost
+
     def unused(self, now: int) -> int:
         """Units still usable at ``now`` (0 once the lease ended)."""
         return self.units if now < self.expires_at else 0
@@ -274,3 +281,171 @@ class Lease:
         given = max(0, self.units - keep)
         self.units -= given
         return given
+
+
+#: How far ahead of running out an isolate asks for its next lease (ms): about one round
+#: trip to the key's object, so requests keep being admitted locally meanwhile.
+DEFAULT_LEAD_MS = 10
+
+
+def held_back(
+    decisions: tuple[Decision, ...], retry_after_ms: int, elapsed_ms: int
+) -> tuple[Decision, ...]:
+    """The decisions reported for a request an isolate denies without asking, until
+    ``retry_after_ms`` from now: its share of a short limit is used up (a rationed lease)
+    or the object denied its last lease request ``elapsed_ms`` ago. The limits with the
+    fewest units left are the ones reported as denying."""
+    if not decisions:
+        return decisions
+    least = min(d.remaining for d in decisions)
+    retry = max(1, retry_after_ms)
+    return tuple(
+        Decision(
+            False,
+            d.limit,
+            0,
+            max(retry, d.reset_after - elapsed_ms),
+            retry,
+            Reason.LIMITED,
+            d.policy,
+        )
+        if d.remaining == least
+        else Decision(
+            True, d.limit, d.remaining, max(0, d.reset_after - elapsed_ms), 0, None, d.policy
+        )
+        for d in decisions
+    )
+
+
+def leased_decisions(
+    decisions: tuple[Decision, ...], units: int, elapsed_ms: int
+) -> tuple[Decision, ...]:
+    """The decisions reported for a request admitted from a lease: the object's decisions
+    of the grant ``elapsed_ms`` ago, each limit's ``remaining`` plus the ``units`` the
+    isolate still holds (see the module docstring: an approximation, off by at most the
+    units other isolates hold)."""
+    return tuple(
+        Decision(
+            True,
+            d.limit,
+            min(d.limit, d.remaining + units),
+            max(0, d.reset_after - elapsed_ms),
+            0,
+            None,
+            d.policy,
+        )
+        for d in decisions
+    )
+
+
+class Holding:
+    """One isolate's leases on one key (one limit set): what it may admit locally, and
+    what it asks the key's object for next.
+
+    Pure bookkeeping with ``now`` passed in. Whoever drives it (the gateway's rate-limit
+    stage, the simulation) makes at most one lease call at a time per holding: it asks
+    with :meth:`request`, then hands the answer to :meth:`answered`.
+    """
+
+    __slots__ = (
+        "capacity",
+        "decided_at",
+        "decisions",
+        "denied_until",
+        "lead_ms",
+        "leases",
+        "meter",
+        "ttl_ms",
+    )
+
+    def __init__(
+        self,
+        ttl_ms: int,
+        capacity: int,
+        lead_ms: int = DEFAULT_LEAD_MS,
+        period_ms: int = DEFAULT_METER_PERIOD_MS,
+    ) -> None:
+        if ttl_ms < 1 or capacity < 1:
+            raise ValueError("a holding needs ttl_ms >= 1 and capacity >= 1")
+        self.ttl_ms = ttl_ms
+        self.capacity = capacity
+        """The most units one lease may ask for (the limit set's smallest capacity)."""
+        self.lead_ms = lead_ms
+        self.meter = RateMeter(period_ms)
+        self.leases: list[Lease] = []
+        """The leases with units (the newest last): an older one is used up first."""
+        self.denied_until = 0
+        """Until then the object's last answer was a denial: deny without asking."""
+        self.decisions: tuple[Decision, ...] = ()
+        """The object's decisions in its last answer (for the headers)."""
+        self.decided_at = 0
+
+    def take(self, cost: int, now: int) -> Lease | None:
+        """Admit ``cost`` from a lease at ``now``: the lease it came from, or None."""
+        for lease in self.leases:
+            if lease.take(cost, now):
+                return lease
+        return None
+
+    def ask_at(self, now: int) -> int:
+        """When this holding may ask the object again (0: now): after a denial, its
+        ``retry_after``; after a rationed lease is used up, shortly before its end."""
+        if now < self.denied_until:
+            return self.denied_until
+        if self.leases:
+            at = self.leases[-1].next_ask_at(self.lead_ms)
+            if now < at:
+                return at
+        return 0
+
+    def wants_refresh(self, now: int) -> bool:
+        """Whether to ask for the next lease now, ahead of the current one running out."""
+        if not self.leases:
+            return False
+        return self.leases[-1].should_refresh(now, self.meter.per_ms(now), self.lead_ms)
+
+    def request(self, now: int, min_units: int = 1) -> tuple[int, int, int]:
+        """What to ask for at ``now``: ``(wanted, returned, observed_rate)``.
+
+        ``min_units`` is what the requests waiting on this call need. The current lease's
+        units beyond what the round trip will use are given back (``returned``) and are
+        never used here again.
+        """
+        rate = self.meter.per_ms(now)
+        wanted = max(min_units, want(rate, self.ttl_ms, min_units, self.capacity))
+        returned = 0
+        if self.leases:
+            keep = int(rate * self.lead_ms * 2) + 1
+            returned = self.leases[-1].release(now, keep)
+        self.leases = [lease for lease in self.leases if lease.unused(now)]
+        return wanted, returned, max(1, round(rate * 1000))
+
+    def answered(
+        self,
+        answer: StoreResponse,
+        sent_at: int,
+        now: int,
+        *,
+        reserved: int = 0,
+        deny_for_ms: int | None = None,
+    ) -> Lease | None:
+        """Take the object's answer to a lease request sent at ``sent_at``: the new lease
+        (``reserved`` of its units already used by the requests the call was made for),
+        or None for a denial, remembered until its ``retry_after`` (at most
+        ``deny_for_ms``)."""
+        self.decisions = answer.decisions
+        self.decided_at = now
+        lease = Lease.from_answer(answer, sent_at, self.ttl_ms, 0)
+        if lease is None:
+            retry = answer.decision.retry_after
+            if deny_for_ms is not None:
+                retry = min(retry, deny_for_ms)
+            self.denied_until = now + retry
+            return None
+        lease.units -= min(reserved, lease.units)
+        self.leases = [old for old in self.leases if old.unused(now)] + [lease]
+        return lease
+
+    def idle(self, now: int) -> bool:
+        """Nothing held and nothing remembered: the holding may be dropped."""
+        return now >= self.denied_until and not any(lease.unused(now) for lease in self.leases)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from typing import Any
 
 from ..core.config import Config
@@ -34,6 +35,15 @@ class Operating:
         self._loading = False
         self.stats = StatsBatch()
         self._stats_flushed_at = 0
+        self._holder: str | None = None
+
+    @property
+    def holder(self) -> str:
+        """This isolate's lease holder id: random, drawn on first use (inside a request,
+        where the platform's randomness is real; never at global scope)."""
+        if self._holder is None:
+            self._holder = secrets.token_hex(8)
+        return self._holder
 
     # --- overrides ------------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ class Gateway:
         forward = Upstream(services)
         self.upstream = forward
         self._routes: dict[str, Handler] = {}
+        self.limiters: dict[str, RateLimit] = {}
+        """Each route's rate-limit stage, by route name."""
         for route in config.routes:
             self._routes[route.name] = chain(self._stages(route), forward)
         self._unmatched: Handler = forward
@@ -48,6 +50,7 @@ class Gateway:
         """The stages a route's requests walk, in order (only those the route needs)."""
         services = self.services
         limiter = RateLimit(route, self.config, services, self.operating)
+        self.limiters[route.name] = limiter
         stages: list[Stage] = []
         if route.idempotency is not None:
             if services.idempotency is None:

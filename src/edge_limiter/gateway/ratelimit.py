@@ -4,12 +4,18 @@ Before that call: a per-key override may give the key other limits or exempt it,
 deny cache answers a key known to be over its limit exactly as the object would, without
 asking it. Every decision is counted, logged (allowed ones sampled) and written to
 Analytics Engine when configured.
+
+On a route with ``leases``, the isolate instead admits from units its key's object
+granted ahead (:mod:`edge_limiter.core.leases`): no call while a lease holds units, one
+call (in the background when it can) for the next lease, at most one call in flight per
+key and isolate; requests that find no units wait for that call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +28,7 @@ from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Response
 from ..core.keys import object_name
+from ..core.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
 from ..core.limiter import check_all, combine
 from ..core.overrides import Override
 from ..core.protocol import StoreRequest, StoreResponse
@@ -61,18 +68,46 @@ class Check:
     algorithms: tuple[Algorithm[Any], ...]
     payload: str
     refund: str
+    lease_ttl_ms: int = 0
+    """0: every request is checked by the object; else it leases units for this long."""
 
     @classmethod
     def of(
-        cls, algorithm: str, limits: tuple[Limit, ...], cost: int, storing: tuple[int, int]
+        cls,
+        algorithm: str,
+        limits: tuple[Limit, ...],
+        cost: int,
+        storing: tuple[int, int],
+        lease_ttl_ms: int = 0,
     ) -> Check:
-        """``storing``: the store requests' write-behind interval and cleanup delay."""
+        """``storing``: the store requests' write-behind interval and cleanup delay.
+        ``lease_ttl_ms``: the route's lease ttl, used when every limit can lease with it
+        (an override's limits may not: those are checked per request)."""
+        if lease_ttl_ms and any(lease_reserve_ok(lim, algorithm, lease_ttl_ms) for lim in limits):
+            lease_ttl_ms = 0
         return cls(
             limits,
             tuple(make_algorithm(algorithm, limit) for limit in limits),
             StoreRequest("check", algorithm, limits, cost, *storing).to_json(),
             StoreRequest("refund", algorithm, limits, cost, *storing).to_json(),
+            lease_ttl_ms,
         )
+
+
+#: The most keys one route keeps lease bookkeeping for in an isolate (least recent first
+#: out: a dropped key's units are never used, which can only under-admit).
+MAX_HOLDINGS = 10_000
+#: How many times a request waits for another request's lease call before asking itself;
+#: after that it is checked by the object alone, as on a route without leases.
+LEASE_ROUNDS = 3
+
+
+@dataclass(slots=True)
+class _Held:
+    """A key's lease bookkeeping in this isolate, and its lease call in flight."""
+
+    holding: Holding
+    pending: asyncio.Future[None] | None = None
 
 
 @dataclass(slots=True)
@@ -82,6 +117,8 @@ class Admission:
     answer: Response | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
     refund: str | None = None
+    lease: Lease | None = None
+    """The lease the request was admitted from (a refund goes back to it)."""
 
 
 class RateLimit:
@@ -95,10 +132,15 @@ class RateLimit:
         self.operating = operating
         policy = route.limits
         self.storing = (policy.write_behind_ms, config.ops.cleanup_after_ms)
-        self.check = Check.of(policy.algorithm, policy.limits, policy.cost, self.storing)
         self.shadow = policy.shadow or config.ops.shadow
+        # A shadow route never blocks: each request is checked, to report what would be.
+        self.lease_ttl_ms = 0 if self.shadow else policy.lease_ttl_ms
+        self.check = Check.of(
+            policy.algorithm, policy.limits, policy.cost, self.storing, self.lease_ttl_ms
+        )
         self.timeout_s = route.failure.store_timeout_ms / 1000
         self._override_checks: dict[str, Check] = {}
+        self._held: OrderedDict[tuple[str, str], _Held] = OrderedDict()
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         admission = await self.admit(exchange)
@@ -110,7 +152,10 @@ class RateLimit:
         refund = admission.refund
         if refund and response.status in self.route.forward.refund_on and exchange.key:
             # The origins failed this request: give its quota back (after the response).
-            exchange.background.defer(self._refund(exchange.key, refund))
+            if admission.lease is not None:
+                admission.lease.give_back(self.route.limits.cost, self.services.clock.now_ms())
+            else:
+                exchange.background.defer(self._refund(exchange.key, refund))
         return response
 
     async def _refund(self, key: str, payload: str) -> None:
@@ -128,7 +173,9 @@ class RateLimit:
         check = self._override_checks.get(override.id)
         if check is None:
             policy = self.route.limits
-            check = Check.of(policy.algorithm, override.limits, policy.cost, self.storing)
+            check = Check.of(
+                policy.algorithm, override.limits, policy.cost, self.storing, self.lease_ttl_ms
+            )
             self._override_checks[override.id] = check
         return check
 
@@ -147,6 +194,21 @@ class RateLimit:
             return Admission(headers=[(REASON_HEADER, "exempt")])
         check = self._check_for(override)
         name = object_name(route.name, key)
+        if check.lease_ttl_ms:
+            return await self._leased(exchange, check, name, digest, override)
+        return await self._checked(exchange, check, name, digest, override)
+
+    async def _checked(
+        self,
+        exchange: Exchange,
+        check: Check,
+        name: str,
+        digest: str,
+        override: Override | None,
+    ) -> Admission:
+        """One object call decides the request (the deny cache may answer first)."""
+        now = exchange.now_ms
+        operating = self.operating
         if not self.shadow and operating.deny_enabled:
             cached = operating.deny.lookup((name, check.payload), now)
             if cached is not None:
@@ -182,6 +244,149 @@ class RateLimit:
         if operating.deny_enabled:
             operating.deny.remember((name, check.payload), now, decisions, response.rows)
         return self._deny(exchange, decisions, digest, latency, override, cached=False)
+
+    # --- leases ---------------------------------------------------------------------------
+
+    def _holding(self, name: str, check: Check) -> _Held:
+        slot = (name, check.payload)
+        held = self._held.get(slot)
+        if held is None:
+            capacity = min(limit.capacity for limit in check.limits)
+            held = self._held[slot] = _Held(Holding(check.lease_ttl_ms, capacity))
+            if len(self._held) > MAX_HOLDINGS:
+                self._held.popitem(last=False)
+        else:
+            self._held.move_to_end(slot)
+        return held
+
+    async def _leased(
+        self,
+        exchange: Exchange,
+        check: Check,
+        name: str,
+        digest: str,
+        override: Override | None,
+    ) -> Admission:
+        """Admit from the key's lease in this isolate, or wait for (or make) the call for
+        the next one."""
+        cost = self.route.limits.cost
+        clock = self.services.clock
+        held = self._holding(name, check)
+        holding = held.holding
+        now = exchange.now_ms
+        holding.meter.observe(now, cost)
+        for _ in range(LEASE_ROUNDS):
+            lease = holding.take(cost, now)
+            if lease is not None:
+                if held.pending is None and holding.wants_refresh(now):
+                    exchange.background.defer(self._refresh(held, name, check))
+                return self._from_lease(
+                    exchange, holding, lease, now, digest=digest, override=override, check=check
+                )
+            ask_at = holding.ask_at(now)
+            if ask_at:
+                if now < holding.denied_until:
+                    decisions = shifted(holding.decisions, now - holding.decided_at)
+                else:  # rationed: this isolate's share of a short limit is used up
+                    decisions = held_back(holding.decisions, ask_at - now, now - holding.decided_at)
+                return self._deny(exchange, decisions, digest, 0, override, cached=True)
+            if held.pending is not None:
+                # Another request's lease call is in flight: its units may do for this one.
+                await asyncio.shield(held.pending)
+                now = clock.now_ms()
+                continue
+            started = clock.now_ms()
+            try:
+                lease = await self._ask(held, name, check, started, cost)
+            except (Exception, asyncio.CancelledError) as exc:
+                return self._store_failed(exc, exchange, digest)
+            latency = clock.now_ms() - started
+            if lease is None:
+                return self._deny(
+                    exchange, holding.decisions, digest, latency, override, cached=False
+                )
+            return self._from_lease(
+                exchange,
+                holding,
+                lease,
+                clock.now_ms(),
+                digest=digest,
+                override=override,
+                check=check,
+                latency=latency,
+            )
+        return await self._checked(exchange, check, name, digest, override)
+
+    async def _ask(
+        self, held: _Held, name: str, check: Check, now: int, reserved: int
+    ) -> Lease | None:
+        """One lease call for ``held`` (its only one in flight): the new lease, of which
+        ``reserved`` units are already taken by the request that made the call, or None
+        when the object denied it. Raises when the object cannot be reached."""
+        holding = held.holding
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        held.pending = waiting
+        try:
+            wanted, returned, observed = holding.request(now, max(1, reserved))
+            policy = self.route.limits
+            payload = StoreRequest(
+                "lease",
+                policy.algorithm,
+                check.limits,
+                wanted,
+                *self.storing,
+                lease_ttl_ms=check.lease_ttl_ms,
+                holder=self.operating.holder,
+                returned=returned,
+                min_units=max(1, reserved),
+                observed_rate=observed,
+            ).to_json()
+            answer = await asyncio.wait_for(
+                self.services.store.call(name, payload), timeout=self.timeout_s
+            )
+            response = StoreResponse.from_json(answer, check.limits)
+            deny_for = self.operating.deny.max_ttl_ms if self.operating.deny_enabled else 0
+            return holding.answered(
+                response, now, self.services.clock.now_ms(), reserved=reserved, deny_for_ms=deny_for
+            )
+        finally:
+            held.pending = None
+            waiting.set_result(None)
+
+    async def _refresh(self, held: _Held, name: str, check: Check) -> None:
+        """Ask for the next lease ahead of the current one running out (after a response)."""
+        if held.pending is not None:
+            return
+        try:
+            await self._ask(held, name, check, self.services.clock.now_ms(), 0)
+        except Exception as exc:
+            self.services.log(
+                {
+                    "event": "lease_refresh_failed",
+                    "route": self.route.name,
+                    "error": repr(exc)[:200],
+                }
+            )
+
+    def _from_lease(
+        self,
+        exchange: Exchange,
+        holding: Holding,
+        lease: Lease,
+        now: int,
+        *,
+        digest: str,
+        override: Override | None,
+        check: Check,
+        latency: int = 0,
+    ) -> Admission:
+        units = sum(held.unused(now) for held in holding.leases)
+        decisions = leased_decisions(holding.decisions, units, now - holding.decided_at)
+        decision = combine(decisions)
+        self._record("allowed", digest, decision, latency, exchange, override=override)
+        return Admission(
+            headers=rate_limit_headers(decision, decisions), refund=check.refund, lease=lease
+        )
 
     def _replay(
         self,

@@ -53,6 +53,9 @@ class RateLimitPolicy:
     write_behind_ms: int = 0
     """0: each decision is stored before the answer; else changes are written at most this
     long after (a restart of the key's object may forget that last interval)."""
+    lease_ttl_ms: int = 0
+    """0: every admitted request asks the key's object; else isolates take units ahead in
+    leases of this ttl and admit from them locally (:mod:`edge_limiter.core.leases`)."""
 
 
 @dataclass(frozen=True, slots=True)

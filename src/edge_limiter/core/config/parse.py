@@ -15,6 +15,8 @@
     algorithm = "sliding_log"
     key = ["ip", "header:x-tenant"]
     on_store_error = "closed"
+    # leases = true                      # or { ttl = "500ms" }: isolates admit from units
+                                         # taken ahead (token_bucket, gcra, the windows)
 
 Every problem in the whole config is collected and raised as ONE :class:`ConfigError`,
 each line naming the route and the field; warnings (legal, but probably not meant) are
@@ -35,6 +37,7 @@ from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
 from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
+from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..rates import Limit, parse_rate, parse_rates
 from ..resilience.retry import RetrySettings, parse_retry
@@ -98,6 +101,7 @@ ROUTE_FIELDS = (
     "cost",
     "shadow",
     "write_behind",
+    "leases",
     "on_store_error",
     "origin",
     "pool",
@@ -109,6 +113,9 @@ ROUTE_FIELDS = (
 )
 MATCH_FIELDS = ("methods", "path", "host", "case_insensitive")
 LIMIT_FIELDS = ("rate", "name", "burst")
+LEASE_FIELDS = ("ttl",)
+#: A lease longer than this only makes its units sit longer in an isolate that went away.
+MAX_LEASE_TTL_MS = 60_000
 PATHS_FIELDS = ("case_insensitive", "matrix_params")
 
 
@@ -362,6 +369,7 @@ def _parse_route(
             minimum_ms=1,
             maximum_ms=MAX_WRITE_BEHIND_MS,
         )
+    lease_ttl = _parse_leases(raw.get("leases"), algorithm, limits, where, problems)
     on_store_error = raw.get("on_store_error", "open")
     if on_store_error not in ("open", "closed"):
         problems.add(
@@ -407,12 +415,55 @@ def _parse_route(
     return Route(
         name=name,
         match=match,
-        limits=RateLimitPolicy(algorithm, tuple(limits), key, cost, shadow, write_behind),
+        limits=RateLimitPolicy(
+            algorithm, tuple(limits), key, cost, shadow, write_behind, lease_ttl
+        ),
         failure=FailurePolicy(on_store_error == "open", defaults.store_timeout_ms),
         forward=Forwarding(pool, timeout, retry, refund_on),
         cache=cache,
         idempotency=idempotency,
     )
+
+
+def _parse_leases(
+    value: object, algorithm: str, limits: list[Limit], where: str, problems: Problems
+) -> int:
+    """``leases = true`` or ``leases = { ttl = "500ms" }``: the lease ttl in ms (0: off)."""
+    where = f"{where}.leases"
+    if value is None or value is False:
+        return 0
+    settings: Mapping[str, Any] = {}
+    if value is not True:
+        if not isinstance(value, Mapping):
+            problems.add(
+                where,
+                f"must be true, false or a table like {{ ttl = '500ms' }}, got {shown(value)}",
+            )
+            return 0
+        settings = value
+        unknown_fields(settings, LEASE_FIELDS, where, problems)
+    if algorithm not in LEASABLE:
+        problems.add(
+            where,
+            f"algorithm {algorithm!r} counts every request exactly and cannot lease "
+            f"(leasable: {', '.join(sorted(LEASABLE))})",
+        )
+        return 0
+    ttl = duration(
+        settings,
+        "ttl",
+        default_ttl(algorithm),
+        where,
+        problems,
+        minimum_ms=1,
+        maximum_ms=MAX_LEASE_TTL_MS,
+    )
+    for limit in limits:
+        why = lease_reserve_ok(limit, algorithm, ttl)
+        if why is not None:
+            problems.add(where, why)
+            return 0
+    return ttl
 
 
 def _statuses(value: object, where: str, problems: Problems) -> frozenset[int]:

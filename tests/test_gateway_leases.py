@@ -1,0 +1,210 @@
+"""Token leases in the rate-limit stage, on CPython: several isolates (gateways over one
+store and one clock) admit from leased units, never more than the limit, with few calls."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from edge_limiter.core.keystore import RATE_MEMORY_TTLS
+from edge_limiter.core.rates import Limit, parse_rates
+from scripts.lease_sim import over_admission
+
+from .fakes import (
+    FailingStore,
+    FakeClock,
+    Harness,
+    MemoryStore,
+    answering,
+    body_json,
+    harness,
+    request,
+)
+
+
+def route(limits: str, algorithm: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "api",
+        "match": {"path": "/v1/*"},
+        "limits": limits,
+        "algorithm": algorithm,
+        "key": "global",
+        "leases": True,
+        **extra,
+    }
+
+
+def isolates(count: int, config: dict[str, Any], **top: Any) -> list[Harness]:
+    """``count`` gateways (isolates) sharing one store (the key's object) and one clock."""
+    clock = FakeClock()
+    store = MemoryStore(clock)
+    return [harness(config, store=store, clock=clock, **top) for _ in range(count)]
+
+
+def test_one_isolate_admits_exactly_the_limit_with_few_calls_and_exact_headers() -> None:
+    (h,) = isolates(1, route("100/minute", "fixed_window"))
+    answers = []
+    for _ in range(150):
+        answers.append(h.send(request()))
+        h.clock.advance(10)
+    statuses = [a.status for a in answers]
+    assert statuses.count(200) == 100 and statuses[100:] == [429] * 50
+    assert len(h.store.calls) <= 20  # leases, not one call per request
+    # One isolate: what the object reported plus what the lease holds is exact.
+    remaining = [int(a.headers.get("x-ratelimit-remaining") or -1) for a in answers[:100]]
+    assert remaining == list(range(99, -1, -1))
+    denied = answers[-1]
+    assert denied.headers.get("retry-after") is not None
+    assert body_json(denied)["code"] == "rate_limited"
+    assert len(h.origin.sent) == 100
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "token_bucket", "gcra"])
+def test_isolates_together_never_exceed_the_limit(algorithm: str) -> None:
+    hs = isolates(3, route("50/s", algorithm))
+    rng = random.Random(algorithm)
+    uses: list[int] = []
+    for _ in range(1_500):
+        h = hs[min(2, int(rng.paretovariate(1.2)) - 1)]  # skewed over the isolates
+        if h.send(request()).status == 200:
+            uses.append(h.clock.now)
+        h.clock.advance(rng.choice((0, 1, 2, 5)))
+    limit = Limit(parse_rates("50/s")[0])
+    assert over_admission(algorithm, limit, uses) == 0
+    assert len(uses) >= 40 * 3  # about the limit over the 3 seconds or so of the run
+    if algorithm != "sliding_window":  # its rationed shares are asked again at once
+        assert len(hs[0].store.calls) * 3 < len(uses)  # far fewer calls than admissions
+
+
+def test_the_last_units_of_a_window_all_go_out_across_isolates() -> None:
+    hs = isolates(2, route("100/minute", "fixed_window"))
+    admitted = 0
+    for index in range(300):
+        h = hs[index % 2]
+        admitted += h.send(request()).status == 200
+        h.clock.advance(5)
+    assert admitted == 100
+
+
+def test_an_isolate_that_disappears_with_a_lease_only_holds_its_units_until_it_ends() -> None:
+    a, b = isolates(2, route("100/s", "fixed_window"))
+    a.clock.advance(1_000 - a.clock.now % 1_000)  # the start of a window
+    for _ in range(40):  # a's rate grows its leases
+        assert a.send(request()).status == 200
+    held = sum(lease.unused(a.clock.now) for lease in _holdings(a))
+    assert held > 0
+    # a is gone: b gets every unit but the ones a holds, and no more.
+    got = sum(b.send(request()).status == 200 for _ in range(200))
+    assert got == 100 - 40 - held
+    # The window ends, and a's lease with it. The object still keeps a share of each grant
+    # for a's reported demand for a few ttls (RATE_MEMORY_TTLS), so b gets less than the
+    # whole limit meanwhile; then b alone gets the whole limit again.
+    b.clock.advance(1_000)
+    meanwhile = sum(b.send(request()).status == 200 for _ in range(150))
+    assert 50 <= meanwhile <= 100
+    b.clock.advance(RATE_MEMORY_TTLS * 1_000)
+    assert sum(b.send(request()).status == 200 for _ in range(150)) == 100
+
+
+def test_a_bucket_lease_of_a_vanished_isolate_expires_after_its_ttl() -> None:
+    a, b = isolates(2, route("20/s", "token_bucket", leases={"ttl": "200ms"}))
+    for _ in range(8):
+        assert a.send(request()).status == 200
+        a.clock.advance(5)
+    lease = _holdings(a)[-1]
+    assert lease.expires_at <= a.clock.now + 200
+    b.clock.advance(lease.expires_at - b.clock.now)
+    # a's lease has ended: b is never admitted past what the bucket allows from here on.
+    uses = [b.clock.now for _ in range(60) if b.send(request()).status == 200]
+    assert uses and len(uses) <= 20
+
+
+def _holdings(h: Harness) -> list[Any]:
+    (held,) = h.gateway.limiters["api"]._held.values()
+    return list(held.holding.leases)
+
+
+class SlowStore(MemoryStore):
+    """The key's object, answering after a few turns of the event loop (a round trip)."""
+
+    async def call(self, name: str, payload: str) -> str:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return await super().call(name, payload)
+
+
+def test_concurrent_requests_share_one_lease_call_and_stay_exact() -> None:
+    clock = FakeClock()
+    h = harness(route("30/minute", "fixed_window"), store=SlowStore(clock), clock=clock)
+
+    async def burst() -> list[int]:
+        answers = await h.concurrently(*(request() for _ in range(80)))
+        return [a.status for a in answers]
+
+    statuses = asyncio.run(burst())
+    h.flush()
+    assert statuses.count(200) == 30 and statuses.count(429) == 50
+    assert len(h.store.calls) < 30
+
+
+def test_cost_is_taken_from_the_lease() -> None:
+    (h,) = isolates(1, route("10/minute", "fixed_window", cost=3))
+    statuses = [h.send(request()).status for _ in range(5)]
+    assert statuses == [200, 200, 200, 429, 429]
+
+
+def test_a_refunded_request_gives_its_unit_back_to_the_lease() -> None:
+    config = route("3/hour", "fixed_window", refund_on=[502], retry={"attempts": 1})
+    (h,) = isolates(1, config)
+    h.origin.respond = answering(502)
+    assert [h.send(request()).status for _ in range(5)] == [502] * 5  # never used up
+    h.origin.respond = None
+    assert [h.send(request()).status for _ in range(4)] == [200, 200, 200, 429]
+
+
+@pytest.mark.parametrize(("policy", "status"), [("open", 200), ("closed", 503)])
+def test_an_unreachable_object_follows_the_failure_policy(policy: str, status: int) -> None:
+    h = harness(route("10/minute", "fixed_window", on_store_error=policy), store=FailingStore())
+    answer = h.send(request())
+    assert answer.status == status
+    assert answer.headers.get("x-edgelimiter-reason") == "store_unavailable"
+
+
+def test_a_failed_refresh_is_logged_and_the_lease_keeps_admitting() -> None:
+    class FlakyStore(MemoryStore):
+        failing = False
+
+        async def call(self, name: str, payload: str) -> str:
+            if self.failing:
+                raise RuntimeError("object reset")
+            return await super().call(name, payload)
+
+    clock = FakeClock()
+    store = FlakyStore(clock)
+    h = harness(route("1000/minute", "fixed_window"), store=store, clock=clock)
+    for _ in range(30):
+        assert h.send(request()).status == 200
+    store.failing = True
+    answers = [h.send(request()) for _ in range(100)]
+    reasons = [a.headers.get("x-edgelimiter-reason") for a in answers]
+    assert all(a.status == 200 for a in answers)  # fail open, the default
+    assert reasons[0] is None  # units already leased are admitted as before
+    assert "store_unavailable" in reasons  # once they are used up, the policy decides
+    assert h.events("store_unavailable")
+
+
+def test_a_shadow_route_checks_every_request() -> None:
+    (h,) = isolates(1, route("3/minute", "fixed_window", shadow=True))
+    assert [h.send(request()).status for _ in range(5)] == [200] * 5
+    assert len(h.store.calls) == 5
+
+
+def test_each_key_has_its_own_leases() -> None:
+    config = {**route("2/minute", "fixed_window"), "key": "ip"}
+    (h,) = isolates(1, config)
+    first = [h.send(request(ip="198.51.100.1")).status for _ in range(3)]
+    second = [h.send(request(ip="198.51.100.2")).status for _ in range(3)]
+    assert first == second == [200, 200, 429]
