@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from edge_limiter.core.algorithms import make_algorithm  # noqa: E402
 from edge_limiter.core.keystore import KeyStore  # noqa: E402
-from edge_limiter.core.leases import Holding, default_ttl  # noqa: E402
+from edge_limiter.core.leases import Ask, Holding, default_ttl  # noqa: E402
 from edge_limiter.core.protocol import StoreRequest, StoreResponse  # noqa: E402
 from edge_limiter.core.rates import Limit, Rate  # noqa: E402
 
@@ -170,17 +170,17 @@ def simulate(scenario: Scenario) -> Result:
         nonlocal sequence
         isolate = isolates[index]
         now = now_us // 1000
-        wanted, returned, observed = isolate.holding.request(now, max(1, covered))
+        ask = isolate.holding.request(now, max(1, covered))
         payload = StoreRequest(
             "lease",
             scenario.algorithm,
             (limit,),
-            wanted,
+            ask.wanted,
             lease_ttl_ms=ttl,
             holder=isolate.holder,
-            returned=returned,
-            min_units=max(1, covered),
-            observed_rate=observed,
+            returned=ask.returned,
+            min_units=ask.min_units,
+            observed_rate=ask.observed_rate,
         ).to_json()
         isolate.in_flight = True
         result.calls += 1
@@ -188,7 +188,7 @@ def simulate(scenario: Scenario) -> Result:
         sequence += 1
         heapq.heappush(
             events,
-            (now_us + rng.randint(low, high), sequence, _AT_DO, index, (payload, now, covered)),
+            (now_us + rng.randint(low, high), sequence, _AT_DO, index, (payload, ask, covered)),
         )
 
     def admit(arrived: int, used_at: int) -> None:
@@ -198,15 +198,15 @@ def simulate(scenario: Scenario) -> Result:
     def take(isolate: _Isolate, now: int) -> bool:
         return isolate.holding.take(1, now) is not None
 
-    def on_answer(index: int, now_us: int, data: tuple[str, int, int, int]) -> None:
-        answer, sent, decided, covered = data
+    def on_answer(index: int, now_us: int, data: tuple[str, Ask, int, int]) -> None:
+        answer, ask, decided, covered = data
         isolate = isolates[index]
         now = now_us // 1000
         isolate.in_flight = False
         response = StoreResponse.from_json(answer, (limit,))
         waiting, isolate.waiting = isolate.waiting, []
         # The requests the grant was sized for are admitted as of the grant, as a check's.
-        lease = isolate.holding.answered(response, sent, now, reserved=covered)
+        lease = isolate.holding.answered(response, ask, now, reserved=covered)
         if lease is None:
             return
         for arrived in waiting[:covered]:
@@ -231,7 +231,7 @@ def simulate(scenario: Scenario) -> Result:
         if events and events[0][0] <= next_arrival:
             at_us, _, kind, index, data = heapq.heappop(events)
             if kind == _AT_DO:
-                payload, sent, covered = data
+                payload, ask, covered = data
                 decided = at_us // 1000
                 answer = store.decide(payload, decided)
                 sequence += 1
@@ -242,7 +242,7 @@ def simulate(scenario: Scenario) -> Result:
                         sequence,
                         _AT_ISOLATE,
                         index,
-                        (answer, sent, decided, covered),
+                        (answer, ask, decided, covered),
                     ),
                 )
             else:

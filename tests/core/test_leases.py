@@ -4,15 +4,18 @@ and, as a property, no over-admission by any mix of isolates, delays and ttls.""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.algorithms import make_algorithm
+from edge_limiter.core.decision import Decision
 from edge_limiter.core.errors import ProtocolError
 from edge_limiter.core.keystore import RATE_MEMORY_TTLS, KeyStore
 from edge_limiter.core.leases import (
+    Holding,
     Lease,
     RateMeter,
     grant_size,
@@ -462,3 +465,101 @@ def test_the_strict_checker_catches_over_admission() -> None:
     assert strict_excess("fixed_window", limit, [0, 50, 99, 100]) == 1
     assert strict_excess("sliding_window", limit, [90, 95, 100]) == 1
     assert strict_excess("sliding_window", limit, [90, 95, 150]) == 0
+
+
+# --- the isolate side: Holding, with calls that overlap, arrive out of order or fail ------
+
+
+@st.composite
+def holding_runs(draw: st.DrawFn) -> tuple[str, Limit, int, list[tuple[int, ...]]]:
+    algorithm, limit, ttl, _ = draw(lease_runs())
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 40),  # ms since the previous step
+                st.integers(0, 2),  # which isolate
+                st.sampled_from("sdaufff"),  # send, decide, answer, use, fail (a timeout)
+                st.integers(0, 50),  # which call; or how many units
+            ),
+            min_size=1,
+            max_size=60,
+        )
+    )
+    return algorithm, limit, ttl, steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(holding_runs())
+def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
+    run: tuple[str, Limit, int, list[tuple[int, ...]]],
+) -> None:
+    """Each isolate drives a real :class:`Holding` as the gateway does (several calls in
+    flight, each request that finds no units asking for itself), while the calls reach the
+    object and come back in any order, or time out at the isolate and are decided later
+    anyway (a ghost grant): the units used never exceed the limit."""
+    algorithm, limit, ttl, steps = run
+    store = KeyStore(SqliteSql())
+    holdings = [Holding(ttl, limit.capacity, lead_ms=5, period_ms=100) for _ in range(3)]
+    outgoing: list[tuple[int, Any, str, bool]] = []  # (isolate, ask, payload, abandoned)
+    answering: list[tuple[int, Any, StoreResponse, int]] = []  # (isolate, ask, answer, at)
+    uses: list[int] = []
+    now = T0 + 3
+    for gap, isolate, action, n in steps:
+        now += gap
+        holding = holdings[isolate]
+        if action == "s":
+            holding.meter.observe(now, n % 3 + 1)
+            sent = holding.request(now, n % 2 + 1)
+            payload = lease(
+                algorithm,
+                sent.wanted,
+                holder=f"i{isolate}",
+                returned=sent.returned,
+                ttl=ttl,
+                min_units=sent.min_units,
+                limits=(limit,),
+                observed_rate=sent.observed_rate,
+            )
+            outgoing.append((isolate, sent, payload.to_json(), False))
+        elif action == "d" and outgoing:
+            who, sent, payload, abandoned = outgoing.pop(n % len(outgoing))
+            answer = StoreResponse.from_json(store.decide(payload, now), (limit,))
+            if answer.granted:
+                uses.extend([now] * sent.min_units)  # the waiting requests, as of the grant
+            if not abandoned:
+                answering.append((who, sent, answer, now))
+        elif action == "a" and answering:
+            who, sent, answer, _ = answering.pop(n % len(answering))
+            holdings[who].answered(answer, sent, now, reserved=sent.min_units)
+        elif action == "u":
+            for _ in range(n % 4 + 1):
+                if holding.take(1, now) is not None:
+                    uses.append(now)
+        elif action == "f" and outgoing:
+            index = n % len(outgoing)
+            who, sent, payload, abandoned = outgoing[index]
+            if not abandoned:
+                holdings[who].failed(sent)
+                outgoing[index] = (who, sent, payload, True)
+    assert strict_excess(algorithm, limit, sorted(uses)) == 0
+
+
+def test_overlapping_calls_give_nothing_back_and_a_failure_ends_giving_back() -> None:
+    holding = Holding(1_000, 100)
+    for _ in range(50):
+        holding.meter.observe(T0)
+    first = holding.request(T0)
+    second = holding.request(T0)  # while the first is in flight: asks for itself only
+    assert first.alone and first.wanted > 1
+    assert not second.alone and second.wanted == second.min_units == 1
+    granted = StoreResponse((Decision(True, 100, 50, 1_000, 0),), granted=10, expires_at=T0 + 1_000)
+    got = holding.answered(granted, first, T0 + 2)
+    assert got is not None and not got.returnable  # another call overlapped it
+    holding.answered(granted, second, T0 + 3)
+    third = holding.request(T0 + 4)
+    assert third.alone and third.returned == 0  # none of those leases gives back
+    holding.answered(granted, third, T0 + 6)
+    alone = holding.leases[-1]
+    assert alone.returnable
+    holding.failed(holding.request(T0 + 7))
+    assert holding.request(T0 + 8).returned == 0 and not holding.returns

@@ -42,6 +42,8 @@ subtracted, so it is off by at most the units they hold.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .algorithms import ALGORITHMS
 from .decision import Decision, Reason
 from .protocol import StoreResponse
@@ -188,7 +190,7 @@ class Lease:
     comes first (a window's lease ends with the window): never later than the object's.
     """
 
-    __slots__ = ("cut", "expires_at", "granted", "rationed", "reported", "units")
+    __slots__ = ("cut", "expires_at", "granted", "rationed", "reported", "returnable", "units")
 
     def __init__(
         self,
@@ -212,6 +214,9 @@ class Lease:
         self.expires_at = expires_at
         self.reported = reported
         """The object's remaining as it answered the grant (for the headers)."""
+        self.returnable = True
+        """Its unused units may be given back: the object's record of this holder's lease
+        is this one (see :meth:`Holding.request`)."""
 
     @classmethod
     def from_answer(
@@ -338,13 +343,36 @@ def leased_decisions(
     )
 
 
+class Ask(NamedTuple):
+    """One lease request a :class:`Holding` made: what to send, and what to match the
+    answer with."""
+
+    wanted: int
+    returned: int
+    observed_rate: int
+    min_units: int
+    sent_at: int
+    number: int
+    """The holding's count of requests made, this one included."""
+    alone: bool
+    """No other request of the holding was in flight when this one was sent."""
+
+
 class Holding:
     """One isolate's leases on one key (one limit set): what it may admit locally, and
     what it asks the key's object for next.
 
     Pure bookkeeping with ``now`` passed in. Whoever drives it (the gateway's rate-limit
-    stage, the simulation) makes at most one lease call at a time per holding: it asks
-    with :meth:`request`, then hands the answer to :meth:`answered`.
+    stage, the simulation) asks with :meth:`request` and hands the answer to
+    :meth:`answered` (or reports the failure with :meth:`failed`).
+
+    Several requests may be in flight at once (the platform lets no request wait on
+    another request's call, so each request that finds no units asks for itself). The
+    object keeps one record per holder, of the grant it decided last, and caps what the
+    holder gives back by that record. So units are given back only from a lease whose
+    request was alone from its sending to its answer (then the grant the object decided
+    last is that one); a request sent while another is in flight asks only for what it
+    needs itself, so leases are not taken twice over.
     """
 
     __slots__ = (
@@ -352,9 +380,12 @@ class Holding:
         "decided_at",
         "decisions",
         "denied_until",
+        "in_flight",
         "lead_ms",
         "leases",
         "meter",
+        "returns",
+        "sent",
         "ttl_ms",
     )
 
@@ -379,6 +410,12 @@ class Holding:
         self.decisions: tuple[Decision, ...] = ()
         """The object's decisions in its last answer (for the headers)."""
         self.decided_at = 0
+        self.in_flight = 0
+        """Lease requests sent and not yet answered."""
+        self.sent = 0
+        self.returns = True
+        """False once a request failed: the object may still decide it, later than any
+        request sent after it, so its record of this holder is never known again."""
 
     def take(self, cost: int, now: int) -> Lease | None:
         """Admit ``cost`` from a lease at ``now``: the lease it came from, or None."""
@@ -399,43 +436,66 @@ class Holding:
         return 0
 
     def wants_refresh(self, now: int) -> bool:
-        """Whether to ask for the next lease now, ahead of the current one running out."""
-        if not self.leases:
+        """Whether to ask for the next lease now, ahead of the current one running out
+        (never while a request is in flight)."""
+        if not self.leases or self.in_flight:
             return False
         return self.leases[-1].should_refresh(now, self.meter.per_ms(now), self.lead_ms)
 
-    def request(self, now: int, min_units: int = 1) -> tuple[int, int, int]:
-        """What to ask for at ``now``: ``(wanted, returned, observed_rate)``.
+    def request(self, now: int, min_units: int = 1) -> Ask:
+        """A lease request at ``now``, for at least ``min_units`` (what the requests
+        waiting on it need).
 
-        ``min_units`` is what the requests waiting on this call need. The current lease's
-        units beyond what the round trip will use are given back (``returned``) and are
-        never used here again.
+        Alone, it asks for what the isolate's rate uses in a ttl and gives back the
+        current lease's units beyond what the round trip will use (they are never used
+        here again). With another request in flight, it asks for ``min_units`` only and
+        gives nothing back.
         """
+        alone = self.in_flight == 0
+        self.in_flight += 1
+        self.sent += 1
         rate = self.meter.per_ms(now)
+        observed = max(1, round(rate * 1000))
+        if not alone:
+            return Ask(min_units, 0, observed, min_units, now, self.sent, alone)
         wanted = max(min_units, want(rate, self.ttl_ms, min_units, self.capacity))
         returned = 0
-        if self.leases:
+        if self.returns and self.leases and self.leases[-1].returnable:
             keep = int(rate * self.lead_ms * 2) + 1
             returned = self.leases[-1].release(now, keep)
         self.leases = [lease for lease in self.leases if lease.unused(now)]
-        return wanted, returned, max(1, round(rate * 1000))
+        return Ask(wanted, returned, observed, min_units, now, self.sent, alone)
+
+    def failed(self, ask: Ask) -> None:
+        """The request ``ask`` got no answer (the units it gave back are lost: the object
+        may or may not have taken them back, and may yet grant it)."""
+        del ask
+        self.in_flight = max(0, self.in_flight - 1)
+        self.returns = False
 
     def answered(
         self,
         answer: StoreResponse,
-        sent_at: int,
+        ask: Ask,
         now: int,
         *,
         reserved: int = 0,
         deny_for_ms: int | None = None,
     ) -> Lease | None:
-        """Take the object's answer to a lease request sent at ``sent_at``: the new lease
-        (``reserved`` of its units already used by the requests the call was made for),
-        or None for a denial, remembered until its ``retry_after`` (at most
-        ``deny_for_ms``)."""
+        """Take the object's answer to ``ask``: the new lease (``reserved`` of its units
+        already used by the requests the call was made for), or None for a denial,
+        remembered until its ``retry_after`` (at most ``deny_for_ms``)."""
+        self.in_flight = max(0, self.in_flight - 1)
         self.decisions = answer.decisions
         self.decided_at = now
-        lease = Lease.from_answer(answer, sent_at, self.ttl_ms, 0)
+        lease = Lease.from_answer(answer, ask.sent_at, self.ttl_ms, 0)
+        if not (ask.alone and self.sent == ask.number):
+            # Another request overlapped this one: which grant the object recorded last
+            # is unknown, so no lease held now may give units back.
+            for old in self.leases:
+                old.returnable = False
+            if lease is not None:
+                lease.returnable = False
         if lease is None:
             retry = answer.decision.retry_after
             if deny_for_ms is not None:
@@ -447,5 +507,9 @@ class Holding:
         return lease
 
     def idle(self, now: int) -> bool:
-        """Nothing held and nothing remembered: the holding may be dropped."""
-        return now >= self.denied_until and not any(lease.unused(now) for lease in self.leases)
+        """Nothing held, asked or remembered: the holding may be dropped."""
+        return (
+            not self.in_flight
+            and now >= self.denied_until
+            and not any(lease.unused(now) for lease in self.leases)
+        )

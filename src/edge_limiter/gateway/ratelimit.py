@@ -6,9 +6,11 @@ asking it. Every decision is counted, logged (allowed ones sampled) and written 
 Analytics Engine when configured.
 
 On a route with ``leases``, the isolate instead admits from units its key's object
-granted ahead (:mod:`edge_limiter.core.leases`): no call while a lease holds units, one
-call (in the background when it can) for the next lease, at most one call in flight per
-key and isolate; requests that find no units wait for that call.
+granted ahead (:mod:`edge_limiter.core.leases`): no call while a lease holds units, and
+the next lease asked for in the background (after the response) before those run out. A
+request that finds no units makes its own lease call: the platform lets no request wait
+on a promise another request's call resolves (its continuation would run in the other
+request's context, which workerd refuses), so requests never wait on each other.
 """
 
 from __future__ import annotations
@@ -97,17 +99,6 @@ class Check:
 #: The most keys one route keeps lease bookkeeping for in an isolate (least recent first
 #: out: a dropped key's units are never used, which can only under-admit).
 MAX_HOLDINGS = 10_000
-#: How many times a request waits for another request's lease call before asking itself;
-#: after that it is checked by the object alone, as on a route without leases.
-LEASE_ROUNDS = 3
-
-
-@dataclass(slots=True)
-class _Held:
-    """A key's lease bookkeeping in this isolate, and its lease call in flight."""
-
-    holding: Holding
-    pending: asyncio.Future[None] | None = None
 
 
 @dataclass(slots=True)
@@ -140,7 +131,7 @@ class RateLimit:
         )
         self.timeout_s = route.failure.store_timeout_ms / 1000
         self._override_checks: dict[str, Check] = {}
-        self._held: OrderedDict[tuple[str, str], _Held] = OrderedDict()
+        self._held: OrderedDict[tuple[str, str], Holding] = OrderedDict()
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         admission = await self.admit(exchange)
@@ -247,17 +238,17 @@ class RateLimit:
 
     # --- leases ---------------------------------------------------------------------------
 
-    def _holding(self, name: str, check: Check) -> _Held:
+    def _holding(self, name: str, check: Check) -> Holding:
         slot = (name, check.payload)
-        held = self._held.get(slot)
-        if held is None:
+        holding = self._held.get(slot)
+        if holding is None:
             capacity = min(limit.capacity for limit in check.limits)
-            held = self._held[slot] = _Held(Holding(check.lease_ttl_ms, capacity))
+            holding = self._held[slot] = Holding(check.lease_ttl_ms, capacity)
             if len(self._held) > MAX_HOLDINGS:
                 self._held.popitem(last=False)
         else:
             self._held.move_to_end(slot)
-        return held
+        return holding
 
     async def _leased(
         self,
@@ -267,98 +258,91 @@ class RateLimit:
         digest: str,
         override: Override | None,
     ) -> Admission:
-        """Admit from the key's lease in this isolate, or wait for (or make) the call for
-        the next one."""
+        """Admit from the key's leases in this isolate, or ask the object for a lease."""
         cost = self.route.limits.cost
         clock = self.services.clock
-        held = self._holding(name, check)
-        holding = held.holding
+        holding = self._holding(name, check)
         now = exchange.now_ms
         holding.meter.observe(now, cost)
-        for _ in range(LEASE_ROUNDS):
-            lease = holding.take(cost, now)
-            if lease is not None:
-                if held.pending is None and holding.wants_refresh(now):
-                    exchange.background.defer(self._refresh(held, name, check))
-                return self._from_lease(
-                    exchange, holding, lease, now, digest=digest, override=override, check=check
-                )
-            ask_at = holding.ask_at(now)
-            if ask_at:
-                if now < holding.denied_until:
-                    decisions = shifted(holding.decisions, now - holding.decided_at)
-                else:  # rationed: this isolate's share of a short limit is used up
-                    decisions = held_back(holding.decisions, ask_at - now, now - holding.decided_at)
-                return self._deny(exchange, decisions, digest, 0, override, cached=True)
-            if held.pending is not None:
-                # Another request's lease call is in flight: its units may do for this one.
-                await asyncio.shield(held.pending)
-                now = clock.now_ms()
-                continue
-            started = clock.now_ms()
-            try:
-                lease = await self._ask(held, name, check, started, cost)
-            except (Exception, asyncio.CancelledError) as exc:
-                return self._store_failed(exc, exchange, digest)
-            latency = clock.now_ms() - started
-            if lease is None:
-                return self._deny(
-                    exchange, holding.decisions, digest, latency, override, cached=False
-                )
+        lease = holding.take(cost, now)
+        if lease is not None:
+            if holding.wants_refresh(now):
+                exchange.background.defer(self._refresh(holding, name, check))
             return self._from_lease(
-                exchange,
-                holding,
-                lease,
-                clock.now_ms(),
-                digest=digest,
-                override=override,
-                check=check,
-                latency=latency,
+                exchange, holding, lease, now, digest=digest, override=override, check=check
             )
-        return await self._checked(exchange, check, name, digest, override)
+        ask_at = holding.ask_at(now)
+        if ask_at:
+            elapsed = now - holding.decided_at
+            if now < holding.denied_until:
+                decisions = shifted(holding.decisions, elapsed)
+            else:  # rationed: this isolate's share of a short limit is used up
+                decisions = held_back(holding.decisions, ask_at - now, elapsed)
+            return self._deny(exchange, decisions, digest, 0, override, cached=True)
+        started = clock.now_ms()
+        try:
+            lease = await self._ask(holding, name, check, started, cost)
+        except (Exception, asyncio.CancelledError) as exc:
+            return self._store_failed(exc, exchange, digest)
+        finished = clock.now_ms()
+        if lease is None:
+            return self._deny(
+                exchange, holding.decisions, digest, finished - started, override, cached=False
+            )
+        return self._from_lease(
+            exchange,
+            holding,
+            lease,
+            finished,
+            digest=digest,
+            override=override,
+            check=check,
+            latency=finished - started,
+        )
 
     async def _ask(
-        self, held: _Held, name: str, check: Check, now: int, reserved: int
+        self, holding: Holding, name: str, check: Check, now: int, reserved: int
     ) -> Lease | None:
-        """One lease call for ``held`` (its only one in flight): the new lease, of which
-        ``reserved`` units are already taken by the request that made the call, or None
-        when the object denied it. Raises when the object cannot be reached."""
-        holding = held.holding
-        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        held.pending = waiting
+        """One lease call: the new lease, of which ``reserved`` units are already taken by
+        the request that made the call, or None when the object denied it. Raises when
+        the object cannot be reached."""
+        ask = holding.request(now, max(1, reserved))
+        policy = self.route.limits
+        payload = StoreRequest(
+            "lease",
+            policy.algorithm,
+            check.limits,
+            ask.wanted,
+            *self.storing,
+            lease_ttl_ms=check.lease_ttl_ms,
+            holder=self.operating.holder,
+            returned=ask.returned,
+            min_units=ask.min_units,
+            observed_rate=ask.observed_rate,
+        ).to_json()
         try:
-            wanted, returned, observed = holding.request(now, max(1, reserved))
-            policy = self.route.limits
-            payload = StoreRequest(
-                "lease",
-                policy.algorithm,
-                check.limits,
-                wanted,
-                *self.storing,
-                lease_ttl_ms=check.lease_ttl_ms,
-                holder=self.operating.holder,
-                returned=returned,
-                min_units=max(1, reserved),
-                observed_rate=observed,
-            ).to_json()
             answer = await asyncio.wait_for(
                 self.services.store.call(name, payload), timeout=self.timeout_s
             )
             response = StoreResponse.from_json(answer, check.limits)
-            deny_for = self.operating.deny.max_ttl_ms if self.operating.deny_enabled else 0
-            return holding.answered(
-                response, now, self.services.clock.now_ms(), reserved=reserved, deny_for_ms=deny_for
-            )
-        finally:
-            held.pending = None
-            waiting.set_result(None)
+        except BaseException:
+            holding.failed(ask)
+            raise
+        deny_for = self.operating.deny.max_ttl_ms if self.operating.deny_enabled else 0
+        return holding.answered(
+            response,
+            ask,
+            self.services.clock.now_ms(),
+            reserved=reserved,
+            deny_for_ms=deny_for,
+        )
 
-    async def _refresh(self, held: _Held, name: str, check: Check) -> None:
+    async def _refresh(self, holding: Holding, name: str, check: Check) -> None:
         """Ask for the next lease ahead of the current one running out (after a response)."""
-        if held.pending is not None:
+        if holding.in_flight:
             return
         try:
-            await self._ask(held, name, check, self.services.clock.now_ms(), 0)
+            await self._ask(holding, name, check, self.services.clock.now_ms(), 0)
         except Exception as exc:
             self.services.log(
                 {

@@ -1,0 +1,122 @@
+"""Token leases end to end: two copies of the Worker (two isolates) on the local runtime,
+sharing the Durable Object namespace, admit one key's requests from leased units: exactly
+the limit in total, with few object calls (counted by the local host), and an isolate that
+stops asking holds only the units of its last lease, until that lease ends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from demo_origin import DemoOrigin
+from local_gateway import LocalGateway
+
+from .conftest import fresh_ip, track
+
+pytestmark = pytest.mark.e2e
+
+DECIDE = "RateLimiter.decide"
+
+
+def config(origin: str) -> dict[str, Any]:
+    def route(name: str, limits: str, algorithm: str, **more: Any) -> dict[str, Any]:
+        return {
+            "name": name,
+            "match": {"path": f"/{name}/*"},
+            "limits": limits,
+            "algorithm": algorithm,
+            "key": "header:x-api-key",
+            **more,
+        }
+
+    return {
+        "origin": origin,
+        "routes": [
+            route("lease-fw", "300/day", "fixed_window", leases=True),
+            route("plain-fw", "300/day", "fixed_window"),
+            route("lease-tb", "10/s", "token_bucket", burst=30, leases={"ttl": "500ms"}),
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def leasing(worker_dir: Path, origin: DemoOrigin) -> Iterator[LocalGateway]:
+    gw = LocalGateway(worker_dir, {"EDGE_LIMITER": config(origin.url)}, replicas=2)
+    track(gw.start())
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def send(clients: list[httpx.Client], path: str, key: str, count: int) -> list[httpx.Response]:
+    """``count`` requests, spread evenly over the isolates, 8 in flight per isolate."""
+
+    def one(index: int) -> httpx.Response:
+        client = clients[index % len(clients)]
+        return client.get(path, headers={"x-api-key": key, "cf-connecting-ip": fresh_ip()})
+
+    with ThreadPoolExecutor(8 * len(clients)) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def clients_of(gw: LocalGateway) -> list[httpx.Client]:
+    return [httpx.Client(base_url=base, timeout=30) for base in [gw.url, *gw.replica_urls]]
+
+
+def decide_calls(gw: LocalGateway) -> int:
+    return gw.durable_object_calls().get(DECIDE, 0)
+
+
+def test_two_isolates_admit_exactly_the_limit_with_a_fraction_of_the_calls(
+    leasing: LocalGateway,
+) -> None:
+    clients = clients_of(leasing)
+    assert len(clients) == 2
+    measured = {}
+    for route in ("lease-fw", "plain-fw"):
+        key = f"{route}-{time.time_ns()}"
+        before = decide_calls(leasing)
+        answers = send(clients, f"/{route}/x", key, 600)
+        calls = decide_calls(leasing) - before
+        statuses = [a.status_code for a in answers]
+        assert statuses.count(200) == 300, route  # exactly the limit, over both isolates
+        assert statuses.count(429) == 300, route
+        denied = next(a for a in answers if a.status_code == 429)
+        assert denied.headers["content-type"] == "application/problem+json"
+        assert int(denied.headers["retry-after"]) > 0
+        remaining = [int(a.headers["x-ratelimit-remaining"]) for a in answers]
+        assert all(0 <= r < 300 for r in remaining)
+        measured[route] = calls
+    print(f"object calls for 600 requests (300 admitted) over 2 isolates: {measured}")
+    # Without leases, every admitted request costs a call (denials: the deny cache).
+    assert measured["plain-fw"] >= 300
+    # With leases: a call per many admitted requests.
+    assert measured["lease-fw"] * 5 <= 300, measured
+
+
+def test_an_isolate_that_stops_asking_holds_only_its_last_lease_until_it_ends(
+    leasing: LocalGateway,
+) -> None:
+    first, second = clients_of(leasing)
+    key = f"vanish-{time.time_ns()}"
+    started = time.monotonic()
+    # The first isolate takes the burst (less the bucket's lease reserve), then goes quiet
+    # with whatever its last lease holds.
+    one = [a.status_code for a in send([first], "/lease-tb/x", key, 40)]
+    two = [a.status_code for a in send([second], "/lease-tb/x", key, 40)]
+    elapsed = time.monotonic() - started
+    admitted = one.count(200) + two.count(200)
+    # Never more than the bucket allows over the whole time: its burst plus the refill.
+    assert admitted <= 30 + 10 * elapsed + 1, (one, two, elapsed)
+    assert one.count(200) >= 10
+    # Once the quiet isolate's lease has ended (500 ms) and the bucket refilled, the other
+    # isolate gets a full burst again (the burst less the reserve of 500 ms of refill).
+    time.sleep(3.5)
+    again = [a.status_code for a in send([second], "/lease-tb/x", key, 40)]
+    assert again.count(200) >= 25 - 1, again
