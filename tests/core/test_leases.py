@@ -20,6 +20,7 @@ from edge_limiter.core.leases import (
     RateMeter,
     grant_size,
     lease_reserve_ok,
+    pace_ms,
     want,
 )
 from edge_limiter.core.protocol import StoreRequest, StoreResponse
@@ -243,7 +244,9 @@ def test_malformed_lease_answers() -> None:
         '{"ds":[[true,1,0,1,0]],"g":1}',
         '{"ds":[[true,1,0,1,0]],"g":-1,"x":5}',
         '{"ds":[[true,1,0,1,0]],"rn":1}',  # rationed without a grant
-        '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":2}',
+        '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":3}',
+        '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":2}',  # paced without its next ask time
+        '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":1,"na":4}',  # a next ask time, not paced
         '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":true}',
     ):
         with pytest.raises(ProtocolError):
@@ -251,6 +254,44 @@ def test_malformed_lease_answers() -> None:
 
 
 # --- the object's lease op ------------------------------------------------------------
+
+
+def test_pace_gives_a_holder_its_units_of_the_growth() -> None:
+    assert pace_ms(5.0, 0.01, units=10) == 200  # 5 units/ms, a 1% share: 0.05 units/ms
+    assert pace_ms(0.5, 1.0, units=10) == 20
+    assert pace_ms(100.0, 1.0, units=10) == 1  # never below 1 ms
+    assert pace_ms(0.0, 0.5) == 3_600_000  # nothing grows: the lease's end comes first
+
+
+def test_a_rationed_sliding_window_holder_is_paced_not_sent_to_the_window_end() -> None:
+    store = KeyStore(SqliteSql())
+    limit = (Limit(Rate(100, 1_000)),)
+    sliding = "sliding_window"
+    # A full previous window: at T0 + 100 the estimate is 90 used, 10 left, and 0.1 unit
+    # per ms slides out.
+    for at in range(0, 1_000, 10):
+        ask(store, lease(sliding, 1, holder="old", limits=limit), T0 - 1_000 + at)
+    for holder in ("a", "b"):
+        ask(store, lease(sliding, 1, holder=holder, limits=limit, observed_rate=100), T0 + 99)
+    a = ask(
+        store,
+        lease(sliding, 50, holder="a", limits=limit, ttl=1_000, observed_rate=100),
+        T0 + 100,
+    )
+    assert a.rationed and 0 < a.granted < 50
+    # Its share (100 of the 200 units/s reported) of 0.1 units/ms brings PACE_UNITS units
+    # in PACE_UNITS / 0.05 ms: it asks again then, long before the window's end.
+    assert a.ask_at == T0 + 100 + pace_ms(0.1, 0.5)
+    held = Lease.from_answer(a, T0 + 100, 1_000, 50)
+    assert held is not None and held.next_ask_at(10) == a.ask_at < T0 + 1_000
+    # A fixed window's rationed holder waits for the window's end: nothing slides out.
+    fixed = KeyStore(SqliteSql())
+    for holder in ("a", "b"):
+        ask(fixed, lease(wanted=1, holder=holder, limits=limit, observed_rate=100), T0 + 99)
+    f = ask(
+        fixed, lease(wanted=99, holder="a", limits=limit, ttl=1_000, observed_rate=100), T0 + 100
+    )
+    assert f.rationed and not f.ask_at
 
 
 def test_the_object_sizes_grants_by_the_holders_reported_rates() -> None:

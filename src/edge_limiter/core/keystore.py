@@ -42,7 +42,7 @@ from .algorithms import make_algorithm
 from .algorithms.base import Algorithm
 from .decision import Decision
 from .errors import ProtocolError, StateError
-from .leases import grant_size
+from .leases import grant_size, pace_ms
 from .limiter import check_all, combine, peek_all, refund_all
 from .protocol import (
     DEFAULT_CLEANUP_AFTER_MS,
@@ -407,13 +407,28 @@ class KeyStore:
                 raise StateError(f"a grant of {granted} within {grantable} was denied")
             by_holder[request.holder] = _Held(granted, now, expires_at)
             answer = _answer(result.decisions, result.decision)
-            # A rationed holder waits for its lease's end; only right if nothing grows
-            # grantable meanwhile, or the end is near (the bucket's ttl, not a window).
-            waits = granted < wanted and (
-                expires_at == now + ttl
-                or not any(algorithm.lease_supply_grows for algorithm in algorithms)
-            )
-            rationed = ',"rn":1' if waits else ""
+            # A rationed holder waits for its lease's end when nothing grows grantable
+            # meanwhile, or the end is near (the bucket's ttl, not a window's end). Else
+            # (a sliding window's lease cut by its window's end, while the previous
+            # window slides out) it is paced: it asks again after part of a ttl, so the
+            # holders share the growth a few times a window, not one unit per call.
+            rationed = ""
+            if granted < wanted:
+                waits = expires_at == now + ttl or not any(
+                    algorithm.lease_supply_grows for algorithm in algorithms
+                )
+                if waits:
+                    rationed = ',"rn":1'
+                else:
+                    growth = min(
+                        algorithm.lease_growth(state, now)
+                        for algorithm, state in zip(algorithms, result.states, strict=True)
+                    )
+                    total = sum(rate for rate, _ in rates.values())
+                    mine = request.observed_rate
+                    share = mine / total if mine and total else 1 / len(by_holder)
+                    ask_at = min(expires_at, now + pace_ms(growth, share))
+                    rationed = f',"rn":2,"na":{ask_at}'
             answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}{rationed}}}'
             self._store(compiled, states, result.states, now)
             return answer

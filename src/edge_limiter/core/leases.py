@@ -55,6 +55,10 @@ LEASABLE = frozenset(name for name, cls in ALGORITHMS.items() if cls.leasable)
 #: The rate meter's period: the isolate's rate is measured over about this much time.
 DEFAULT_METER_PERIOD_MS = 1_000
 
+#: A paced rationed holder asks again once its share of the growth is about this many
+#: units (so a call brings about this many admissions, and no more sit unclaimed).
+PACE_UNITS = 10
+
 #: A route's lease ttl when it sets none, by algorithm family (see :func:`default_ttl`).
 DEFAULT_TTL_MS = {"window": 1_000, "bucket": 500}
 
@@ -152,6 +156,17 @@ def want(rate_per_ms: float, ttl_ms: int, min_units: int = 1, max_units: int = 1
     return max(min_units, min(max_units, wanted))
 
 
+def pace_ms(growth_per_ms: float, share: float, units: int = PACE_UNITS) -> int:
+    """How long (ms) until a holder with ``share`` (0-1] of the demand gets ``units`` of a
+    supply that grows by ``growth_per_ms``: when a rationed holder of a growing supply
+    asks again. At least 1 ms; a supply that does not grow: an hour (the lease's end
+    comes first)."""
+    rate = growth_per_ms * max(0.0, min(1.0, share))
+    if rate <= 0:
+        return 3_600_000
+    return max(1, -int(-units // rate))
+
+
 def grant_size(
     wanted: int,
     grantable: int,
@@ -190,7 +205,16 @@ class Lease:
     comes first (a window's lease ends with the window): never later than the object's.
     """
 
-    __slots__ = ("cut", "expires_at", "granted", "rationed", "reported", "returnable", "units")
+    __slots__ = (
+        "cut",
+        "expires_at",
+        "granted",
+        "paced_at",
+        "rationed",
+        "reported",
+        "returnable",
+        "units",
+    )
 
     def __init__(
         self,
@@ -214,6 +238,8 @@ class Lease:
         self.expires_at = expires_at
         self.reported = reported
         """The object's remaining as it answered the grant (for the headers)."""
+        self.paced_at = 0
+        """A paced rationed lease: when its holder may ask again (0: not paced)."""
         self.returnable = True
         """Its unused units may be given back: the object's record of this holder's lease
         is this one (see :meth:`Holding.request`)."""
@@ -229,13 +255,16 @@ class Lease:
         del wanted  # the object says whether it rationed (``StoreResponse.rationed``)
         expires_at = min(sent_at + ttl_ms, answer.expires_at)
         cut = answer.expires_at < sent_at + ttl_ms
-        return cls(
+        lease = cls(
             answer.granted,
             expires_at,
             answer.decision.remaining,
             rationed=answer.rationed,
             cut=cut,
         )
+        if answer.ask_at:
+            lease.paced_at = min(expires_at, answer.ask_at)
+        return lease
 
     def next_ask_at(self, lead_ms: int) -> int:
         """When an isolate whose leases are used up may ask again: at once, unless this
@@ -243,6 +272,8 @@ class Lease:
         once it ended if it was cut (its window has nothing left for this holder)."""
         if not self.rationed:
             return 0
+        if self.paced_at:
+            return self.paced_at
         return self.expires_at if self.cut else self.expires_at - lead_ms
 
     def take(self, cost: int, now: int) -> bool:

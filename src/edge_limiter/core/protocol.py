@@ -175,6 +175,10 @@ class StoreResponse:
     granted: int = 0
     expires_at: int = 0
     rationed: bool = False
+    ask_at: int = 0
+    """A rationed grant on a limit whose supply grows before the lease's end (a sliding
+    window's lease cut by its window's end): when the holder may ask again (the object's
+    clock; :func:`edge_limiter.core.leases.pace_ms`), instead of at the lease's end."""
 
     @property
     def decision(self) -> Decision:
@@ -190,7 +194,9 @@ class StoreResponse:
             data["g"] = self.granted
             data["x"] = self.expires_at
             if self.rationed:
-                data["rn"] = 1
+                data["rn"] = 2 if self.ask_at else 1
+            if self.ask_at:
+                data["na"] = self.ask_at
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -212,9 +218,16 @@ class StoreResponse:
             if granted < 0 or (granted > 0) != (expires_at > 0):
                 raise ValueError(f"bad lease grant {granted!r} until {expires_at!r}")
             rationed = data.get("rn", 0)
-            if rationed not in (0, 1) or isinstance(rationed, bool) or (rationed and not granted):
+            if (
+                rationed not in (0, 1, 2)
+                or isinstance(rationed, bool)
+                or (rationed and not granted)
+            ):
                 raise ValueError(f"bad rationed flag {rationed!r}")
-            return cls(decisions, rows, granted, expires_at, bool(rationed))
+            ask_at = int(data.get("na", 0))
+            if (rationed == 2) != (ask_at > 0):
+                raise ValueError(f"bad next ask time {ask_at!r} for rationed {rationed!r}")
+            return cls(decisions, rows, granted, expires_at, bool(rationed), ask_at)
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc
 

@@ -122,6 +122,12 @@ class Algorithm(ABC, Generic[S]):
     window's previous count slides out). Only where it does not (a fixed window) does a
     holder given a rationed share wait for its lease's end: elsewhere it asks again."""
 
+    def lease_growth(self, state: S | None, now: int) -> float:
+        """How fast what is grantable grows at ``now``, in units per ms, while nothing is
+        taken: the refill rate here (a bucket); a sliding window's slide-out rate."""
+        del state, now
+        return self.rate.quota / self.rate.window_ms if self.lease_supply_grows else 0.0
+
     def grantable(self, state: S | None, now: int, ttl_ms: int) -> int:
         """The most units a lease of ``ttl_ms`` granted at ``now`` may take from ``state``.
 

@@ -149,6 +149,13 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         used = self._weighted(previous, t - index * window) + current
         return max(0, self.rate.quota - used)
 
+    def lease_growth(self, state: SlidingWindowState | None, now: int) -> float:
+        """The previous window's count sliding out: ``previous / window`` units per ms."""
+        if state is None:
+            return 0.0
+        _, _, previous, _ = self._at(state, now)
+        return previous / self.rate.window_ms
+
     def lease_expiry(self, now: int, ttl_ms: int) -> int:
         """``now + ttl_ms``, or the end of the current window if that comes first."""
         window = self.rate.window_ms
