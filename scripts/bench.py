@@ -17,6 +17,10 @@ Sections (``--only`` picks some; all by default):
 - ``flood``    a noisy key at 10x its limit (the deny cache's share of denials, exactness),
                and one flooded at R requests/s (open loop, ``hey`` when installed) while 10
                clients of another key run: their throughput and p99 against alone;
+- ``leases``   two copies of the Worker (two isolates) driving one hot key at once, on a
+               route with token leases against the same route without: requests/s, p50,
+               Durable Object calls per admitted request, and the total admitted when the
+               limit binds (it must be exactly the limit);
 - ``startup``  time to the first answer of a fresh runtime: the project against a bare
                Python Worker on the same host;
 - ``memory``   workerd's RSS at boot, after N requests and after K distinct keys; storage
@@ -49,7 +53,7 @@ sys.path.insert(0, str(HERE / "bench"))
 
 import runtime as rt  # noqa: E402
 
-SECTIONS = ("core", "gateway", "object", "flood", "startup", "memory")
+SECTIONS = ("core", "gateway", "object", "flood", "leases", "startup", "memory")
 KEY = "x-bench-key"
 
 
@@ -335,6 +339,92 @@ def _flood(report: Report, quick: bool, gw: Any, flood_rates: tuple[int, ...]) -
     )
 
 
+# --- leases ----------------------------------------------------------------------------------
+
+
+def _lease_config(origin: str) -> dict[str, Any]:
+    def route(name: str, limits: str, algorithm: str, **more: Any) -> dict[str, Any]:
+        match = {"path": f"/{name}/*"}
+        return {"name": name, "match": match, "limits": limits, "algorithm": algorithm} | {
+            "key": f"header:{KEY}",
+            **more,
+        }
+
+    return {
+        "origin": origin,
+        "routes": [
+            route("plain", rt.BENCH_LIMIT, "gcra"),
+            route("leased", rt.BENCH_LIMIT, "gcra", leases=True),
+            route("plain-at-limit", "3000/day", "fixed_window"),
+            route("leased-at-limit", "3000/day", "fixed_window", leases=True),
+        ],
+    }
+
+
+def section_leases(report: Report, quick: bool, origin: str) -> None:
+    per_isolate = 150 if quick else 3000
+    inflight = 25
+    repeat = 1 if quick else 3
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
+        worker = Path(tmp) / "worker"
+        rt.build(worker)
+        for _ in range(repeat):
+            gw = rt.LocalGateway(worker, {"EDGE_LIMITER": _lease_config(origin)}, replicas=2)
+            with gw:
+                bases = [gw.url, *gw.replica_urls]
+                for route in ("plain", "leased", "plain-at-limit", "leased-at-limit"):
+                    key = {KEY: f"{route}-{time.time_ns()}"}
+                    before = _decide_calls(gw)
+                    started = time.monotonic()
+                    loads = [
+                        rt.start_load(
+                            f"{base}/{route}/x",
+                            requests=per_isolate,
+                            concurrency=inflight,
+                            headers=key,
+                            warmup=0,
+                        )
+                        for base in bases
+                    ]
+                    results = [rt.finish(load) for load in loads]
+                    seconds = time.monotonic() - started
+                    calls = _decide_calls(gw) - before
+                    admitted = sum(r["statuses"].get("200", 0) for r in results)
+                    runs.setdefault(route, []).append(
+                        {
+                            "rps": sum(r["rps"] for r in results),
+                            "p50": statistics.median(r["p50"] for r in results),
+                            "p99": max(r["p99"] for r in results),
+                            "admitted": admitted,
+                            "calls": calls,
+                            "calls_per_admitted": calls / max(1, admitted),
+                            "seconds": seconds,
+                        }
+                    )
+    rows = []
+    for route, samples in runs.items():
+        admitted = sorted({run["admitted"] for run in samples})
+        rows.append(
+            [
+                route,
+                rt.median(samples, "rps"),
+                rt.median(samples, "p50"),
+                rt.median(samples, "p99"),
+                ",".join(str(a) for a in admitted),
+                f"1/{1 / max(1e-9, rt.median(samples, 'calls_per_admitted')):.1f}",
+            ]
+        )
+    report.data["leases"] = runs
+    report.table(
+        f"One hot key from two isolates at once ({per_isolate} requests per isolate, "
+        f"{inflight} in flight each; medians of {repeat} rounds, each on a fresh runtime; "
+        "the at-limit routes allow 3000/day)",
+        ["route", "req/s (both)", "p50 ms", "p99 ms", "admitted", "object calls per admitted"],
+        rows,
+    )
+
+
 def _start_flood(gw: Any, flood_rate: int, seconds: int) -> tuple[Any, str]:
     """An open-loop flood of one new key at ``flood_rate`` requests/s (hey when installed)."""
     hey = shutil.which("hey")
@@ -573,6 +663,8 @@ def main(argv: list[str] | None = None) -> int:
         if "flood" in chosen:
             rates = tuple(int(rate) for rate in args.flood_rates.split(",") if rate.strip())
             section_flood(report, args.quick, origin, rates)
+        if "leases" in chosen:
+            section_leases(report, args.quick, origin)
         if "startup" in chosen:
             section_startup(report, args.quick, origin)
         if "memory" in chosen:

@@ -34,6 +34,7 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
         "The Durable Object step",
         "Per request on local workerd",
         "One hot key",
+        "One hot key from two isolates",
         "A key at 10x its limit",
         "10 clients of one key",
         "Time to the first answer",
@@ -52,3 +53,7 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     # refills during the run).
     assert data["abusive"]["admitted"] <= 100 + 100 * 2 / 60 + 1
     assert data["memory"]["storage_after_cleanup"]["rows"] == 0
+    leases = data["leases"]
+    for route in ("plain", "leased"):
+        assert [run["admitted"] for run in leases[route]] == [300]  # far below the limit
+    assert leases["leased"][0]["calls"] < leases["plain"][0]["calls"]
