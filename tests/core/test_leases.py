@@ -604,3 +604,17 @@ def test_overlapping_calls_give_nothing_back_and_a_failure_ends_giving_back() ->
     assert alone.returnable
     holding.failed(holding.request(T0 + 7))
     assert holding.request(T0 + 8).returned == 0 and not holding.returns
+
+
+def test_units_leased_before_a_reset_are_not_given_back_into_the_fresh_allowance() -> None:
+    store = KeyStore(SqliteSql())
+    limit = (Limit(Rate(10, 1_000)),)
+    granted = ask(store, lease(wanted=6, holder="a", limits=limit, ttl=1_000), T0 + 1)
+    assert granted.granted == 6
+    reset = StoreRequest("reset", "fixed_window", limit).to_json()
+    store.decide(reset, T0 + 2)
+    used = StoreRequest("check", "fixed_window", limit, 5).to_json()
+    store.decide(used, T0 + 3)  # 5 of the fresh 10
+    # "a" gives its 6 old units back: ignored, else the fresh allowance would count 5 - 6.
+    after = ask(store, lease(wanted=1, holder="a", returned=6, limits=limit, ttl=1_000), T0 + 4)
+    assert after.granted == 1 and after.decision.remaining == 4

@@ -284,6 +284,10 @@ class KeyStore:
                 new_states = refund_all(algorithms, states, now, compiled.cost)
             else:
                 new_states = [None] * len(algorithms)
+                # A fresh allowance: units of leases granted before it may still be used
+                # (an operator's reset gives the key more, never less), but not given back
+                # into it, which would admit them twice.
+                self.leases.pop(tuple(ids), None)
             result = peek_all(algorithms, new_states, now, 1)
         answer = _answer(result.decisions, result.decision)
         if op == "check":
