@@ -207,3 +207,17 @@ def test_each_key_has_its_own_leases() -> None:
     first = [h.send(request(ip="198.51.100.1")).status for _ in range(3)]
     second = [h.send(request(ip="198.51.100.2")).status for _ in range(3)]
     assert first == second == [200, 200, 429]
+
+
+def test_an_admin_reset_lets_a_denied_lease_route_admit_again() -> None:
+    from .test_gateway_admin import TOKEN, admin
+
+    config = {**route("3/hour", "fixed_window"), "key": "header:x-api-key"}
+    h = harness(config, admin_token=TOKEN)
+    alice = {"x-api-key": "alice"}
+    assert [h.send(request(headers=alice)).status for _ in range(5)] == [200] * 3 + [429] * 2
+    calls = len(h.store.calls)
+    assert h.send(request(headers=alice)).status == 429
+    assert len(h.store.calls) == calls  # the denial is remembered: no call
+    assert admin(h, "/api/keys/reset?route=api&key=header:x-api-key=alice", "POST").status == 200
+    assert [h.send(request(headers=alice)).status for _ in range(4)] == [200] * 3 + [429]

@@ -46,6 +46,9 @@ class DenyCache:
         self.max_ttl_ms = max_ttl_ms
         self._entries: OrderedDict[Any, Denied] = OrderedDict()
         self.hits = 0
+        self.generation = 0
+        """How many times everything was dropped: whatever else this isolate remembers
+        of denials (a lease holding's) holds only while it has not changed."""
 
     def remember(
         self,
@@ -83,6 +86,7 @@ class DenyCache:
     def clear(self) -> None:
         """Drop everything."""
         self._entries.clear()
+        self.generation += 1
 
     def __len__(self) -> int:
         return len(self._entries)

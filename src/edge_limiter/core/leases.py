@@ -411,6 +411,7 @@ class Holding:
         "decided_at",
         "decisions",
         "denied_until",
+        "epoch",
         "in_flight",
         "lead_ms",
         "leases",
@@ -438,6 +439,8 @@ class Holding:
         """The leases with units (the newest last): an older one is used up first."""
         self.denied_until = 0
         """Until then the object's last answer was a denial: deny without asking."""
+        self.epoch = 0
+        """The driver's mark of when that denial was remembered (see :meth:`forget_denial`)."""
         self.decisions: tuple[Decision, ...] = ()
         """The object's decisions in its last answer (for the headers)."""
         self.decided_at = 0
@@ -465,6 +468,11 @@ class Holding:
             if now < at:
                 return at
         return 0
+
+    def forget_denial(self) -> None:
+        """Ask the object on the next request even if its last answer was a denial (a
+        reset, a refund or an override may have changed the key since)."""
+        self.denied_until = 0
 
     def wants_refresh(self, now: int) -> bool:
         """Whether to ask for the next lease now, ahead of the current one running out

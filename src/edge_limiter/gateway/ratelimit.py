@@ -264,6 +264,12 @@ class RateLimit:
         holding = self._holding(name, check)
         now = exchange.now_ms
         holding.meter.observe(now, cost)
+        generation = self.operating.deny.generation
+        if holding.epoch != generation:
+            # The deny cache was dropped (a reset, a refund, an override) since this
+            # holding remembered a denial: ask the object again.
+            holding.forget_denial()
+            holding.epoch = generation
         lease = holding.take(cost, now)
         if lease is not None:
             if holding.wants_refresh(now):
