@@ -221,3 +221,18 @@ def test_an_admin_reset_lets_a_denied_lease_route_admit_again() -> None:
     assert len(h.store.calls) == calls  # the denial is remembered: no call
     assert admin(h, "/api/keys/reset?route=api&key=header:x-api-key=alice", "POST").status == 200
     assert [h.send(request(headers=alice)).status for _ in range(4)] == [200] * 3 + [429]
+
+
+def test_every_limit_of_a_route_holds_with_leases() -> None:
+    hs = isolates(2, route("20/s; 50/minute", "fixed_window"))
+    statuses = []
+    for index in range(400):
+        h = hs[index % 2]
+        statuses.append(h.send(request()).status)
+        h.clock.advance(10)  # 4 s in all: the per-second limit binds first, then the minute's
+    assert statuses.count(200) == 50
+    first_second = statuses[:100]
+    assert first_second.count(200) <= 20
+    denied = hs[0].send(request())
+    assert denied.status == 429
+    assert body_json(denied)["violated-policies"] == ["50-per-minute"]
