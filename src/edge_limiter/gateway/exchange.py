@@ -80,12 +80,14 @@ def _bind(stage: Stage, call_next: Handler) -> Handler:
 
 def problem_response(problem: Problem, headers: list[tuple[str, str]] | None = None) -> Response:
     """A problem as a response: JSON body, never cached, with ``headers`` added."""
-    out = Headers([("content-type", PROBLEM_JSON), ("cache-control", "no-store")])
-    for name, value in problem.headers:
-        out.set(name, value)
-    for name, value in headers or ():
-        out.set(name, value)
-    return Response(problem.status, out, problem.to_json().encode("utf-8"))
+    # As Headers.set each field in turn (a later value replaces an earlier one and moves
+    # last), built in one pass.
+    fields = {"content-type": PROBLEM_JSON, "cache-control": "no-store"}
+    for name, value in (*problem.headers, *(headers or ())):
+        key = name.lower()
+        fields.pop(key, None)
+        fields[key] = value
+    return Response(problem.status, Headers(fields.items()), problem.to_json().encode("utf-8"))
 
 
 def log_line(record: dict[str, Any]) -> str:

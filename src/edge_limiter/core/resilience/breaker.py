@@ -454,6 +454,8 @@ def record(
     failures = len(recent) - recent.count(_SUCCESS)
     if len(recent) >= settings.min_calls and failures * 100 >= settings.failure_rate * len(recent):
         return _trip(state, settings, now)
+    if recent == state.recent:
+        return state  # a full window of successes meeting one more: nothing changes
     return replace(state, recent=recent)
 
 
