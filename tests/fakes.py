@@ -137,7 +137,7 @@ class MemoryStore:
         self.objects: dict[str, KeyStore] = {}
         self.calls: list[str] = []
 
-    async def call(self, name: str, payload: str) -> str:
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
         self.calls.append(name)
         store = self.objects.get(name)
         if store is None:
@@ -146,13 +146,15 @@ class MemoryStore:
 
 
 class FailingStore:
-    async def call(self, name: str, payload: str) -> str:
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
         raise RuntimeError("Durable Object reset")
 
 
 class HangingStore:
-    async def call(self, name: str, payload: str) -> str:
-        await asyncio.Event().wait()
+    """Never answers: the port's timeout (as the platform's timer would) ends the wait."""
+
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+        await asyncio.wait_for(asyncio.Event().wait(), timeout_ms / 1000 if timeout_ms else None)
         raise AssertionError("unreachable")
 
 
@@ -193,7 +195,7 @@ class MemoryIdempotency:
         self.calls: list[tuple[str, str]] = []
         self.failing = False
 
-    async def call(self, name: str, payload: str) -> str:
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
         self.calls.append((name, json.loads(payload)["op"]))
         if self.failing:
             raise RuntimeError("Durable Object overloaded")

@@ -231,7 +231,7 @@ def test_fail_closed_answers_503(store: Any) -> None:
 
 def test_garbage_from_the_store_follows_the_failure_policy() -> None:
     class Garbage:
-        async def call(self, name: str, payload: str) -> str:
+        async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
             return "not json"
 
     h = harness({**ROUTE, "on_store_error": "closed"}, store=Garbage())

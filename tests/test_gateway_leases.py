@@ -130,7 +130,7 @@ def _holdings(h: Harness) -> list[Any]:
 class SlowStore(MemoryStore):
     """The key's object, answering after a few turns of the event loop (a round trip)."""
 
-    async def call(self, name: str, payload: str) -> str:
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
         for _ in range(5):
             await asyncio.sleep(0)
         return await super().call(name, payload)
@@ -176,7 +176,7 @@ def test_a_failed_refresh_is_logged_and_the_lease_keeps_admitting() -> None:
     class FlakyStore(MemoryStore):
         failing = False
 
-        async def call(self, name: str, payload: str) -> str:
+        async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
             if self.failing:
                 raise RuntimeError("object reset")
             return await super().call(name, payload)

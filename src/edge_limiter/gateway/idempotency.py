@@ -79,7 +79,7 @@ class Idempotency:
         self.store = store
         self.kv = kv
         self.services = services
-        self.timeout_s = route.failure.store_timeout_ms / 1000
+        self.timeout_ms = route.failure.store_timeout_ms
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         request = exchange.request
@@ -177,7 +177,7 @@ class Idempotency:
         return response
 
     async def _call(self, name: str, call: IdempotencyCall) -> IdempotencyAnswer:
-        text = await asyncio.wait_for(self.store.call(name, call.to_json()), self.timeout_s)
+        text = await self.store.call(name, call.to_json(), self.timeout_ms)
         return IdempotencyAnswer.from_json(text)
 
     async def _release(self, name: str, token: int) -> None:

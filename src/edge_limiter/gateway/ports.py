@@ -18,8 +18,12 @@ from ..core.http.messages import Body, HeaderMap, Response
 class RateLimitStore(Protocol):
     """One key's counters: calls the Durable Object named ``name`` with a JSON payload."""
 
-    async def call(self, name: str, payload: str) -> str:
-        """Send one store request (JSON text) and return the answer (JSON text)."""
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+        """Send one store request (JSON text) and return the answer (JSON text).
+
+        With ``timeout_ms``, raises :class:`TimeoutError` when no answer came in that
+        long. The port enforces it with the platform's own timer (no Python timer: on the
+        platform, a Python timer still pending when the request ends is never freed)."""
         ...
 
 
@@ -75,8 +79,9 @@ class KeyValueStore(Protocol):
 class IdempotencyStore(Protocol):
     """One Idempotency-Key's record: calls the Durable Object named ``name``."""
 
-    async def call(self, name: str, payload: str) -> str:
-        """Send one idempotency call (JSON text) and return the answer (JSON text)."""
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+        """Send one idempotency call (JSON text) and return the answer (JSON text);
+        ``timeout_ms`` as for :meth:`RateLimitStore.call`."""
         ...
 
 

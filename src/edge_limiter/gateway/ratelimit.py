@@ -129,7 +129,7 @@ class RateLimit:
         self.check = Check.of(
             policy.algorithm, policy.limits, policy.cost, self.storing, self.lease_ttl_ms
         )
-        self.timeout_s = route.failure.store_timeout_ms / 1000
+        self.timeout_ms = route.failure.store_timeout_ms
         self._override_checks: dict[str, Check] = {}
         self._held: OrderedDict[tuple[str, str], Holding] = OrderedDict()
 
@@ -210,9 +210,7 @@ class RateLimit:
                     return self._deny(exchange, decisions, digest, 0, override, cached=True)
         started = self.services.clock.now_ms()
         try:
-            answer = await asyncio.wait_for(
-                self.services.store.call(name, check.payload), timeout=self.timeout_s
-            )
+            answer = await self.services.store.call(name, check.payload, self.timeout_ms)
             response = StoreResponse.from_json(answer, check.limits)
         except (Exception, asyncio.CancelledError) as exc:  # any store failure: the policy decides
             return self._store_failed(exc, exchange, digest)
@@ -327,9 +325,7 @@ class RateLimit:
             observed_rate=ask.observed_rate,
         ).to_json()
         try:
-            answer = await asyncio.wait_for(
-                self.services.store.call(name, payload), timeout=self.timeout_s
-            )
+            answer = await self.services.store.call(name, payload, self.timeout_ms)
             response = StoreResponse.from_json(answer, check.limits)
         except BaseException:
             holding.failed(ask)

@@ -29,15 +29,46 @@ def as_bytes(value: Any) -> bytes | None:
     return bytes(value.to_py())
 
 
+async def within(call: Any, timeout_ms: int) -> Any:
+    """``await call`` (a runtime call, which Pyodide hands over as a future), or
+    :class:`TimeoutError` after ``timeout_ms`` (0: no limit), timed by the runtime's
+    ``scheduler.wait``.
+
+    Not ``asyncio.wait_for``: its Python timer, still pending when the request ends, is
+    cancelled by the runtime and never runs, so its handle and callback are never freed
+    (about one of each leaked per request). The runtime's timer is aborted as soon as the
+    call answers, so nothing of it outlives the request.
+    """
+    if not timeout_ms:
+        return await call
+    call = asyncio.ensure_future(call)  # already one where Pyodide hands promises over so
+    stop = js.AbortController.new()
+    options = js_object()
+    options.signal = stop.signal
+    timer = asyncio.ensure_future(js.scheduler.wait(timeout_ms, options))
+    timer.add_done_callback(_ignore_outcome)
+    done, _ = await asyncio.wait((call, timer), return_when=asyncio.FIRST_COMPLETED)
+    if call in done:
+        stop.abort()  # the timer's future then fails with an AbortError, ignored
+        return call.result()
+    raise TimeoutError(f"no answer within {timeout_ms} ms")
+
+
+def _ignore_outcome(future: Any) -> None:
+    """Retrieve a finished timer's outcome (an abort is an error nobody awaits)."""
+    if not future.cancelled():
+        future.exception()
+
+
 class DurableObjectStore:
     """Calls ``RateLimiter.decide`` on the object named for (route, key): one RPC call."""
 
     def __init__(self, namespace: Any) -> None:
         self.namespace = namespace
 
-    async def call(self, name: str, payload: str) -> str:
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
         stub = self.namespace.getByName(name)
-        return str(await stub.decide(payload))
+        return str(await within(stub.decide(payload), timeout_ms))
 
 
 class DurableObjectIdempotency:
@@ -46,9 +77,9 @@ class DurableObjectIdempotency:
     def __init__(self, namespace: Any) -> None:
         self.namespace = namespace
 
-    async def call(self, name: str, payload: str) -> str:
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
         stub = self.namespace.getByName(name)
-        return str(await stub.call(payload))
+        return str(await within(stub.call(payload), timeout_ms))
 
 
 class DurableObjectBreakers:
