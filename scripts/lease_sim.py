@@ -153,8 +153,9 @@ def simulate(scenario: Scenario) -> Result:
     rng = random.Random(scenario.seed)
     limit, ttl, lead = scenario.limit, scenario.ttl, scenario.lead_ms
     store = KeyStore(NullSql())
+    merge = make_algorithm(scenario.algorithm, limit).lease_records_merge
     isolates = [
-        _Isolate(f"iso-{index}", Holding(ttl, limit.capacity, lead, 1000))
+        _Isolate(f"iso-{index}", Holding(ttl, limit.capacity, lead, 1000, merge=merge))
         for index in range(scenario.isolates)
     ]
     cumulative = _zipf_cumulative(scenario.isolates, scenario.skew)
@@ -179,6 +180,7 @@ def simulate(scenario: Scenario) -> Result:
             lease_ttl_ms=ttl,
             holder=isolate.holder,
             returned=ask.returned,
+            returned_until=ask.returned_until,
             min_units=ask.min_units,
             observed_rate=ask.observed_rate,
         ).to_json()

@@ -92,7 +92,7 @@ def start_load(url: str, **options: Any) -> subprocess.Popen[str]:
     names = {"requests": "--requests", "concurrency": "--concurrency", "rate": "--rate"}
     names |= {"duration": "--duration", "warmup": "--warmup"}
     for key, flag in names.items():
-        if options.get(key):
+        if options.get(key) is not None:
             command += [flag, str(options[key])]
     for name, value in (options.get("headers") or {}).items():
         command += ["--header", f"{name}: {value}"]

@@ -38,6 +38,7 @@ def lease(
     *,
     holder: str = "a",
     returned: int = 0,
+    until: int = 0,
     ttl: int = 100,
     min_units: int = 1,
     limits: tuple[Limit, ...] = (SECOND,),
@@ -51,6 +52,7 @@ def lease(
         lease_ttl_ms=ttl,
         holder=holder,
         returned=returned,
+        returned_until=until,
         min_units=min_units,
         observed_rate=observed_rate,
     )
@@ -333,18 +335,27 @@ def test_sliding_log_leases_and_bad_lease_payloads_are_refused() -> None:
         store.decide(BASE + "}", T0)
 
 
-def test_returns_are_capped_by_the_holders_unexpired_lease() -> None:
+def test_window_returns_are_capped_by_the_holders_record_and_its_window() -> None:
     store = KeyStore(SqliteSql())
-    assert ask(store, lease(wanted=4, holder="a"), T0).granted == 4
+    first = ask(store, lease(wanted=4, holder="a"), T0)
+    assert first.granted == 4 and first.returnable_until == T0 + 1_000
+    until = first.returnable_until
     # "a" gives back 10 of its 4: only 4 come back; then it takes 5 (6 were left + 4).
-    again = ask(store, lease(wanted=5, holder="a", returned=10), T0 + 10)
+    again = ask(store, lease(wanted=5, holder="a", returned=10, until=until), T0 + 10)
     assert (again.granted, again.decision.remaining) == (5, 5)
     # "b" never held a lease: its return is ignored.
-    other = ask(store, lease(wanted=1, holder="b", returned=3), T0 + 20)
+    other = ask(store, lease(wanted=1, holder="b", returned=3, until=until), T0 + 20)
     assert other.decision.remaining == 4
-    # "a"'s lease expired at T0 + 110: its late return is ignored too.
-    late = ask(store, lease(wanted=1, holder="a", returned=5), T0 + 200)
-    assert late.decision.remaining == 3
+    # "a"'s lease ended at T0 + 110 with units unused: they come back while the window
+    # that counted them lasts...
+    late = ask(store, lease(wanted=1, holder="a", returned=2, until=until), T0 + 200)
+    assert late.decision.remaining == 4 + 2 - 1
+    # ...named by their record (another record's are ignored)...
+    wrong = ask(store, lease(wanted=1, holder="a", returned=2, until=until + 1), T0 + 300)
+    assert wrong.decision.remaining == 4
+    # ...and never into the next window.
+    later = ask(store, lease(wanted=1, holder="a", returned=3, until=until), T0 + 1_000)
+    assert later.decision.remaining == 10 - 1
 
 
 def test_bucket_returns_are_capped_by_the_refill_since_the_grant() -> None:
@@ -540,7 +551,10 @@ def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
     anyway (a ghost grant): the units used never exceed the limit."""
     algorithm, limit, ttl, steps = run
     store = KeyStore(SqliteSql())
-    holdings = [Holding(ttl, limit.capacity, lead_ms=5, period_ms=100) for _ in range(3)]
+    merge = make_algorithm(algorithm, limit).lease_records_merge  # as the gateway does
+    holdings = [
+        Holding(ttl, limit.capacity, lead_ms=5, period_ms=100, merge=merge) for _ in range(3)
+    ]
     outgoing: list[tuple[int, Any, str, bool]] = []  # (isolate, ask, payload, abandoned)
     answering: list[tuple[int, Any, StoreResponse, int]] = []  # (isolate, ask, answer, at)
     uses: list[int] = []
@@ -556,6 +570,7 @@ def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
                 sent.wanted,
                 holder=f"i{isolate}",
                 returned=sent.returned,
+                until=sent.returned_until,
                 ttl=ttl,
                 min_units=sent.min_units,
                 limits=(limit,),
@@ -583,6 +598,49 @@ def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
                 holdings[who].failed(sent)
                 outgoing[index] = (who, sent, payload, True)
     assert strict_excess(algorithm, limit, sorted(uses)) == 0
+
+
+def test_window_grants_merge_so_units_of_any_lease_come_back() -> None:
+    limit = (Limit(Rate(100, 1_000)),)
+    # A window takes back 12 of the 15 units of both grants. A bucket at most the 5 of
+    # the last grant it recorded, less what refill has overtaken since (1 ms of 0.1 unit,
+    # rounded up): 4.
+    for algorithm, ttl, remaining in (
+        ("fixed_window", 1_000, 100 - 15 + 12 - 1),
+        ("token_bucket", 100, 88),
+    ):
+        store = KeyStore(SqliteSql())
+        first = ask(store, lease(algorithm, 10, holder="a", limits=limit, ttl=ttl), T0 + 1)
+        ask(store, lease(algorithm, 5, holder="a", limits=limit, ttl=ttl), T0 + 2)
+        until = first.returnable_until  # the window's end; 0 for a bucket
+        again = ask(
+            store,
+            lease(algorithm, 1, holder="a", returned=12, until=until, limits=limit, ttl=ttl),
+            T0 + 3,
+        )
+        assert again.granted == 1
+        assert again.decision.remaining == remaining, algorithm
+
+
+def test_one_sized_request_at_a_time_and_refreshes_are_not_held_back() -> None:
+    holding = Holding(1_000, 1_000, lead_ms=10)
+    for _ in range(100):
+        holding.meter.observe(T0)
+    sized = holding.request(T0)
+    small = holding.request(T0, 2)
+    assert sized.sized and sized.wanted == 100
+    assert not small.sized and small.wanted == small.min_units == 2
+    granted = StoreResponse(
+        (Decision(True, 1_000, 500, 1_000, 0),), granted=2, expires_at=T0 + 1_000
+    )
+    holding.answered(granted, small, T0 + 1, reserved=2)
+    assert holding.sizing  # the sized request is still in flight
+    big = StoreResponse((Decision(True, 1_000, 400, 1_000, 0),), granted=100, expires_at=T0 + 1_000)
+    holding.answered(big, sized, T0 + 4)
+    assert not holding.sizing and holding.rtt_ms < 5  # a 4 ms round trip moved the average
+    # Near the lease's end (within twice the round trip, at least lead_ms) it refreshes.
+    assert not holding.wants_refresh(T0 + 500)
+    assert holding.wants_refresh(T0 + 995)
 
 
 def test_overlapping_calls_give_nothing_back_and_a_failure_ends_giving_back() -> None:

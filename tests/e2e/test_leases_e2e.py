@@ -83,17 +83,22 @@ def test_two_isolates_admit_exactly_the_limit_with_a_fraction_of_the_calls(
         key = f"{route}-{time.time_ns()}"
         before = decide_calls(leasing)
         answers = send(clients, f"/{route}/x", key, 600)
+        # The last units may sit in an isolate's lease or be the share a rationed isolate
+        # waits for (at most a ttl, 1 s): a trickle over the next 2 s gets them out.
+        for index in range(20):
+            time.sleep(0.1)
+            answers += send([clients[index % 2]], f"/{route}/x", key, 1)
         calls = decide_calls(leasing) - before
         statuses = [a.status_code for a in answers]
         assert statuses.count(200) == 300, route  # exactly the limit, over both isolates
-        assert statuses.count(429) == 300, route
+        assert statuses.count(429) == 320, route
         denied = next(a for a in answers if a.status_code == 429)
         assert denied.headers["content-type"] == "application/problem+json"
         assert int(denied.headers["retry-after"]) > 0
         remaining = [int(a.headers["x-ratelimit-remaining"]) for a in answers]
         assert all(0 <= r < 300 for r in remaining)
         measured[route] = calls
-    print(f"object calls for 600 requests (300 admitted) over 2 isolates: {measured}")
+    print(f"object calls for 620 requests (300 admitted) over 2 isolates: {measured}")
     # Without leases, every admitted request costs a call (denials: the deny cache).
     assert measured["plain-fw"] >= 300
     # With leases: a call per many admitted requests.

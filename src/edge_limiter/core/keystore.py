@@ -98,6 +98,10 @@ class _Held(NamedTuple):
     units: int
     granted_at: int
     expires_at: int
+    returnable_until: int = 0
+    """Until when its unused units may come back (0: ``expires_at``). For the windows,
+    the end of the window they were taken in: an isolate hands back the units of a lease
+    that ended unused with its next request, and the window can still take them."""
 
 
 class _Holders:
@@ -116,6 +120,9 @@ class _Holders:
 #: (an active holder asks at least once per ttl or window; one that went away stops
 #: holding a share of the grants after this).
 RATE_MEMORY_TTLS = 3
+
+#: A ttl longer than any window: ``lease_expiry(now, WINDOW_END)`` is the window's end.
+WINDOW_END = 1 << 62
 
 
 #: A row's change: a log entry added, or the row (or whole log) written as memory holds it.
@@ -366,7 +373,7 @@ class KeyStore:
         rates = holders.rates
         if now >= holders.prune_at:
             for holder, lease in list(by_holder.items()):
-                if lease.expires_at <= now:
+                if max(lease.expires_at, lease.returnable_until) <= now:
                     del by_holder[holder]
             forget_before = now - RATE_MEMORY_TTLS * ttl
             for holder, (_, seen_at) in list(rates.items()):
@@ -378,12 +385,23 @@ class KeyStore:
         states = [self.states.get(rid) for rid in ids]
         current: Sequence[Any] = states
         held = by_holder.pop(request.holder, None)
-        if held is not None and request.returned and now < held.expires_at:
+        if held is not None and now >= max(held.expires_at, held.returnable_until):
+            held = None
+        windows = all(algorithm.lease_records_merge for algorithm in algorithms)
+        if (
+            held is not None
+            and request.returned
+            and (not windows or request.returned_until == held.returnable_until)
+        ):
             back = min(request.returned, held.units)
             for algorithm in algorithms:
                 back = algorithm.lease_refundable(held.units, back, held.granted_at, now)
             if back > 0:
                 current = refund_all(algorithms, current, now, back)
+                held = held._replace(units=held.units - back)
+        # The windows keep one record per holder of every unexpired grant (see
+        # Algorithm.lease_records_merge); the buckets only the last grant.
+        merge = windows and held is not None
         expires_at = min(algorithm.lease_expiry(now, ttl) for algorithm in algorithms)
         # A lease cut short (a window ends first) is worth that much less of the rate.
         wanted = max(min_units, -(-request.cost * (expires_at - now) // ttl))
@@ -404,12 +422,28 @@ class KeyStore:
                 if covered_to < expires_at:
                     demand += rate * (expires_at - covered_to)
             others = -(-demand // 1000)
-        granted = grant_size(wanted, grantable, len(by_holder) + 1, min_units, others)
+        live = sum(1 for other in by_holder.values() if other.expires_at > now)
+        granted = grant_size(wanted, grantable, live + 1, min_units, others)
         if granted >= min_units:
             result = check_all(algorithms, current, now, granted)
             if not result.decision.allowed:
                 raise StateError(f"a grant of {granted} within {grantable} was denied")
-            by_holder[request.holder] = _Held(granted, now, expires_at)
+            until = 0
+            if windows:
+                # Returnable until the window's end (the shortest of the limits'); a
+                # record of an earlier window is not merged into (its units are spent).
+                until = min(algorithm.lease_expiry(now, WINDOW_END) for algorithm in algorithms)
+                if held is not None and held.returnable_until == until:
+                    by_holder[request.holder] = _Held(
+                        held.units + granted,
+                        held.granted_at,
+                        max(expires_at, held.expires_at),
+                        until,
+                    )
+                else:
+                    by_holder[request.holder] = _Held(granted, now, expires_at, until)
+            else:
+                by_holder[request.holder] = _Held(granted, now, expires_at)
             answer = _answer(result.decisions, result.decision)
             # A rationed holder waits for its lease's end when nothing grows grantable
             # meanwhile, or the end is near (the bucket's ttl, not a window's end). Else
@@ -430,12 +464,15 @@ class KeyStore:
                     )
                     total = sum(rate for rate, _ in rates.values())
                     mine = request.observed_rate
-                    share = mine / total if mine and total else 1 / len(by_holder)
+                    share = mine / total if mine and total else 1 / (live + 1)
                     ask_at = min(expires_at, now + pace_ms(growth, share))
                     rationed = f',"rn":2,"na":{ask_at}'
-            answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}{rationed}}}'
+            returnable = f',"ru":{until}' if until else ""
+            answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}{rationed}{returnable}}}'
             self._store(compiled, states, result.states, now)
             return answer
+        if merge and held is not None and held.units > 0:
+            by_holder[request.holder] = held  # what it still holds may come back later
         # Denied: each limit answers for the least it could grant (with its reserve), so
         # retry_after says when a lease of min_units could be granted.
         decisions = []

@@ -214,6 +214,7 @@ class Lease:
         "reported",
         "returnable",
         "units",
+        "until",
     )
 
     def __init__(
@@ -238,6 +239,8 @@ class Lease:
         self.expires_at = expires_at
         self.reported = reported
         """The object's remaining as it answered the grant (for the headers)."""
+        self.until = 0
+        """Windows: the object's ``returnable_until`` for these units (0: none)."""
         self.paced_at = 0
         """A paced rationed lease: when its holder may ask again (0: not paced)."""
         self.returnable = True
@@ -264,6 +267,7 @@ class Lease:
         )
         if answer.ask_at:
             lease.paced_at = min(expires_at, answer.ask_at)
+        lease.until = answer.returnable_until
         return lease
 
     def next_ask_at(self, lead_ms: int) -> int:
@@ -387,6 +391,10 @@ class Ask(NamedTuple):
     """The holding's count of requests made, this one included."""
     alone: bool
     """No other request of the holding was in flight when this one was sent."""
+    sized: bool = True
+    """Sized by the isolate's rate (else only for the requests waiting on it)."""
+    returned_until: int = 0
+    """Windows: the object's record the ``returned`` units belong to."""
 
 
 class Holding:
@@ -398,12 +406,17 @@ class Holding:
     :meth:`answered` (or reports the failure with :meth:`failed`).
 
     Several requests may be in flight at once (the platform lets no request wait on
-    another request's call, so each request that finds no units asks for itself). The
-    object keeps one record per holder, of the grant it decided last, and caps what the
-    holder gives back by that record. So units are given back only from a lease whose
-    request was alone from its sending to its answer (then the grant the object decided
-    last is that one); a request sent while another is in flight asks only for what it
-    needs itself, so leases are not taken twice over.
+    another request's call, so each request that finds no units asks for itself). At
+    most one of them is *sized* by the isolate's rate (a refresh, or the first request
+    that found no units); the others ask only for what their own request needs, so
+    leases are not taken twice over, and a refresh is never held back by them.
+
+    Giving units back: for the windows (``merge``), the object keeps every unexpired
+    grant of a holder as one record and any of its unused units may come back, in any
+    order. For the buckets the object keeps the grant it decided last, and a refund's
+    safety depends on when the units were taken, so units are given back only from a
+    lease whose request was alone from its sending to its answer (then the grant the
+    object decided last is that one), and never after a request failed.
     """
 
     __slots__ = (
@@ -415,9 +428,13 @@ class Holding:
         "in_flight",
         "lead_ms",
         "leases",
+        "merge",
         "meter",
         "returns",
+        "rtt_ms",
         "sent",
+        "sizing",
+        "stale",
         "ttl_ms",
     )
 
@@ -427,13 +444,20 @@ class Holding:
         capacity: int,
         lead_ms: int = DEFAULT_LEAD_MS,
         period_ms: int = DEFAULT_METER_PERIOD_MS,
+        *,
+        merge: bool = False,
     ) -> None:
         if ttl_ms < 1 or capacity < 1:
             raise ValueError("a holding needs ttl_ms >= 1 and capacity >= 1")
+        self.merge = merge
+        """The object merges this holder's grants (the windows): see the class docstring."""
         self.ttl_ms = ttl_ms
         self.capacity = capacity
         """The most units one lease may ask for (the limit set's smallest capacity)."""
         self.lead_ms = lead_ms
+        """The least time ahead of a lease's end to ask for the next one."""
+        self.rtt_ms = lead_ms / 2
+        """The round trip of a lease request, as measured (a moving average)."""
         self.meter = RateMeter(period_ms)
         self.leases: list[Lease] = []
         """The leases with units (the newest last): an older one is used up first."""
@@ -446,6 +470,12 @@ class Holding:
         self.decided_at = 0
         self.in_flight = 0
         """Lease requests sent and not yet answered."""
+        self.sizing = False
+        """A sized request is in flight."""
+        self.stale: tuple[int, int] = (0, 0)
+        """Windows: units of leases that ended unused, and the object's record they belong
+        to (``Lease.until``): given back with the next sized request, while that record
+        lasts (its window), since the window counted them and nobody used them."""
         self.sent = 0
         self.returns = True
         """False once a request failed: the object may still decide it, later than any
@@ -464,7 +494,7 @@ class Holding:
         if now < self.denied_until:
             return self.denied_until
         if self.leases:
-            at = self.leases[-1].next_ask_at(self.lead_ms)
+            at = self.leases[-1].next_ask_at(self.lead(now))
             if now < at:
                 return at
         return 0
@@ -476,40 +506,91 @@ class Holding:
 
     def wants_refresh(self, now: int) -> bool:
         """Whether to ask for the next lease now, ahead of the current one running out
-        (never while a request is in flight)."""
-        if not self.leases or self.in_flight:
+        (never while a sized request is in flight)."""
+        if not self.leases or self.sizing:
             return False
-        return self.leases[-1].should_refresh(now, self.meter.per_ms(now), self.lead_ms)
+        return self.leases[-1].should_refresh(now, self.meter.per_ms(now), self.lead(now))
+
+    def lead(self, now: int) -> int:
+        """How far ahead of a lease's end to ask for the next one: twice the measured
+        round trip, at least ``lead_ms``."""
+        del now
+        return max(self.lead_ms, int(2 * self.rtt_ms) + 1)
 
     def request(self, now: int, min_units: int = 1) -> Ask:
         """A lease request at ``now``, for at least ``min_units`` (what the requests
         waiting on it need).
 
-        Alone, it asks for what the isolate's rate uses in a ttl and gives back the
-        current lease's units beyond what the round trip will use (they are never used
-        here again). With another request in flight, it asks for ``min_units`` only and
-        gives nothing back.
+        Unless a sized request is in flight, it is sized: it asks for what the isolate's
+        rate uses in a ttl and gives back the units held beyond what the round trip will
+        use (never used here again), when the object can take them back (see the class
+        docstring). Otherwise it asks for ``min_units`` only and gives nothing back.
         """
         alone = self.in_flight == 0
         self.in_flight += 1
         self.sent += 1
         rate = self.meter.per_ms(now)
         observed = max(1, round(rate * 1000))
-        if not alone:
-            return Ask(min_units, 0, observed, min_units, now, self.sent, alone)
+        if self.sizing:
+            return Ask(min_units, 0, observed, min_units, now, self.sent, alone, sized=False)
+        self.sizing = True
         wanted = max(min_units, want(rate, self.ttl_ms, min_units, self.capacity))
+        if self.merge:
+            # Kept for the requests of the round trip: what the rate uses in one.
+            returned, until = self._release_beyond(now, int(rate * self.rtt_ms) + 1)
+            return Ask(wanted, returned, observed, min_units, now, self.sent, alone, True, until)
         returned = 0
-        if self.returns and self.leases and self.leases[-1].returnable:
-            keep = int(rate * self.lead_ms * 2) + 1
+        if alone and self.returns and self.leases and self.leases[-1].returnable:
+            # A bucket's refund loses what refill has overtaken since the grant: keep
+            # enough for twice the lead rather than give back units worth keeping.
+            keep = int(rate * self.lead(now) * 2) + 1
             returned = self.leases[-1].release(now, keep)
-        self.leases = [lease for lease in self.leases if lease.unused(now)]
+        self._prune(now)
         return Ask(wanted, returned, observed, min_units, now, self.sent, alone)
+
+    def _prune(self, now: int) -> None:
+        """Drop the leases that ended; a window's unused units become :attr:`stale`."""
+        kept = []
+        stale, until = self.stale
+        for lease in self.leases:
+            if lease.unused(now):
+                kept.append(lease)
+            elif self.merge and lease.units > 0 and lease.until:
+                if lease.until != until:  # a later window's record: the old one is spent
+                    stale, until = 0, lease.until
+                stale += lease.units
+                lease.units = 0
+        self.leases = kept
+        self.stale = (stale, until) if stale else (0, 0)
+
+    def _release_beyond(self, now: int, keep: int) -> tuple[int, int]:
+        """Windows: give back the units held beyond ``keep`` and the stale ones, all of
+        the newest record's (the newest leases' units first: the older ones are used
+        first); the units given back and their record."""
+        self._prune(now)
+        if not self.leases:
+            stale, until = self.stale
+            self.stale = (0, 0)
+            return stale, until
+        until = self.leases[-1].until
+        stale, stale_until = self.stale
+        given = stale if stale_until == until else 0
+        self.stale = (0, 0)
+        surplus = sum(lease.unused(now) for lease in self.leases if lease.until == until) - keep
+        taken = 0
+        for lease in reversed(self.leases):
+            if taken >= surplus:
+                break
+            if lease.until == until:
+                taken += lease.release(now, max(0, lease.unused(now) - (surplus - taken)))
+        return given + taken, until
 
     def failed(self, ask: Ask) -> None:
         """The request ``ask`` got no answer (the units it gave back are lost: the object
         may or may not have taken them back, and may yet grant it)."""
-        del ask
         self.in_flight = max(0, self.in_flight - 1)
+        if ask.sized:
+            self.sizing = False
         self.returns = False
 
     def answered(
@@ -525,6 +606,9 @@ class Holding:
         already used by the requests the call was made for), or None for a denial,
         remembered until its ``retry_after`` (at most ``deny_for_ms``)."""
         self.in_flight = max(0, self.in_flight - 1)
+        if ask.sized:
+            self.sizing = False
+        self.rtt_ms += (max(0, now - ask.sent_at) - self.rtt_ms) / 4
         self.decisions = answer.decisions
         self.decided_at = now
         lease = Lease.from_answer(answer, ask.sent_at, self.ttl_ms, 0)
@@ -542,7 +626,8 @@ class Holding:
             self.denied_until = now + retry
             return None
         lease.units -= min(reserved, lease.units)
-        self.leases = [old for old in self.leases if old.unused(now)] + [lease]
+        self._prune(now)
+        self.leases.append(lease)
         return lease
 
     def idle(self, now: int) -> bool:

@@ -48,6 +48,10 @@ class StoreRequest:
     """``lease``: the asking isolate's random id."""
     returned: int = 0
     """``lease``: units of the holder's previous lease it gives back, never to be used."""
+    returned_until: int = 0
+    """``lease``, windows: the ``returnable_until`` of the grants the returned units came
+    from (the object takes them back only into that same record, never into a later
+    window's)."""
     min_units: int = 1
     """``lease``: the fewest units worth granting (the cost of the request waiting on it);
     for a lease, ``cost`` is the number of units wanted."""
@@ -76,6 +80,8 @@ class StoreRequest:
             data["h"] = self.holder
         if self.returned:
             data["rt"] = self.returned
+        if self.returned_until:
+            data["rx"] = self.returned_until
         if self.min_units != 1:
             data["mn"] = self.min_units
         if self.observed_rate:
@@ -110,6 +116,7 @@ class StoreRequest:
             if not isinstance(holder, str) or len(holder) > MAX_HOLDER_LEN:
                 raise ProtocolError(f"bad lease holder {holder!r}")
             returned = _int_field(data, "rt", 0, 0, "returned units")
+            returned_until = _int_field(data, "rx", 0, 0, "returned units' record")
             min_units = _int_field(data, "mn", 1, 1, "minimum units")
             observed_rate = _int_field(data, "or", 0, 0, "observed rate")
             if op == "lease":
@@ -129,6 +136,7 @@ class StoreRequest:
                 ttl,
                 holder,
                 returned,
+                returned_until,
                 min_units,
                 observed_rate,
             )
@@ -175,6 +183,9 @@ class StoreResponse:
     granted: int = 0
     expires_at: int = 0
     rationed: bool = False
+    returnable_until: int = 0
+    """Windows: until when the units of this grant may be given back (the window's end),
+    and the record to name when giving them back (``StoreRequest.returned_until``)."""
     ask_at: int = 0
     """A rationed grant on a limit whose supply grows before the lease's end (a sliding
     window's lease cut by its window's end): when the holder may ask again (the object's
@@ -197,6 +208,8 @@ class StoreResponse:
                 data["rn"] = 2 if self.ask_at else 1
             if self.ask_at:
                 data["na"] = self.ask_at
+            if self.returnable_until:
+                data["ru"] = self.returnable_until
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -227,7 +240,10 @@ class StoreResponse:
             ask_at = int(data.get("na", 0))
             if (rationed == 2) != (ask_at > 0):
                 raise ValueError(f"bad next ask time {ask_at!r} for rationed {rationed!r}")
-            return cls(decisions, rows, granted, expires_at, bool(rationed), ask_at)
+            until = int(data.get("ru", 0))
+            if until < 0 or (until and not granted):
+                raise ValueError(f"bad returnable-until {until!r}")
+            return cls(decisions, rows, granted, expires_at, bool(rationed), until, ask_at)
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc
 

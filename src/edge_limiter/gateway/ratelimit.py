@@ -241,7 +241,8 @@ class RateLimit:
         holding = self._held.get(slot)
         if holding is None:
             capacity = min(limit.capacity for limit in check.limits)
-            holding = self._held[slot] = Holding(check.lease_ttl_ms, capacity)
+            merge = all(algorithm.lease_records_merge for algorithm in check.algorithms)
+            holding = self._held[slot] = Holding(check.lease_ttl_ms, capacity, merge=merge)
             if len(self._held) > MAX_HOLDINGS:
                 self._held.popitem(last=False)
         else:
@@ -321,6 +322,7 @@ class RateLimit:
             lease_ttl_ms=check.lease_ttl_ms,
             holder=self.operating.holder,
             returned=ask.returned,
+            returned_until=ask.returned_until,
             min_units=ask.min_units,
             observed_rate=ask.observed_rate,
         ).to_json()

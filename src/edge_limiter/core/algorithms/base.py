@@ -146,6 +146,12 @@ class Algorithm(ABC, Generic[S]):
         del ttl_ms
         return 0
 
+    lease_records_merge: ClassVar[bool] = False
+    """Whether a holder's outstanding grants may be kept as one record (their units
+    summed) whose unused units come back in any order: true for the windows, whose refund
+    is exact for any unit taken in the current window (a lease never outlives it); not
+    for the buckets, whose refund depends on when each grant was taken."""
+
     def lease_refundable(self, granted: int, unused: int, granted_at: int, now: int) -> int:
         """How many of a lease's ``unused`` units :meth:`refund` may give back at ``now``.
 

@@ -75,6 +75,7 @@ class FixedWindow(Algorithm[FixedWindowState]):
         return self._wrap(index, max(0, count - cost))
 
     leasable = True
+    lease_records_merge = True
     lease_supply_grows = False
 
     def grantable(self, state: FixedWindowState | None, now: int, ttl_ms: int) -> int:

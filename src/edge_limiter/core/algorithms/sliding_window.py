@@ -138,6 +138,7 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         return self._wrap(index, current - taken, max(0, previous - (cost - taken)))
 
     leasable = True
+    lease_records_merge = True
 
     def grantable(self, state: SlidingWindowState | None, now: int, ttl_ms: int) -> int:
         """The room the weighted estimate leaves now (0 if the clock went back)."""
