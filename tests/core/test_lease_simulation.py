@@ -47,7 +47,7 @@ def test_the_checker_of_the_simulation_sees_over_admission() -> None:
                 strict=True,
                 reason="its grantable grows as the previous window slides out: a rationed "
                 "holder is paced (it asks again when its share of the growth is worth "
-                "PACE_UNITS), which gives about 1 call per 9 admitted and 2% "
+                "PACE_UNITS), which gives about 1 call per 8 admitted and 2% "
                 "under-admission here; pacing harder trades one for the other",
             ),
         ),
