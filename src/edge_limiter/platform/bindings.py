@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import js
-from pyodide.ffi import JsException, to_js
+from pyodide.ffi import JsException, create_proxy, to_js
 
 from ..core.control import CONTROL_OBJECT
 from ..core.http.messages import Response
@@ -30,34 +30,36 @@ def as_bytes(value: Any) -> bytes | None:
 
 
 async def within(call: Any, timeout_ms: int) -> Any:
-    """``await call`` (a runtime call, which Pyodide hands over as a future), or
-    :class:`TimeoutError` after ``timeout_ms`` (0: no limit), timed by the runtime's
-    ``scheduler.wait``.
+    """``await call`` (a runtime call), or :class:`TimeoutError` after ``timeout_ms``
+    (0: no limit).
 
-    Not ``asyncio.wait_for``: its Python timer, still pending when the request ends, is
-    cancelled by the runtime and never runs, so its handle and callback are never freed
-    (about one of each leaked per request). The runtime's timer is aborted as soon as the
-    call answers, so nothing of it outlives the request.
+    Not ``asyncio.wait_for``: its timer is a runtime ``setTimeout`` that it never clears,
+    so when the request ends first the runtime cancels it and its Python callback is
+    never freed (about one handle and one context leaked per limited or idempotent
+    request). Here the timer is cleared and its callback freed as soon as the call
+    answers, and nothing calls back into Python unless the timer fires.
     """
     if not timeout_ms:
         return await call
-    call = asyncio.ensure_future(call)  # already one where Pyodide hands promises over so
-    stop = js.AbortController.new()
-    options = js_object()
-    options.signal = stop.signal
-    timer = asyncio.ensure_future(js.scheduler.wait(timeout_ms, options))
-    timer.add_done_callback(_ignore_outcome)
-    done, _ = await asyncio.wait((call, timer), return_when=asyncio.FIRST_COMPLETED)
-    if call in done:
-        stop.abort()  # the timer's future then fails with an AbortError, ignored
-        return call.result()
-    raise TimeoutError(f"no answer within {timeout_ms} ms")
+    call = asyncio.ensure_future(call)
+    expired = False
 
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        call.cancel()
 
-def _ignore_outcome(future: Any) -> None:
-    """Retrieve a finished timer's outcome (an abort is an error nobody awaits)."""
-    if not future.cancelled():
-        future.exception()
+    callback = create_proxy(expire)
+    timer = js.setTimeout(callback, timeout_ms)
+    try:
+        return await call
+    except asyncio.CancelledError:
+        if expired:
+            raise TimeoutError(f"no answer within {timeout_ms} ms") from None
+        raise
+    finally:
+        js.clearTimeout(timer)
+        callback.destroy()
 
 
 class DurableObjectStore:
