@@ -578,8 +578,8 @@ def section_memory(report: Report, quick: bool, origin: str) -> None:
         [
             ["RSS at boot (MB)", boot],
             [f"RSS after {requests:,} requests (MB)", after_requests],
-            [f"RSS after {keys:,} distinct keys, on that runtime (MB)", after_keys],
             ["RSS at boot of a fresh runtime, same storage (MB)", boot_again],
+            [f"RSS after {keys:,} distinct keys, on that runtime (MB)", after_keys],
             ["per key object (KB)", (after_keys - boot_again) * 1024 / keys],
             ["rows stored before cleanup", rows_now["rows"]],
             ["rows left after cleanup", rows_after["rows"]],
