@@ -102,7 +102,7 @@ def test_two_isolates_admit_exactly_the_limit_with_a_fraction_of_the_calls(
     # Without leases, every admitted request costs a call (denials: the deny cache).
     assert measured["plain-fw"] >= 300
     # With leases: a call per many admitted requests.
-    assert measured["lease-fw"] * 5 <= 300, measured
+    assert measured["lease-fw"] * 3 <= 300, measured  # about 35 here; slack for slow machines
 
 
 def test_an_isolate_that_stops_asking_holds_only_its_last_lease_until_it_ends(
