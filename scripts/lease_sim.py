@@ -129,7 +129,6 @@ class Result:
 class _Isolate:
     holder: str
     holding: Holding
-    in_flight: bool = False
     waiting: list[int] = field(default_factory=list)
     """Arrival times (ms) of requests waiting for a lease answer."""
 
@@ -184,7 +183,6 @@ def simulate(scenario: Scenario) -> Result:
             min_units=ask.min_units,
             observed_rate=ask.observed_rate,
         ).to_json()
-        isolate.in_flight = True
         result.calls += 1
         call_times.append(now)
         sequence += 1
@@ -204,7 +202,6 @@ def simulate(scenario: Scenario) -> Result:
         answer, ask, decided, covered = data
         isolate = isolates[index]
         now = now_us // 1000
-        isolate.in_flight = False
         response = StoreResponse.from_json(answer, (limit,))
         waiting, isolate.waiting = isolate.waiting, []
         # The requests the grant was sized for are admitted as of the grant, as a check's.
@@ -275,7 +272,7 @@ def simulate(scenario: Scenario) -> Result:
         holding = isolate.holding
         if take(isolate, now):
             admit(now, now)
-            if not isolate.in_flight and holding.wants_refresh(now):
+            if not holding.in_flight and holding.wants_refresh(now):
                 send(index, now_us, 0)
             continue
         if holding.ask_at(now):
@@ -283,7 +280,7 @@ def simulate(scenario: Scenario) -> Result:
             # again before the lease ends would only take from the others' shares.
             continue
         isolate.waiting.append(now)
-        if not isolate.in_flight:
+        if not holding.in_flight:
             send(index, now_us, 1)
 
     result.admitted = len(uses)

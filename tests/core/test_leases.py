@@ -149,7 +149,7 @@ def test_grants_shrink_to_one_unit_as_the_limit_runs_low() -> None:
 
 
 def test_an_isolate_lease_ends_by_its_own_clock_and_gives_back_the_rest() -> None:
-    assert Lease.from_answer(StoreResponse(()), T0, 100, 5) is None
+    assert Lease.from_answer(StoreResponse(()), T0, 100) is None
     held = Lease(5, T0 + 100, reported=3)
     assert held.take(2, T0) and not held.take(4, T0)
     assert held.remaining(T0) == 6
@@ -165,20 +165,20 @@ def test_an_isolate_lease_ends_by_its_own_clock_and_gives_back_the_rest() -> Non
 def test_a_lease_from_an_answer_ends_at_send_time_plus_ttl_or_the_objects_end() -> None:
     decisions = (make_algorithm("fixed_window", SECOND).check(None, T0, 5)[0],)
     granted = StoreResponse(decisions, granted=5, expires_at=T0 + 1_000)
-    held = Lease.from_answer(granted, T0 - 3, 100, 8)
+    held = Lease.from_answer(granted, T0 - 3, 100)
     assert held is not None and held.expires_at == T0 + 97 and held.reported == 5
     assert not held.rationed and not held.cut and held.next_ask_at(10) == 0
     assert held.should_refresh(T0 + 90, 0.0, 10)  # ends within the lead
     rationed = StoreResponse(decisions, granted=5, expires_at=T0 + 1_000, rationed=True)
-    held = Lease.from_answer(rationed, T0 - 3, 100, 8)
+    held = Lease.from_answer(rationed, T0 - 3, 100)
     assert held is not None and held.rationed and held.next_ask_at(10) == T0 + 87
     assert not held.should_refresh(T0 + 90, 1.0, 10)  # its share until the end
-    cut = Lease.from_answer(StoreResponse(decisions, granted=5, expires_at=T0 + 50), T0, 100, 8)
+    cut = Lease.from_answer(StoreResponse(decisions, granted=5, expires_at=T0 + 50), T0, 100)
     assert cut is not None and cut.expires_at == T0 + 50 and cut.cut and not cut.rationed
     assert not cut.should_refresh(T0 + 45, 0.01, 10)  # a new lease would end at T0 + 50 too
     assert cut.should_refresh(T0 + 45, 1.0, 10)  # but it runs low
     cut_short = StoreResponse(decisions, granted=5, expires_at=T0 + 50, rationed=True)
-    held = Lease.from_answer(cut_short, T0, 100, 8)
+    held = Lease.from_answer(cut_short, T0, 100)
     assert held is not None and held.next_ask_at(10) == T0 + 50  # after its window
 
 
@@ -284,7 +284,7 @@ def test_a_rationed_sliding_window_holder_is_paced_not_sent_to_the_window_end() 
     # Its share (100 of the 200 units/s reported) of 0.1 units/ms brings PACE_UNITS units
     # in PACE_UNITS / 0.05 ms: it asks again then, long before the window's end.
     assert a.ask_at == T0 + 100 + pace_ms(0.1, 0.5)
-    held = Lease.from_answer(a, T0 + 100, 1_000, 50)
+    held = Lease.from_answer(a, T0 + 100, 1_000)
     assert held is not None and held.next_ask_at(10) == a.ask_at < T0 + 1_000
     # A fixed window's rationed holder waits for the window's end: nothing slides out.
     fixed = KeyStore(SqliteSql())
@@ -496,7 +496,7 @@ def test_leases_never_admit_more_than_the_limit(
             observed_rate=spot % 7,  # 0: not reported (the old sizing)
         )
         answer = ask(store, req, decided)
-        got = Lease.from_answer(answer, sent, ttl, wanted)
+        got = Lease.from_answer(answer, sent, ttl)
         held.pop(isolate, None)
         if got is not None:
             uses.append(decided)  # the request waiting on it, admitted as of the grant

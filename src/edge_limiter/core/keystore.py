@@ -103,6 +103,11 @@ class _Held(NamedTuple):
     the end of the window they were taken in: an isolate hands back the units of a lease
     that ended unused with its next request, and the window can still take them."""
 
+    @property
+    def kept_until(self) -> int:
+        """Until when the object keeps this record."""
+        return max(self.expires_at, self.returnable_until)
+
 
 class _Holders:
     """The leases outstanding on one limit set, by holder, and the holders' reported rates."""
@@ -373,7 +378,7 @@ class KeyStore:
         rates = holders.rates
         if now >= holders.prune_at:
             for holder, lease in list(by_holder.items()):
-                if max(lease.expires_at, lease.returnable_until) <= now:
+                if lease.kept_until <= now:
                     del by_holder[holder]
             forget_before = now - RATE_MEMORY_TTLS * ttl
             for holder, (_, seen_at) in list(rates.items()):
@@ -385,7 +390,7 @@ class KeyStore:
         states = [self.states.get(rid) for rid in ids]
         current: Sequence[Any] = states
         held = by_holder.pop(request.holder, None)
-        if held is not None and now >= max(held.expires_at, held.returnable_until):
+        if held is not None and now >= held.kept_until:
             held = None
         windows = all(algorithm.lease_records_merge for algorithm in algorithms)
         if (
@@ -399,9 +404,6 @@ class KeyStore:
             if back > 0:
                 current = refund_all(algorithms, current, now, back)
                 held = held._replace(units=held.units - back)
-        # The windows keep one record per holder of every unexpired grant (see
-        # Algorithm.lease_records_merge); the buckets only the last grant.
-        merge = windows and held is not None
         expires_at = min(algorithm.lease_expiry(now, ttl) for algorithm in algorithms)
         # A lease cut short (a window ends first) is worth that much less of the rate.
         wanted = max(min_units, -(-request.cost * (expires_at - now) // ttl))
@@ -430,8 +432,10 @@ class KeyStore:
                 raise StateError(f"a grant of {granted} within {grantable} was denied")
             until = 0
             if windows:
-                # Returnable until the window's end (the shortest of the limits'); a
-                # record of an earlier window is not merged into (its units are spent).
+                # The windows keep one record per holder of every grant of the window
+                # (Algorithm.lease_records_merge), returnable until the window's end (the
+                # shortest of the limits'); the buckets only the last grant. A record of an
+                # earlier window is not merged into (its units are spent).
                 until = min(algorithm.lease_expiry(now, WINDOW_END) for algorithm in algorithms)
                 if held is not None and held.returnable_until == until:
                     by_holder[request.holder] = _Held(
@@ -471,7 +475,7 @@ class KeyStore:
             answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}{rationed}{returnable}}}'
             self._store(compiled, states, result.states, now)
             return answer
-        if merge and held is not None and held.units > 0:
+        if windows and held is not None and held.units > 0:
             by_holder[request.holder] = held  # what it still holds may come back later
         # Denied: each limit answers for the least it could grant (with its reserve), so
         # retry_after says when a lease of min_units could be granted.

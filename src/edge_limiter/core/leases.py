@@ -55,6 +55,10 @@ LEASABLE = frozenset(name for name, cls in ALGORITHMS.items() if cls.leasable)
 #: The rate meter's period: the isolate's rate is measured over about this much time.
 DEFAULT_METER_PERIOD_MS = 1_000
 
+#: How far ahead of running out an isolate asks for its next lease at the least (ms):
+#: about one round trip to the key's object, so requests keep being admitted meanwhile.
+DEFAULT_LEAD_MS = 10
+
 #: A paced rationed holder asks again once its share of the growth is about this many
 #: units (so a call brings about this many admissions, and no more sit unclaimed).
 PACE_UNITS = 10
@@ -248,14 +252,12 @@ class Lease:
         is this one (see :meth:`Holding.request`)."""
 
     @classmethod
-    def from_answer(
-        cls, answer: StoreResponse, sent_at: int, ttl_ms: int, wanted: int
-    ) -> Lease | None:
+    def from_answer(cls, answer: StoreResponse, sent_at: int, ttl_ms: int) -> Lease | None:
         """The lease a granted answer holds (None for a denial); ``sent_at`` is when the
-        request left the isolate, in its own clock, and ``wanted`` what it asked for."""
+        request left the isolate, in its own clock. Whether it was rationed, the object
+        says (``StoreResponse.rationed``)."""
         if answer.granted <= 0:
             return None
-        del wanted  # the object says whether it rationed (``StoreResponse.rationed``)
         expires_at = min(sent_at + ttl_ms, answer.expires_at)
         cut = answer.expires_at < sent_at + ttl_ms
         lease = cls(
@@ -321,11 +323,6 @@ class Lease:
         given = max(0, self.units - keep)
         self.units -= given
         return given
-
-
-#: How far ahead of running out an isolate asks for its next lease (ms): about one round
-#: trip to the key's object, so requests keep being admitted locally meanwhile.
-DEFAULT_LEAD_MS = 10
 
 
 def held_back(
@@ -494,7 +491,7 @@ class Holding:
         if now < self.denied_until:
             return self.denied_until
         if self.leases:
-            at = self.leases[-1].next_ask_at(self.lead(now))
+            at = self.leases[-1].next_ask_at(self.lead())
             if now < at:
                 return at
         return 0
@@ -509,12 +506,11 @@ class Holding:
         (never while a sized request is in flight)."""
         if not self.leases or self.sizing:
             return False
-        return self.leases[-1].should_refresh(now, self.meter.per_ms(now), self.lead(now))
+        return self.leases[-1].should_refresh(now, self.meter.per_ms(now), self.lead())
 
-    def lead(self, now: int) -> int:
+    def lead(self) -> int:
         """How far ahead of a lease's end to ask for the next one: twice the measured
         round trip, at least ``lead_ms``."""
-        del now
         return max(self.lead_ms, int(2 * self.rtt_ms) + 1)
 
     def request(self, now: int, min_units: int = 1) -> Ask:
@@ -543,7 +539,7 @@ class Holding:
         if alone and self.returns and self.leases and self.leases[-1].returnable:
             # A bucket's refund loses what refill has overtaken since the grant: keep
             # enough for twice the lead rather than give back units worth keeping.
-            keep = int(rate * self.lead(now) * 2) + 1
+            keep = int(rate * self.lead() * 2) + 1
             returned = self.leases[-1].release(now, keep)
         self._prune(now)
         return Ask(wanted, returned, observed, min_units, now, self.sent, alone)
@@ -611,7 +607,7 @@ class Holding:
         self.rtt_ms += (max(0, now - ask.sent_at) - self.rtt_ms) / 4
         self.decisions = answer.decisions
         self.decided_at = now
-        lease = Lease.from_answer(answer, ask.sent_at, self.ttl_ms, 0)
+        lease = Lease.from_answer(answer, ask.sent_at, self.ttl_ms)
         if not (ask.alone and self.sent == ask.number):
             # Another request overlapped this one: which grant the object recorded last
             # is unknown, so no lease held now may give units back.
@@ -629,11 +625,3 @@ class Holding:
         self._prune(now)
         self.leases.append(lease)
         return lease
-
-    def idle(self, now: int) -> bool:
-        """Nothing held, asked or remembered: the holding may be dropped."""
-        return (
-            not self.in_flight
-            and now >= self.denied_until
-            and not any(lease.unused(now) for lease in self.leases)
-        )

@@ -342,8 +342,9 @@ class RateLimit:
         )
 
     async def _refresh(self, holding: Holding, name: str, check: Check) -> None:
-        """Ask for the next lease ahead of the current one running out (after a response)."""
-        if holding.in_flight:
+        """Ask for the next lease ahead of the current one running out (after a response);
+        not if a sized request went out since it was deferred (see ``Holding.request``)."""
+        if holding.sizing:
             return
         try:
             await self._ask(holding, name, check, self.services.clock.now_ms(), 0)
