@@ -60,6 +60,34 @@ def test_allows_up_to_the_limit_then_429_with_headers_and_problem_body() -> None
     assert h.send(request()).status == 200
 
 
+def test_denials_within_a_second_say_the_same_but_each_is_its_own_response() -> None:
+    bucket = {
+        "name": "b",
+        "match": {"path": "/v1/*"},
+        "limits": "2/minute",
+        "algorithm": "token_bucket",
+    }
+    h = harness(bucket)
+    assert [h.send(request()).status for _ in range(2)] == [200, 200]
+    first = h.send(request())
+    h.clock.advance(1)  # the same whole seconds to wait: the same answer
+    second = h.send(request())
+    assert first.status == second.status == 429
+    assert headers_of(first) == headers_of(second) and first.body == second.body
+    assert first.headers is not second.headers
+    first.headers.set("x-later-stage", "1")  # a later stage adding to one answer ...
+    assert "x-later-stage" not in second.headers  # ... leaves the others alone
+    h.clock.advance(5_000)  # five seconds later: the wait the answer gives moves with it
+    third = h.send(request())
+    assert (
+        int(third.headers.get("retry-after") or 0) == int(first.headers.get("retry-after") or 0) - 5
+    )
+    assert body_json(third)["retry_after"] == body_json(first)["retry_after"] - 5
+    assert body_json(h.send(request("/v1/other")))["instance"] == "/v1/other"
+    denials = h.events("cached_denial") + h.events("limited")
+    assert len(denials) == 4 and all(d["violated"] == ["2-per-minute"] for d in denials)
+
+
 @pytest.mark.parametrize(
     "spelling",
     ["//v1/login", "///v1/login", "/v1/%6cogin", "/v1/log%69n", "/v1/./login", "/v1/x/../login"],

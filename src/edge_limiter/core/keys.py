@@ -20,6 +20,7 @@ names them explicitly (``header:x-forwarded-for``); the default is ``ip``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -122,11 +123,14 @@ def parse_key_part(text: object) -> KeyPart:
     raise KeySpecError(f"unknown key part {text!r} (known: {known})")
 
 
+@functools.lru_cache(maxsize=4096)
 def aggregate_ip(text: str, ipv4_prefix: int = 32, ipv6_prefix: int = 64) -> str:
     """The client's address, or its network when aggregated: ``2001:db8::/64``.
 
     An IPv4-mapped IPv6 address counts as the IPv4 address. Text that is not an IP
     (which Cloudflare never sends) is used as it is, so it still gets its own counter.
+    Remembered for the last 4,096 addresses: parsing one costs more than the rest of
+    the key, and the same clients come back.
     """
     try:
         addr = ipaddress.ip_address(text.strip())

@@ -27,7 +27,7 @@ from ..core.decision import Decision, Reason
 from ..core.denycache import shifted
 from ..core.errors import AmbiguousRequestError, ProtocolError, StateError
 from ..core.http import problems
-from ..core.http.fields import REASON_HEADER, rate_limit_headers
+from ..core.http.fields import REASON_HEADER, ceil_seconds, rate_limit_headers
 from ..core.http.messages import Response
 from ..core.keys import object_name
 from ..core.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
@@ -38,6 +38,9 @@ from ..core.rates import Limit
 from .exchange import Exchange, Handler, problem_response
 from .operations import Operating
 from .ports import Services
+
+#: Built 429s a route keeps (:meth:`RateLimit._denial`); all dropped when full.
+MAX_DENIALS = 256
 
 
 def key_digest(key: str) -> str:
@@ -132,6 +135,8 @@ class RateLimit:
         self.timeout_ms = route.failure.store_timeout_ms
         self._override_checks: dict[str, Check] = {}
         self._held: OrderedDict[tuple[str, str], Holding] = OrderedDict()
+        self._denials: dict[tuple[Any, ...], tuple[Response, list[str]]] = {}
+        """Built 429s by what they say (see :meth:`_denial`): a flood shares a few."""
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         admission = await self.admit(exchange)
@@ -409,19 +414,55 @@ class RateLimit:
         cached: bool,
     ) -> Admission:
         decision = combine(decisions)
-        problem = problems.quota_exceeded(self.route.name, decisions, instance=exchange.path)
-        event = "cached_denial" if cached else "limited"
+        response, violated = self._denial(exchange.path, decision, decisions)
         self._record(
-            event,
+            "cached_denial" if cached else "limited",
             digest,
             decision,
             latency,
             exchange,
             override=override,
-            extra={"violated": problem.members["violated-policies"]},
+            extra={"violated": violated},
         )
-        headers = rate_limit_headers(decision, decisions)
-        return Admission(problem_response(problem, headers))
+        return Admission(response)
+
+    def _denial(
+        self, path: str, decision: Decision, decisions: tuple[Decision, ...]
+    ) -> tuple[Response, list[str]]:
+        """The 429 for ``decisions`` at ``path``, and the names of the limits it violates.
+
+        Everything a 429 says is in whole seconds, so the denials of a flooded key within
+        a second say the same: the body and headers are built once for them, and each
+        request gets its own copy of the headers (later stages may add to them).
+        """
+        said = (
+            path,
+            decision.limit,
+            decision.remaining,
+            ceil_seconds(decision.reset_after),
+            tuple(
+                (
+                    d.allowed,
+                    d.limit,
+                    d.remaining,
+                    ceil_seconds(d.reset_after),
+                    ceil_seconds(d.retry_after),
+                    d.reason,
+                    d.policy,
+                )
+                for d in decisions
+            ),
+        )
+        built = self._denials.get(said)
+        if built is None:
+            problem = problems.quota_exceeded(self.route.name, decisions, instance=path)
+            headers = rate_limit_headers(decision, decisions)
+            built = (problem_response(problem, headers), problem.members["violated-policies"])
+            if len(self._denials) >= MAX_DENIALS:
+                self._denials.clear()
+            self._denials[said] = built
+        response, violated = built
+        return Response(response.status, response.headers.copy(), response.body), violated
 
     def _record(
         self,
