@@ -28,7 +28,7 @@ from ..core.denycache import shifted
 from ..core.errors import AmbiguousRequestError, ProtocolError, StateError
 from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, ceil_seconds, rate_limit_headers
-from ..core.http.messages import Response
+from ..core.http.messages import Headers, Response
 from ..core.keys import object_name
 from ..core.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
 from ..core.limiter import check_all, combine
@@ -462,7 +462,7 @@ class RateLimit:
                 self._denials.clear()
             self._denials[said] = built
         response, violated = built
-        return Response(response.status, response.headers.copy(), response.body), violated
+        return Response(response.status, Headers(response.headers.items()), response.body), violated
 
     def _record(
         self,
