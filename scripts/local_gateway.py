@@ -269,6 +269,13 @@ class LocalGateway:
 
         Durable Objects live in the main isolate, so its count is every isolate's calls.
         """
+        calls: dict[str, int] = self.host_state(base)["calls"]
+        return calls
+
+    def host_state(self, base: str | None = None) -> dict[str, Any]:
+        """What the host of the isolate behind ``base`` reports (its token-protected probe):
+        the Worker's bindings and flags, ``calls`` (see :meth:`durable_object_calls`) and
+        ``stackTaken``, the bytes of Pyodide's C stack in use since the boot (0 when idle)."""
         import urllib.request  # noqa: PLC0415
 
         if self._probe is None:
@@ -276,8 +283,8 @@ class LocalGateway:
         header, token = self._probe
         request = urllib.request.Request(base or self.url, headers={header: token})
         with urllib.request.urlopen(request, timeout=30) as answer:
-            calls: dict[str, int] = json.loads(answer.read())["calls"]
-        return calls
+            state: dict[str, Any] = json.loads(answer.read())
+        return state
 
     def run_scheduled(self, cron: str = "* * * * *") -> int:
         """Run the Worker's Cron Trigger handler once (needs ``trigger_handlers``); the status."""

@@ -173,7 +173,7 @@ const entrypointHelper = {
 // ---------------------------------------------------------------------------------------------
 
 const bootStarted = Date.now();
-const { bridge, classes } = await withBootStandIns(async () => {
+const { bridge, classes, module } = await withBootStandIns(async () => {
   const pyodide = await loadPyodide({
     indexURL: bootOrigin,
     packageBaseUrl: bootOrigin,
@@ -201,9 +201,43 @@ const { bridge, classes } = await withBootStandIns(async () => {
     console.error(`local runtime: importing ${config.mainModule}.py failed:\n${error.message}`);
     throw error;
   }
-  return { bridge, classes: JSON.parse(described) };
+  return { bridge, classes: JSON.parse(described), module: pyodide._module };
 });
 console.error(`local runtime: Python Worker loaded in ${Date.now() - bootStarted} ms`);
+
+// ---------------------------------------------------------------------------------------------
+// The C stack leak of npm Pyodide 0.28.2 under JSPI
+// ---------------------------------------------------------------------------------------------
+
+// Every call into Python made with stack switching (JSPI: `callPromising`, and every asyncio
+// callback of Pyodide's event loop, through `Module.callPyObjectMaybePromising`) takes 4 bytes
+// (16, aligned) of the C stack for its error slot and gives them back only when the call
+// raises (pyodide/pyodide#6249, fixed upstream after 0.29). A request runs several loop steps,
+// so one isolate used to exhaust its 5 MB stack after 80,000-110,000 requests ("memory access
+// out of bounds", a fatal error). The guard brackets those calls: once none is in flight (they
+// end within microtasks: a loop step is synchronous Python, nothing here suspends a stack),
+// the stack pointer goes back to where it was when the first of them began. The host's own
+// calls into Python are made without stack switching (the Worker's code still runs in loop
+// steps, which have it), so they take nothing from the stack.
+function guardStack(module) {
+  let inFlight = 0;
+  let base = 0;
+  const original = module.callPyObjectMaybePromising;
+  module.callPyObjectMaybePromising = async function (...args) {
+    if (inFlight++ === 0) {
+      base = module.stackSave();
+    }
+    try {
+      return await original.apply(this, args);
+    } finally {
+      if (--inFlight === 0 && module.stackSave() < base) {
+        module.stackRestore(base);
+      }
+    }
+  };
+}
+guardStack(module);
+const bootStackPointer = module.stackSave();
 
 const invoke = bridge.invoke;
 let reseeded = false;
@@ -254,7 +288,7 @@ function callPython(wrapper, name, mode, args) {
   beforeRequest();
   const instance = pythonInstances.get(wrapper);
   return invoke.callWithOptions(
-    { promising: true },
+    { promising: false }, // see guardStack
     instance,
     name,
     mode.relaxed,
@@ -385,6 +419,8 @@ function describeRuntime(env) {
     pythonCompatFlags: config.pythonCompatFlags,
     bindings,
     calls: callCounts,
+    // How far the C stack pointer is below where it was after the boot (see guardStack).
+    stackTaken: bootStackPointer - module.stackSave(),
   };
 }
 
