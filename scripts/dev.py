@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -250,13 +251,29 @@ def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path |
         print("\nCtrl-C stops the gateway and the demo origins.", flush=True)
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGINT, _interrupt)
-        while True:
-            signal.pause()
+        watch(gateway)
     except KeyboardInterrupt:
         print("\nstopping", file=sys.stderr)
     finally:
         gateway.stop()
     return 0
+
+
+def watch(gateway: LocalGateway, every_s: float = 1.0) -> None:
+    """Until interrupted: if the runtime dies, say why and start it again on the same port
+    (the counters persist on disk, so nothing admitted is forgotten)."""
+    while True:
+        time.sleep(every_s)
+        if gateway.running:
+            continue
+        print(
+            "\nthe local runtime stopped unexpectedly; starting it again (counters persist). "
+            f"Its last output:\n{gateway.stderr_tail(20)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        gateway.restart()
+        print(f"edge-limiter is running again on {gateway.url}", flush=True)
 
 
 def _interrupt(*_args: object) -> None:

@@ -224,8 +224,9 @@ class LocalGateway:
         self._spec["port"] = port
 
     def restart(self) -> Self:
-        """Stops and starts again with the same spec, persist dir and port."""
-        port = self.port if self._url else self._spec["port"]
+        """Stops (if it still runs) and starts again with the same spec, persist dir and
+        port: also after the runtime died."""
+        port = int(self._url.rsplit(":", 1)[1]) if self._url else self._spec["port"]
         self.stop()
         self._spec["port"] = port
         return self.start()

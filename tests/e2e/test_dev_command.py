@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -139,3 +140,37 @@ def test_dev_refuses_an_origin_mapping_the_config_does_not_name(tmp_path: Path) 
     )
     assert done.returncode == 2
     assert "the config names no origin nowhere.test" in done.stderr
+
+
+def _runtime_of(dev_pid: int) -> int:
+    """The pid (and process group) of the local runtime scripts/dev started."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == dev_pid and b"launch.mjs" in command:
+            return int(proc.name)
+    raise AssertionError(f"no runtime under scripts/dev ({dev_pid})")
+
+
+def test_dev_starts_the_runtime_again_if_it_dies_and_forgets_nothing(tmp_path: Path) -> None:
+    process, lines, base = start_dev(tmp_path)
+    try:
+        client = {"cf-connecting-ip": "192.0.2.30"}
+        codes = [httpx.post(f"{base}/v1/login", headers=client).status_code for _ in range(5)]
+        assert codes == [200] * 5
+        os.killpg(_runtime_of(process.pid), signal.SIGKILL)  # workerd and its launcher
+        deadline = time.monotonic() + 120
+        while not any("running again" in line for line in lines):
+            assert time.monotonic() < deadline and process.poll() is None, "".join(lines)
+            time.sleep(0.2)
+        assert "stopped unexpectedly" in "".join(lines)
+        # Same address, and the five admitted before the crash still count.
+        assert httpx.post(f"{base}/v1/login", headers=client).status_code == 429
+        assert httpx.get(f"{base}/health").status_code == 200
+    finally:
+        stop_dev(process, lines)
