@@ -798,9 +798,17 @@ def test_a_crash_mid_load_loses_no_admission_and_the_restart_admits_no_extra(
     rest = [("/crash", key) for _ in range(limit) for key in keys]
     after = asyncio.run(_drive(load_gateway.url, rest, 50))
     admitted_after: collections.Counter[str] = collections.Counter()
+    dropped = 0
     for (_, key), status in zip(rest, after, strict=True):
+        if isinstance(status, str):
+            # A connection the runtime drops (rarely, under load, as in the 10,000-request
+            # test): that request may have been counted, so it widens the lower bound only.
+            unanswered[key] += 1
+            dropped += 1
+            continue
         assert status in (200, 429), status
         admitted_after[key] += status == 200
+    assert dropped <= len(rest) // 100, f"{dropped} of {len(rest)} requests got no answer"
     for key in keys:
         total = admitted_before[key] + admitted_after[key]
         assert total <= limit, (key, admitted_before[key], admitted_after[key])
