@@ -5,6 +5,9 @@ round every candidate runs once, interleaved, so machine noise hits them alike):
 
 - ``check:<algorithm>``: one ``check`` at a limit every call admits (1,000,000/hour), the
   clock read once per call as a real caller does;
+- ``core:<algorithm>``: the same ``check`` with ``now`` passed in (advancing 1 ms a call)
+  and no clock read: the core alone, which never reads a clock (``clock`` is the read
+  itself, ``int(time.time() * 1000)``, on its own);
 - ``minimal_bucket``: the floor, a token bucket of two mutable floats with the same clock
   read (no decision object, no validation, no exactness);
 - ``limits:<strategy>``: the ``limits`` library's ``hit`` on its memory storage, same
@@ -56,6 +59,34 @@ def check_runner(name: str) -> Runner:
         for _ in range(n):
             now = int(clock() * 1000)
             _, state = check(state, now, 1)
+        return time.perf_counter() - started
+
+    return run
+
+
+def core_runner(name: str) -> Runner:
+    quota = 10_000 if name == "sliding_log" else 1_000_000
+    alg = make_algorithm(name, Limit(Rate(quota, HOUR_MS)))
+
+    def run(n: int) -> float:
+        check = alg.check
+        state: Any = None
+        now = T0
+        started = time.perf_counter()
+        for _ in range(n):
+            now += 1
+            _, state = check(state, now, 1)
+        return time.perf_counter() - started
+
+    return run
+
+
+def clock_runner() -> Runner:
+    def run(n: int) -> float:
+        clock = time.time
+        started = time.perf_counter()
+        for _ in range(n):
+            int(clock() * 1000)
         return time.perf_counter() - started
 
     return run
@@ -169,6 +200,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args(argv)
     runners: dict[str, Runner] = {f"check:{name}": check_runner(name) for name in ALGORITHMS}
+    runners.update({f"core:{name}": core_runner(name) for name in ALGORITHMS})
+    runners["clock"] = clock_runner()
     runners["minimal_bucket"] = minimal_runner()
     runners.update(limits_runners())
     results: dict[str, Any] = measure(runners, args.calls, args.repeat)

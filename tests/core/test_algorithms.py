@@ -12,14 +12,10 @@ from edge_limiter.core.algorithms import (
     GCRA,
     Algorithm,
     FixedWindow,
-    FixedWindowState,
-    GCRAState,
     SlidingLog,
     SlidingLogState,
     SlidingWindowCounter,
-    SlidingWindowState,
     TokenBucket,
-    TokenBucketState,
     make_algorithm,
 )
 from edge_limiter.core.decision import Decision, Reason
@@ -46,7 +42,7 @@ def test_worked_example_sliding_counter_7_per_minute_at_30_percent() -> None:
     """Previous minute 5, current minute 3, 30% into the minute: estimate 6.5, allowed."""
     counter = SlidingWindowCounter(Limit(parse_rate("7/minute")))
     index = at(2, 1, 0) // MINUTE_MS
-    state = SlidingWindowState(window_index=index, current=3, previous=5)
+    state = (index, 3, 5)  # (window_index, current, previous)
     now = index * MINUTE_MS + 18 * SECOND_MS  # 30% of the minute
 
     elapsed = Fraction(now - index * MINUTE_MS, MINUTE_MS)
@@ -55,7 +51,7 @@ def test_worked_example_sliding_counter_7_per_minute_at_30_percent() -> None:
     decision, after = counter.check(state, now)
     assert decision.allowed
     assert decision.remaining == 0  # floor(3.5) + 3 + 1 == 7
-    assert after == SlidingWindowState(index, 4, 5)
+    assert after == (index, 4, 5)
     assert not counter.peek(after, now).allowed
 
 
@@ -114,7 +110,7 @@ def test_token_bucket_burst_differs_from_quota(clock: FakeClock) -> None:
 def test_token_bucket_fractional_refill_is_exact() -> None:
     # 3 per 1000 ms: a token every 333.33 ms, so the 4th fits at 334 ms, not at 333.
     bucket = TokenBucket(Limit(Rate(3, 1000)))
-    state = TokenBucketState(0, 0)
+    state = (0, 0)
     assert bucket.peek(state, 0).retry_after == 334
     assert not bucket.peek(state, 333).allowed
     assert bucket.peek(state, 334).allowed
@@ -128,7 +124,7 @@ def test_gcra_spaces_requests_by_the_emission_interval(clock: FakeClock) -> None
     gcra = GCRA(Limit(Rate(4, SECOND_MS), 1))  # one every 250 ms, no burst
     decision, state = gcra.check(None, clock.now)
     assert decision.allowed
-    assert state == GCRAState((clock.now + 250) * 4)
+    assert state == (clock.now + 250) * 4
     assert gcra.peek(state, clock.now + 249).retry_after == 1
     assert gcra.peek(state, clock.now + 250).allowed
     assert gcra.idle_at(state) == clock.now + 250
@@ -188,7 +184,7 @@ def test_sliding_log_retry_waits_for_enough_old_entries(clock: FakeClock, run: R
 
 def test_sliding_counter_retry_can_land_in_the_next_window() -> None:
     counter = SlidingWindowCounter(Limit(Rate(10, 1000)))
-    state = SlidingWindowState(window_index=5, current=10, previous=0)
+    state = (5, 10, 0)
     decision = counter.peek(state, 5_500, 1)
     # In window 6 the weight of 10 drops below 10 at once: floor(10 * 999 / 1000) == 9.
     assert decision.retry_after == 6_001 - 5_500
@@ -200,16 +196,16 @@ def test_sliding_counter_retry_can_land_in_the_next_window() -> None:
 def test_sliding_counter_rolls_windows_forward() -> None:
     counter = SlidingWindowCounter(Limit(Rate(4, 100)))
     # Window 3, half-way: floor(4 * 0.5) + 1 + 1 == 4 fits.
-    decision, state = counter.check(SlidingWindowState(3, 1, 4), 350, 1)
+    decision, state = counter.check((3, 1, 4), 350, 1)
     assert decision.allowed
-    assert state == SlidingWindowState(3, 2, 4)
+    assert state == (3, 2, 4)
     # Window 4: the count of window 3 becomes the previous one.
     decision, state = counter.check(state, 420, 1)
     assert (decision.allowed, decision.remaining) == (True, 2)  # 4 - floor(2 * 0.8) - 1
-    assert state == SlidingWindowState(4, 1, 2)
+    assert state == (4, 1, 2)
     # Window 6: both counts are stale.
     _, state = counter.check(state, 650, 1)
-    assert state == SlidingWindowState(6, 1, 0)
+    assert state == (6, 1, 0)
 
 
 # --- fixed window -------------------------------------------------------------------------
@@ -225,7 +221,7 @@ def test_fixed_window_counts_reset_at_the_edge(clock: FakeClock) -> None:
     assert (denied.allowed, denied.retry_after, denied.reset_after) == (False, 10, 10)
     decision, state = window.check(state, start + 10)
     assert decision == Decision(True, 2, 1, 1000, 0, None, window.limit)
-    assert state == FixedWindowState((start + 10) // 1000, 1)
+    assert state == ((start + 10) // 1000, 1)
 
 
 # --- every algorithm: costs, clock, registry, decoding -----------------------------------
@@ -353,11 +349,11 @@ def test_a_bucket_limit_reports_its_burst_as_its_capacity() -> None:
 
 
 GOOD_STATES: dict[str, object] = {
-    "token_bucket": TokenBucketState(2500, 7),
-    "gcra": GCRAState(12_345),
+    "token_bucket": (2500, 7),
+    "gcra": 12_345,
     "sliding_log": SlidingLogState(((1, 2), (5, 1))),
-    "sliding_window": SlidingWindowState(3, 2, 1),
-    "fixed_window": FixedWindowState(3, 2),
+    "sliding_window": (3, 2, 1),
+    "fixed_window": (3, 2),
 }
 
 BAD_DATA: dict[str, list[object]] = {

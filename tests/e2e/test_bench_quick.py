@@ -44,6 +44,8 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     core = data["core"]
     for runtime in ("cpython", "pyodide"):
         assert core[runtime]["check:token_bucket"] > 0
+        assert core[runtime]["core:gcra"] > 0
+        assert core[runtime]["clock"] > 0
         assert core[runtime]["step:sliding_log"] > 0
     assert core["pyodide"]["platform"] == "emscripten"
     gateway = data["gateway"]

@@ -1,9 +1,16 @@
 """The interface every rate-limiting algorithm implements.
 
 An algorithm instance is configured with one :class:`~edge_limiter.core.rates.Limit` (a rate and,
-for the bucket-shaped ones, a burst). Its state is a small frozen dataclass of ints that
-:meth:`Algorithm.encode` turns into a JSON-able list for one SQLite row. ``None`` is the
-fresh state: a key never seen, or one that was reset or cleaned up.
+for the bucket-shaped ones, a burst). Its state is immutable plain data (a tuple of ints,
+an int, or for the sliding log a named tuple of entries) that :meth:`Algorithm.encode`
+turns into a JSON-able list for one SQLite row. ``None`` is the fresh state: a key never
+seen, or one that was reset or cleaned up.
+
+Why plain tuples, not named tuples, for the counters' states: ``check`` builds one for
+every admitted request, and building a named tuple (even through :data:`new_tuple`) cost
+about 190 ns on CPython 3.11 and 410 ns on Pyodide against 40-50 ns for a plain tuple,
+which was a fifth of the whole ``check``. The decision stays a named tuple: its fields are
+read by name all over the gateway.
 """
 
 from __future__ import annotations

@@ -14,18 +14,15 @@ so in that same window: it lowers that window's count by units that are never us
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TypeAlias
 
 from ..decision import Decision
 from ..errors import StateError
-from .base import Algorithm, decode_ints, new_tuple, validate_cost
+from .base import Algorithm, decode_ints, validate_cost
 
-
-class FixedWindowState(NamedTuple):
-    """Cost admitted so far in the window ``window_index``."""
-
-    window_index: int
-    used: int
+FixedWindowState: TypeAlias = tuple[int, int]
+"""``(window_index, used)``: the cost admitted so far in the window ``window_index``. A
+plain tuple, made once per admitted request (see ``edge_limiter.core.algorithms.base``)."""
 
 
 class FixedWindow(Algorithm[FixedWindowState]):
@@ -39,13 +36,13 @@ class FixedWindow(Algorithm[FixedWindowState]):
         If the clock went back before the stored window, that window and its count stay.
         """
         index = now // self.rate.window_ms
-        if state is None or index > state.window_index:
+        if state is None or index > state[0]:
             return index, 0
-        return state.window_index, state.used
+        return state
 
     @staticmethod
     def _wrap(index: int, count: int) -> FixedWindowState | None:
-        return new_tuple(FixedWindowState, (index, count)) if count else None
+        return (index, count) if count else None
 
     def check(
         self, state: FixedWindowState | None, now: int, cost: int = 1
@@ -81,7 +78,7 @@ class FixedWindow(Algorithm[FixedWindowState]):
     def grantable(self, state: FixedWindowState | None, now: int, ttl_ms: int) -> int:
         """What the current window has left (0 if the clock went back before the stored one)."""
         del ttl_ms
-        if state is not None and now // self.rate.window_ms < state.window_index:
+        if state is not None and now // self.rate.window_ms < state[0]:
             return 0
         _, count = self._at(state, now)
         return max(0, self.rate.quota - count)
@@ -95,13 +92,14 @@ class FixedWindow(Algorithm[FixedWindowState]):
         """When the window ends (0 for the fresh state)."""
         if state is None:
             return 0
-        if state.used == 0:
-            return state.window_index * self.rate.window_ms
-        return (state.window_index + 1) * self.rate.window_ms
+        index, used = state
+        if used == 0:
+            return index * self.rate.window_ms
+        return (index + 1) * self.rate.window_ms
 
     def encode(self, state: FixedWindowState) -> list[int]:
         """``[window_index, count]``."""
-        return [state.window_index, state.used]
+        return list(state)
 
     def decode(self, data: list[int]) -> FixedWindowState:
         """Inverse of :meth:`encode`."""
@@ -111,4 +109,4 @@ class FixedWindow(Algorithm[FixedWindowState]):
         index, count = values
         if count < 0:
             raise StateError(f"{self.name} state has a negative count: {values!r}")
-        return FixedWindowState(index, count)
+        return index, count

@@ -18,18 +18,16 @@ the TAT back equals never having taken them).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TypeAlias
 
 from ..decision import Decision
 from ..errors import StateError
 from ..rates import Limit
 from .base import Algorithm, decode_ints, new_tuple, validate_cost
 
-
-class GCRAState(NamedTuple):
-    """The theoretical arrival time, in ms multiplied by the quota."""
-
-    tat_scaled: int
+GCRAState: TypeAlias = int
+"""The theoretical arrival time, in ms multiplied by the quota. A plain int: ``check``
+makes one per admitted request (see ``edge_limiter.core.algorithms.base``)."""
 
 
 class GCRA(Algorithm[GCRAState]):
@@ -63,11 +61,11 @@ class GCRA(Algorithm[GCRAState]):
             validate_cost(cost)
         window, quota, tolerance, capacity, limit = self._check_constants
         now_scaled = now * quota
-        tat = now_scaled if state is None or state[0] < now_scaled else state[0]
+        tat = now_scaled if state is None or state < now_scaled else state
         backlog = tat - now_scaled
         new_backlog = backlog + cost * window
         if new_backlog <= tolerance:
-            new_state = state if cost == 0 else new_tuple(GCRAState, (tat + cost * window,))
+            new_state = state if cost == 0 else tat + cost * window
             reset_after = -(-new_backlog // quota) if new_backlog > 0 else 0
             return (
                 new_tuple(
@@ -98,15 +96,15 @@ class GCRA(Algorithm[GCRAState]):
         if state is None:
             return None
         now_scaled = now * self.rate.quota
-        tat = max(state.tat_scaled, now_scaled) - cost * self.rate.window_ms
-        return GCRAState(tat) if tat > now_scaled else None
+        tat = max(state, now_scaled) - cost * self.rate.window_ms
+        return tat if tat > now_scaled else None
 
     leasable = True
 
     def grantable(self, state: GCRAState | None, now: int, ttl_ms: int) -> int:
         """Whole units that fit with a reserve of ``ttl_ms`` of emission left."""
         now_scaled = now * self.rate.quota
-        backlog = 0 if state is None else max(0, state.tat_scaled - now_scaled)
+        backlog = 0 if state is None else max(0, state - now_scaled)
         room = self._tolerance - backlog - ttl_ms * self.rate.quota
         return max(0, room // self.rate.window_ms)
 
@@ -123,11 +121,11 @@ class GCRA(Algorithm[GCRAState]):
         """The TAT in ms, rounded up (0 for the fresh state)."""
         if state is None:
             return 0
-        return -(-state.tat_scaled // self.rate.quota)
+        return -(-state // self.rate.quota)
 
     def encode(self, state: GCRAState) -> list[int]:
         """``[tat_ms, remainder]``: ``tat_scaled`` itself passes 2**53 for epoch times."""
-        tat_ms, remainder = divmod(state.tat_scaled, self.rate.quota)
+        tat_ms, remainder = divmod(state, self.rate.quota)
         return [tat_ms, remainder]
 
     def decode(self, data: list[int]) -> GCRAState:
@@ -140,4 +138,4 @@ class GCRA(Algorithm[GCRAState]):
             raise StateError(
                 f"{self.name} state remainder must be in [0, {self.rate.quota}), got {values!r}"
             )
-        return GCRAState(tat_ms * self.rate.quota + remainder)
+        return tat_ms * self.rate.quota + remainder

@@ -34,19 +34,16 @@ from the current count, which holds the lease's units (never from the previous o
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TypeAlias
 
 from ..decision import Decision
 from ..errors import StateError
-from .base import Algorithm, decode_ints, new_tuple, validate_cost
+from .base import Algorithm, decode_ints, validate_cost
 
-
-class SlidingWindowState(NamedTuple):
-    """Cost admitted in window ``window_index`` (``current``) and in the one before."""
-
-    window_index: int
-    current: int
-    previous: int
+SlidingWindowState: TypeAlias = tuple[int, int, int]
+"""``(window_index, current, previous)``: the cost admitted in window ``window_index``
+(``current``) and in the one before. A plain tuple, made once per admitted request (see
+``edge_limiter.core.algorithms.base``)."""
 
 
 class SlidingWindowCounter(Algorithm[SlidingWindowState]):
@@ -62,12 +59,12 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         """
         window = self.rate.window_ms
         index = now // window
-        if state is None or index > state.window_index + 1:
+        if state is None or index > state[0] + 1:
             return index, 0, 0, now
-        if index == state.window_index + 1:
-            return index, 0, state.current, now
-        index = state.window_index
-        return index, state.current, state.previous, max(now, index * window)
+        stored, current, previous = state
+        if index == stored + 1:
+            return index, 0, current, now
+        return stored, current, previous, max(now, stored * window)
 
     def _weighted(self, previous: int, elapsed: int) -> int:
         window = self.rate.window_ms
@@ -126,7 +123,7 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
     def _wrap(index: int, current: int, previous: int) -> SlidingWindowState | None:
         if current == 0 and previous == 0:
             return None
-        return new_tuple(SlidingWindowState, (index, current, previous))
+        return index, current, previous
 
     def refund(
         self, state: SlidingWindowState | None, now: int, cost: int = 1
@@ -144,7 +141,7 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         """The room the weighted estimate leaves now (0 if the clock went back)."""
         del ttl_ms
         window = self.rate.window_ms
-        if state is not None and now // window < state.window_index:
+        if state is not None and now // window < state[0]:
             return 0
         index, current, previous, t = self._at(state, now)
         used = self._weighted(previous, t - index * window) + current
@@ -166,14 +163,14 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         """When the estimate reaches 0 for good (0 for the fresh state)."""
         if state is None:
             return 0
-        index = state.window_index
+        index, current, previous = state
         return self._first_fit(
-            index, state.current, state.previous, index * self.rate.window_ms, self.rate.quota
+            index, current, previous, index * self.rate.window_ms, self.rate.quota
         )
 
     def encode(self, state: SlidingWindowState) -> list[int]:
         """``[window_index, current, previous]``."""
-        return [state.window_index, state.current, state.previous]
+        return list(state)
 
     def decode(self, data: list[int]) -> SlidingWindowState:
         """Inverse of :meth:`encode`."""
@@ -185,4 +182,4 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         index, current, previous = values
         if current < 0 or previous < 0:
             raise StateError(f"{self.name} state has a negative count: {values!r}")
-        return SlidingWindowState(index, current, previous)
+        return index, current, previous

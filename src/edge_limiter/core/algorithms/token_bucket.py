@@ -26,19 +26,17 @@ both are closed here (:mod:`.gcra` has the same two rules, in its own units):
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TypeAlias
 
 from ..decision import Decision
 from ..errors import StateError
 from ..rates import Limit
 from .base import Algorithm, decode_ints, new_tuple, validate_cost
 
-
-class TokenBucketState(NamedTuple):
-    """The bucket level (tokens * ``window_ms``) as of ``updated_at`` (ms)."""
-
-    level_scaled: int
-    updated_at: int
+TokenBucketState: TypeAlias = tuple[int, int]
+"""``(level_scaled, updated_at)``: the bucket level (tokens * ``window_ms``) as of
+``updated_at`` (ms). A plain tuple: ``check`` makes one per admitted request, and a named
+tuple cost several times as much to build (see ``edge_limiter.core.algorithms.base``)."""
 
 
 class TokenBucket(Algorithm[TokenBucketState]):
@@ -71,9 +69,10 @@ class TokenBucket(Algorithm[TokenBucketState]):
         """
         if state is None:
             return self._full, now
-        elapsed = max(0, now - state.updated_at)
-        level = min(self._full, state.level_scaled + elapsed * self.rate.quota)
-        return level, max(now, state.updated_at)
+        level_scaled, updated_at = state
+        elapsed = max(0, now - updated_at)
+        level = min(self._full, level_scaled + elapsed * self.rate.quota)
+        return level, max(now, updated_at)
 
     def _until_level(self, level: int, target: int) -> int:
         """Milliseconds of refill needed to go from ``level`` to ``target`` units."""
@@ -103,7 +102,7 @@ class TokenBucket(Algorithm[TokenBucketState]):
         need = cost * window
         if need <= level:
             after = level - need
-            new_state = state if cost == 0 else new_tuple(TokenBucketState, (after, as_of))
+            new_state = state if cost == 0 else (after, as_of)
             reset_after = lag + (-((after - full) // quota) if after < full else 0)
             return (
                 new_tuple(
@@ -128,13 +127,13 @@ class TokenBucket(Algorithm[TokenBucketState]):
         level = min(self._full, level + cost * self.rate.window_ms)
         if level == self._full:
             return None
-        return TokenBucketState(level, as_of)
+        return level, as_of
 
     leasable = True
 
     def grantable(self, state: TokenBucketState | None, now: int, ttl_ms: int) -> int:
         """Whole tokens above a reserve of ``ttl_ms`` of refill (0 if the clock went back)."""
-        if state is not None and now < state.updated_at:
+        if state is not None and now < state[1]:
             return 0
         level, _ = self._level(state, now)
         return max(0, (level - ttl_ms * self.rate.quota) // self.rate.window_ms)
@@ -152,8 +151,9 @@ class TokenBucket(Algorithm[TokenBucketState]):
         """When the bucket is full again (0 for the fresh state)."""
         if state is None:
             return 0
-        level = min(self._full, state.level_scaled)
-        return state.updated_at + self._until_level(level, self._full)
+        level_scaled, updated_at = state
+        level = min(self._full, level_scaled)
+        return updated_at + self._until_level(level, self._full)
 
     def encode(self, state: TokenBucketState) -> list[int]:
         """``[whole_tokens, remainder, updated_at]``: each part stays a small int.
@@ -161,8 +161,9 @@ class TokenBucket(Algorithm[TokenBucketState]):
         ``level_scaled`` itself can pass 2**53 for large windows and bursts, which would
         lose precision on the way through JavaScript.
         """
-        tokens, remainder = divmod(state.level_scaled, self.rate.window_ms)
-        return [tokens, remainder, state.updated_at]
+        level_scaled, updated_at = state
+        tokens, remainder = divmod(level_scaled, self.rate.window_ms)
+        return [tokens, remainder, updated_at]
 
     def decode(self, data: list[int]) -> TokenBucketState:
         """Inverse of :meth:`encode`; a level above the burst is capped at a full bucket."""
@@ -178,4 +179,4 @@ class TokenBucket(Algorithm[TokenBucketState]):
                 f"{self.rate.window_ms} ms: {values!r}"
             )
         level = min(self._full, tokens * self.rate.window_ms + remainder)
-        return TokenBucketState(level, updated_at)
+        return level, updated_at
