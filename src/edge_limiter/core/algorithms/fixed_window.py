@@ -18,7 +18,7 @@ from typing import TypeAlias
 
 from ..decision import Decision
 from ..errors import StateError
-from .base import Algorithm, decode_ints, validate_cost
+from .base import Algorithm, decode_ints, new_tuple, validate_cost
 
 FixedWindowState: TypeAlias = tuple[int, int]
 """``(window_index, used)``: the cost admitted so far in the window ``window_index``. A
@@ -48,16 +48,26 @@ class FixedWindow(Algorithm[FixedWindowState]):
         self, state: FixedWindowState | None, now: int, cost: int = 1
     ) -> tuple[Decision, FixedWindowState | None]:
         """Admit ``cost`` if the window has room; count it if so."""
-        validate_cost(cost)
-        quota = self.rate.quota
-        index, count = self._at(state, now)
-        window_end = (index + 1) * self.rate.window_ms - now
+        # The hot path: _at, _wrap and _allowed are written out here.
+        if cost.__class__ is not int or cost < 0:
+            validate_cost(cost)
+        quota = self.quota
+        window = self.window_ms
+        index = now // window
+        if state is None or index > state[0]:
+            count = 0
+        else:
+            index, count = state
+        window_end = (index + 1) * window - now
         if count + cost <= quota:
+            if not cost:
+                # A free request changes nothing, like a denied one.
+                return self._allowed(quota - count, window_end if count else 0), state
             count += cost
-            reset_after = window_end if count else 0
-            # A free request (cost 0) changes nothing, like a denied one.
-            new_state = self._wrap(index, count) if cost else state
-            return self._allowed(quota - count, reset_after), new_state
+            return (
+                new_tuple(Decision, (True, quota, quota - count, window_end, 0, None, self.limit)),
+                (index, count),
+            )
         reset_after = window_end if count else 0
         # A cost within the quota fits once the window ends; a larger one never does.
         retry_after = window_end if cost <= quota else reset_after

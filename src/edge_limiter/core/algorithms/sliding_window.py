@@ -38,7 +38,7 @@ from typing import TypeAlias
 
 from ..decision import Decision
 from ..errors import StateError
-from .base import Algorithm, decode_ints, validate_cost
+from .base import Algorithm, decode_ints, new_tuple, validate_cost
 
 SlidingWindowState: TypeAlias = tuple[int, int, int]
 """``(window_index, current, previous)``: the cost admitted in window ``window_index``
@@ -102,16 +102,40 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         self, state: SlidingWindowState | None, now: int, cost: int = 1
     ) -> tuple[Decision, SlidingWindowState | None]:
         """Admit ``cost`` if the weighted estimate leaves room; count it if so."""
-        validate_cost(cost)
-        quota = self.rate.quota
-        index, current, previous, t = self._at(state, now)
-        used = self._weighted(previous, t - index * self.rate.window_ms) + current
+        # The hot path: _at, _weighted and (for an admitted request) _first_fit are
+        # written out here; the tests hold them to the same answers.
+        if cost.__class__ is not int or cost < 0:
+            validate_cost(cost)
+        window = self.window_ms
+        quota = self.quota
+        index = now // window
+        if state is None or index > state[0] + 1:
+            current = previous = 0
+            t = now
+        elif index == state[0] + 1:
+            current, previous, t = 0, state[1], now
+        else:
+            index, current, previous = state
+            t = max(now, index * window)
+        start = index * window
+        used = previous * (window - (t - start)) // window + current
         if used + cost <= quota:
+            if not cost:
+                # A free request changes nothing, like a denied one.
+                reset_after = self._first_fit(index, current, previous, t, quota) - now
+                return self._allowed(quota - used, reset_after), state
             current += cost
-            # A free request (cost 0) changes nothing, like a denied one.
-            new_state = self._wrap(index, current, previous) if cost else state
-            reset_after = self._first_fit(index, current, previous, t, quota) - now
-            return self._allowed(quota - used - cost, reset_after), new_state
+            # When the whole quota fits again (_first_fit with cost = quota): this window
+            # now holds ``current >= 1``, so not before the next one, once this window's
+            # count weighs less than 1 there (at the latest, the start of the one after).
+            reset_after = start + 2 * window - (window - 1) // current - now
+            return (
+                new_tuple(
+                    Decision,
+                    (True, quota, quota - used - cost, reset_after, 0, None, self.limit),
+                ),
+                (index, current, previous),
+            )
         reset_after = self._first_fit(index, current, previous, t, quota) - now
         if cost > quota:
             retry_after = reset_after
