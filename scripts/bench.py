@@ -242,6 +242,10 @@ def section_object(report: Report, quick: bool, origin: str) -> None:
             for name, url in (
                 ("JS Durable Object", f"{peer}/object?key=hot-js"),
                 ("Python Durable Object (this project's)", f"{peer}/python-object?key=hot-py"),
+                (
+                    f"Python, write_behind {rt.BENCH_WRITE_BEHIND_MS} ms (opt-in; no write per decision)",
+                    f"{peer}/python-object-behind?key=hot-py-behind",
+                ),
             ):
                 results.setdefault(name, []).append(rt.load(url, requests=requests, concurrency=50))
     base = rt.median(results["JS Durable Object"], "rps")

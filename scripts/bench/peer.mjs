@@ -9,6 +9,8 @@
 //   GET /python-object one call to the project's own RateLimiter object (the Python Worker's
 //                      class, bound here), with the same payload: the object driven exactly
 //                      as the JavaScript one is
+//   GET /python-object-behind  the same with env.PAYLOAD_BEHIND: the route opted into
+//                      write-behind (not the same work: shown beside, not compared)
 //
 // env.PAYLOAD is the store request text the gateway sends for the benchmark's route
 // (quota, window, cost), so both objects decide the same thing. `?key=` picks the object.
@@ -101,6 +103,9 @@ export default {
     }
     if (path === "/python-object") {
       return new Response(await env.RATE_LIMITER.getByName(key).decide(env.PAYLOAD));
+    }
+    if (path === "/python-object-behind") {
+      return new Response(await env.RATE_LIMITER.getByName(key).decide(env.PAYLOAD_BEHIND));
     }
     if (path.startsWith("/limited/")) {
       await env.PEER_LIMITER.getByName(key).decide(env.PAYLOAD);

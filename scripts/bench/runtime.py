@@ -34,6 +34,8 @@ NODE = os.environ.get("NODE") or shutil.which("node") or "node"
 HOUR_MS = 3_600_000
 #: The benchmark route: a limit every request is admitted by, on one key.
 BENCH_LIMIT = "1000000/hour"
+#: The write-behind of the benchmark's opt-in route (``behind``), in ms.
+BENCH_WRITE_BEHIND_MS = 50
 
 
 @contextmanager
@@ -127,7 +129,7 @@ def bench_config(origin: str, **top: Any) -> dict[str, Any]:
                 "limits": BENCH_LIMIT,
                 "algorithm": "gcra",
                 "key": "header:x-bench-key",
-                "write_behind": "50ms",
+                "write_behind": f"{BENCH_WRITE_BEHIND_MS}ms",
             },
             {
                 "name": "small",
@@ -141,9 +143,12 @@ def bench_config(origin: str, **top: Any) -> dict[str, Any]:
     }
 
 
-def bench_payload() -> str:
-    """The store request the gateway sends for the ``bench`` route (for the peers)."""
-    return StoreRequest("check", "gcra", (Limit(parse_rate(BENCH_LIMIT)),)).to_json()
+def bench_payload(write_behind_ms: int = 0) -> str:
+    """The store request the gateway sends for the ``bench`` route (for the peers); with
+    ``write_behind_ms``, the same route opted into write-behind."""
+    return StoreRequest(
+        "check", "gcra", (Limit(parse_rate(BENCH_LIMIT)),), write_behind_ms=write_behind_ms
+    ).to_json()
 
 
 @contextmanager
@@ -156,7 +161,11 @@ def runtime(origin: str, *, persist: bool = True, **top: Any) -> Iterator[LocalG
             {
                 "name": "peer",
                 "module": str(PEER),
-                "bindings": {"ORIGIN": origin, "PAYLOAD": bench_payload()},
+                "bindings": {
+                    "ORIGIN": origin,
+                    "PAYLOAD": bench_payload(),
+                    "PAYLOAD_BEHIND": bench_payload(BENCH_WRITE_BEHIND_MS),
+                },
                 "durableObjects": {
                     "PEER_LIMITER": {"className": "PeerLimiter"},
                     "RATE_LIMITER": {"className": "RateLimiter", "worker": "gateway"},

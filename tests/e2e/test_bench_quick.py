@@ -51,6 +51,9 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     gateway = data["gateway"]
     assert gateway["Python: limited route (object + forward)"]["statuses"] == ["200"]
     assert "429" in gateway["Python: denied (429)"]["statuses"]
+    # Every object row decided (decisions/s is the first column), the write-behind one too.
+    assert len(data["object"]) == 3
+    assert all(row[0] > 0 for row in data["object"].values())
     # The abusive key is never admitted beyond its limit (100/minute: 100 at once, plus what
     # refills during the run).
     assert data["abusive"]["admitted"] <= 100 + 100 * 2 / 60 + 1
