@@ -208,11 +208,15 @@ def simulate(scenario: Scenario) -> Result:
         lease = isolate.holding.answered(response, ask, now, reserved=covered)
         if lease is None:
             return
+        # (A planned allowance is taken as the answer arrives, on the isolate's clock.)
+        used_at = now if response.allowance is not None else decided
         for arrived in waiting[:covered]:
-            admit(arrived, decided)
+            admit(arrived, used_at)
         for position, arrived in enumerate(waiting[covered:], start=covered):
             if take(isolate, now):
                 admit(arrived, now)
+            elif isolate.holding.ask_at(now):
+                return  # the rest are denied: its share accrues later (or it was denied)
             else:
                 isolate.waiting = waiting[position:]
                 send(index, now_us, len(isolate.waiting))

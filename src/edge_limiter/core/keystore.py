@@ -42,6 +42,7 @@ from .algorithms import make_algorithm
 from .algorithms.base import Algorithm
 from .decision import Decision
 from .errors import ProtocolError, StateError
+from .lease_plan import Plan, plan_window
 from .leases import grant_size, pace_ms
 from .limiter import check_all, combine, peek_all, refund_all
 from .protocol import (
@@ -112,11 +113,14 @@ class _Held(NamedTuple):
 class _Holders:
     """The leases outstanding on one limit set, by holder, and the holders' reported rates."""
 
-    __slots__ = ("by_holder", "prune_at", "rates")
+    __slots__ = ("by_holder", "plan", "plan_index", "prune_at", "rates")
 
     def __init__(self) -> None:
         self.by_holder: dict[str, _Held] = {}
         self.prune_at = 0
+        self.plan: Plan | None = None
+        """A sliding window's plan for the window ``plan_index`` (None: no plan)."""
+        self.plan_index = -1
         self.rates: dict[str, tuple[int, int]] = {}
         """Holder -> (its observed rate in units per second, when it said so)."""
 
@@ -404,6 +408,14 @@ class KeyStore:
             if back > 0:
                 current = refund_all(algorithms, current, now, back)
                 held = held._replace(units=held.units - back)
+        if len(algorithms) == 1 and algorithms[0].lease_plans:
+            planned = self._planned(
+                request, compiled, holders, states=states, current=current, now=now
+            )
+            if isinstance(planned, str):
+                return planned
+            states = list(planned)
+            current = states
         expires_at = min(algorithm.lease_expiry(now, ttl) for algorithm in algorithms)
         # A lease cut short (a window ends first) is worth that much less of the rate.
         wanted = max(min_units, -(-request.cost * (expires_at - now) // ttl))
@@ -486,6 +498,57 @@ class KeyStore:
         answer = _with_states(_answer(decisions, combine(decisions)), algorithms, current, now)
         self._store(compiled, states, current, now)
         return answer
+
+    def _planned(
+        self,
+        request: StoreRequest,
+        compiled: _Compiled,
+        holders: _Holders,
+        *,
+        states: Sequence[Any],
+        current: Sequence[Any],
+        now: int,
+    ) -> str | Sequence[Any]:
+        """A sliding window's plan (:mod:`.lease_plan`): the answer for a holder in this
+        window's plan, or the states to go on with (the plan, made at the window's first
+        lease request, is counted in them and stored at once).
+
+        Another request of a holder in the plan gets the same allowance (its isolate keeps
+        the one it holds): an answer lost on the way is then not a window lost.
+        """
+        algorithm = compiled.algorithms[0]
+        window = algorithm.rate.window_ms
+        index = now // window
+        if holders.plan_index != index:
+            holders.plan_index = index
+            holders.plan = None
+            counted, previous = algorithm.plan_counts(current[0], now)
+            rates = {holder: rate for holder, (rate, _) in holders.rates.items()}
+            plan = plan_window(
+                now,
+                window,
+                algorithm.rate.quota,
+                current=counted,
+                previous=previous,
+                rates=rates,
+            )
+            if plan is not None:
+                holders.plan = plan
+                committed = [algorithm.plan_commit(current[0], now, plan.committed)]
+                self._store(compiled, states, committed, now)
+                states = current = committed
+        plan = holders.plan
+        allowance = None if plan is None else plan.allowances.get(request.holder)
+        if allowance is None or now >= allowance.end:
+            return current
+        if current[0] is not states[0]:
+            self._store(compiled, states, current, now)
+        decision = algorithm.peek(current[0], now, 0)
+        if not decision.allowed:  # the plan's count runs ahead of the estimate: none left
+            decision = decision._replace(allowed=True, remaining=0, retry_after=0, reason=None)
+        answer = _answer((decision,), decision)
+        listed = json.dumps(allowance.to_list(), separators=(",", ":"))
+        return f'{answer[:-1]},"g":{allowance.final},"x":{allowance.end},"rn":1,"pl":{listed}}}'
 
     # --- writing ------------------------------------------------------------------------
 

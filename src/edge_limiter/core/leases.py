@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 from .algorithms import ALGORITHMS
 from .decision import Decision, Reason
+from .lease_plan import Allowance
 from .protocol import StoreResponse
 from .rates import Limit
 
@@ -121,7 +122,7 @@ class RateMeter:
     the isolate's local bookkeeping, never stored.
     """
 
-    __slots__ = ("current", "index", "period_ms", "previous")
+    __slots__ = ("current", "index", "period_ms", "previous", "started")
 
     def __init__(self, period_ms: int = DEFAULT_METER_PERIOD_MS) -> None:
         if period_ms < 1:
@@ -130,6 +131,8 @@ class RateMeter:
         self.index = 0
         self.current = 0
         self.previous = 0
+        self.started = -1
+        """When it first observed anything (-1: never)."""
 
     def _roll(self, now: int) -> None:
         index = now // self.period_ms
@@ -143,6 +146,8 @@ class RateMeter:
         """Count ``units`` asked for at ``now`` (admitted or not: demand, not admissions)."""
         if now // self.period_ms > self.index:
             self._roll(now)
+        if self.started < 0:
+            self.started = now
         self.current += units
 
     def per_ms(self, now: int) -> float:
@@ -152,6 +157,22 @@ class RateMeter:
         period = self.period_ms
         elapsed = now - self.index * period
         return (self.previous * (period - elapsed) / period + self.current) / period
+
+    def estimate_per_ms(self, now: int) -> float:
+        """:meth:`per_ms`, except while the meter is younger than a period: then what it
+        saw over the time it has been looking (once that is a tenth of a period), and
+        at least ``period / seen`` (a few requests close together are not a high rate). The rate an isolate reports to
+        the object, whose plans share a window out by such rates: over a whole period, a
+        new isolate's rate reads low for its first second. (Lease sizes keep the whole
+        period's reading, which never overstates what a new isolate will use.)"""
+        if now // self.period_ms > self.index:
+            self._roll(now)
+        period = self.period_ms
+        age = now - self.started
+        if self.started < 0 or age >= period or age < period // 10:
+            return self.per_ms(now)
+        seen = self.previous + self.current
+        return seen / max(age, period / max(1, seen))
 
 
 def want(rate_per_ms: float, ttl_ms: int, min_units: int = 1, max_units: int = 1_000_000) -> int:
@@ -258,6 +279,8 @@ class Lease:
         says (``StoreResponse.rationed``)."""
         if answer.granted <= 0:
             return None
+        if answer.allowance is not None:
+            return PlannedLease(answer.allowance, answer.decision.remaining)
         expires_at = min(sent_at + ttl_ms, answer.expires_at)
         cut = answer.expires_at < sent_at + ttl_ms
         lease = cls(
@@ -299,6 +322,17 @@ class Lease:
         """Units still usable at ``now`` (0 once the lease ended)."""
         return self.units if now < self.expires_at else 0
 
+    def live(self, now: int) -> bool:
+        """Whether the lease may still admit anything (now or later)."""
+        return self.unused(now) > 0
+
+    def reserve(self, cost: int, now: int) -> bool:
+        """Take ``cost`` for the requests the lease request was made for (they are
+        admitted as of the grant); whether it had them."""
+        del now
+        self.units -= min(cost, self.units)
+        return True
+
     def remaining(self, now: int) -> int:
         """``Remaining`` for the headers: the object's figure plus the units held."""
         return self.reported + self.unused(now)
@@ -323,6 +357,71 @@ class Lease:
         given = max(0, self.units - keep)
         self.units -= given
         return given
+
+
+class PlannedLease(Lease):
+    """A holder's allowance in a sliding window's plan (:mod:`.lease_plan`): units that
+    accrue over the window, on the isolate's clock, and are used as they accrue.
+
+    It is rationed (the holder's share of a short window) and cut (it ends with the
+    window): once the units accrued so far are used, the isolate denies locally until the
+    next one accrues, and asks the object again only when the window ends. Nothing is
+    given back (the object counted the whole allowance at once).
+    """
+
+    __slots__ = ("allowance", "short", "used")
+
+    def __init__(self, allowance: Allowance, reported: int = 0) -> None:
+        super().__init__(allowance.final, allowance.end, reported, rationed=True, cut=True)
+        self.allowance = allowance
+        self.used = 0
+        self.short = 1
+        """The cost of the last request the allowance could not take yet."""
+        self.returnable = False
+
+    def take(self, cost: int, now: int) -> bool:
+        if now >= self.expires_at or self.used + cost > self.allowance.at(now):
+            self.short = max(1, cost)
+            return False
+        self.used += cost
+        self.units -= cost
+        return True
+
+    def reserve(self, cost: int, now: int) -> bool:
+        return self.take(cost, now)
+
+    def give_back(self, cost: int, now: int) -> None:
+        if now < self.expires_at:
+            given = min(cost, self.used)
+            self.used -= given
+            self.units += given
+
+    def unused(self, now: int) -> int:
+        if now >= self.expires_at:
+            return 0
+        return max(0, self.allowance.at(now) - self.used)
+
+    def live(self, now: int) -> bool:
+        return now < self.expires_at and self.units > 0
+
+    def release(self, now: int, keep: int = 0) -> int:
+        del now, keep
+        return 0
+
+    def should_refresh(self, now: int, rate_per_ms: float, lead_ms: int) -> bool:
+        del now, rate_per_ms, lead_ms
+        return False
+
+    def next_ask_at(self, lead_ms: int) -> int:
+        """When the next unit accrues (the holder denies locally until then), or the
+        window's end once the allowance is used up."""
+        del lead_ms
+        return self.allowance.reaches_at(self.used + self.short, 0)
+
+    def same_plan(self, other: Allowance) -> bool:
+        """Whether ``other`` is this lease's allowance (the object answers every request
+        of a holder in its plan with it)."""
+        return self.allowance == other
 
 
 def held_back(
@@ -526,7 +625,7 @@ class Holding:
         self.in_flight += 1
         self.sent += 1
         rate = self.meter.per_ms(now)
-        observed = max(1, round(rate * 1000))
+        observed = max(1, round(self.meter.estimate_per_ms(now) * 1000))
         if self.sizing:
             return Ask(min_units, 0, observed, min_units, now, self.sent, alone, sized=False)
         self.sizing = True
@@ -549,7 +648,7 @@ class Holding:
         kept = []
         stale, until = self.stale
         for lease in self.leases:
-            if lease.unused(now):
+            if lease.live(now):
                 kept.append(lease)
             elif self.merge and lease.units > 0 and lease.until:
                 if lease.until != until:  # a later window's record: the old one is spent
@@ -621,7 +720,18 @@ class Holding:
                 retry = min(retry, deny_for_ms)
             self.denied_until = now + retry
             return None
-        lease.units -= min(reserved, lease.units)
+        if isinstance(lease, PlannedLease):
+            # The object answers every request of a holder in its plan with the same
+            # allowance: keep the one held (its uses are counted there).
+            for held in self.leases:
+                if isinstance(held, PlannedLease) and held.same_plan(lease.allowance):
+                    lease = held
+                    break
+            else:
+                self._prune(now)
+                self.leases.append(lease)
+            return lease if lease.reserve(reserved, now) else None
+        lease.reserve(reserved, now)
         self._prune(now)
         self.leases.append(lease)
         return lease

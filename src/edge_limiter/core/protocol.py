@@ -18,6 +18,7 @@ from typing import Any
 from .algorithms import ALGORITHMS
 from .decision import Decision, Reason
 from .errors import ProtocolError
+from .lease_plan import Allowance
 from .limiter import combine
 from .rates import Limit, Rate
 
@@ -190,6 +191,9 @@ class StoreResponse:
     """A rationed grant on a limit whose supply grows before the lease's end (a sliding
     window's lease cut by its window's end): when the holder may ask again (the object's
     clock; :func:`edge_limiter.core.leases.pace_ms`), instead of at the lease's end."""
+    allowance: Allowance | None = None
+    """A sliding window's planned grant (:mod:`edge_limiter.core.lease_plan`): the
+    holder's units as they accrue until the window's end (``granted`` is their total)."""
 
     @property
     def decision(self) -> Decision:
@@ -210,6 +214,8 @@ class StoreResponse:
                 data["na"] = self.ask_at
             if self.returnable_until:
                 data["ru"] = self.returnable_until
+            if self.allowance is not None:
+                data["pl"] = self.allowance.to_list()
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -243,7 +249,14 @@ class StoreResponse:
             until = int(data.get("ru", 0))
             if until < 0 or (until and not granted):
                 raise ValueError(f"bad returnable-until {until!r}")
-            return cls(decisions, rows, granted, expires_at, bool(rationed), until, ask_at)
+            allowance = None
+            if data.get("pl") is not None:
+                allowance = Allowance.from_list(data["pl"])
+                if not rationed or allowance.final != granted or allowance.end != expires_at:
+                    raise ValueError(f"bad planned grant {data['pl']!r}")
+            return cls(
+                decisions, rows, granted, expires_at, bool(rationed), until, ask_at, allowance
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc
 

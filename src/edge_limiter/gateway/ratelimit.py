@@ -296,8 +296,13 @@ class RateLimit:
             return self._store_failed(exc, exchange, digest)
         finished = clock.now_ms()
         if lease is None:
+            decisions = holding.decisions
+            ask_at = holding.ask_at(finished)
+            if ask_at and finished >= holding.denied_until:
+                # Granted, but its units accrue later (a sliding window's planned share).
+                decisions = held_back(decisions, ask_at - finished, 0)
             return self._deny(
-                exchange, holding.decisions, digest, finished - started, override, cached=False
+                exchange, decisions, digest, finished - started, override, cached=False
             )
         return self._from_lease(
             exchange,

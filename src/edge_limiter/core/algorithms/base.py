@@ -153,6 +153,19 @@ class Algorithm(ABC, Generic[S]):
         del ttl_ms
         return 0
 
+    lease_plans: ClassVar[bool] = False
+    """Whether the object may share the supply of a window out in a plan
+    (:mod:`edge_limiter.core.lease_plan`): a sliding window's, which grows until the
+    window's end. The algorithm then has ``plan_counts`` and ``plan_commit``."""
+
+    def plan_counts(self, state: S | None, now: int) -> tuple[int, int]:
+        """``(current, previous)``: the counts a plan shares the room of (``lease_plans``)."""
+        raise NotImplementedError(f"{self.name} makes no lease plans")
+
+    def plan_commit(self, state: S | None, now: int, units: int) -> S | None:
+        """``state`` with a plan's ``units`` counted at once (``lease_plans``)."""
+        raise NotImplementedError(f"{self.name} makes no lease plans")
+
     lease_records_merge: ClassVar[bool] = False
     """Whether a holder's outstanding grants may be kept as one record (their units
     summed) whose unused units come back in any order: true for the windows, whose refund

@@ -160,6 +160,22 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
 
     leasable = True
     lease_records_merge = True
+    lease_plans = True
+
+    def plan_counts(self, state: SlidingWindowState | None, now: int) -> tuple[int, int]:
+        """``(current, previous)`` as of ``now``: what a plan shares out is the room they
+        leave (see :func:`edge_limiter.core.lease_plan.plan_window`)."""
+        _, current, previous, _ = self._at(state, now)
+        return current, previous
+
+    def plan_commit(
+        self, state: SlidingWindowState | None, now: int, units: int
+    ) -> SlidingWindowState | None:
+        """``state`` with ``units`` more counted in the window of ``now``, unchecked: a
+        plan's allowances, counted at once though they accrue until the window's end
+        (the plan never lets their uses pass the limit at any instant)."""
+        index, current, previous, _ = self._at(state, now)
+        return self._wrap(index, current + units, previous)
 
     def grantable(self, state: SlidingWindowState | None, now: int, ttl_ms: int) -> int:
         """The room the weighted estimate leaves now (0 if the clock went back)."""
