@@ -182,14 +182,17 @@ def plan_window(
     # The plan starts when the supply is no longer negative (a rounding of the estimate
     # can leave it a fraction below zero at first).
     start = max(now, end - room * window_ms // previous)
-    stops = {holder: end - -(-stop_gaps * 1000 // rate) for holder, rate in holders.items()}
+    last = end - 1  # the window's last instant: every allowance is final by then
+    stops = {
+        holder: min(last, end - -(-stop_gaps * 1000 // rate)) for holder, rate in holders.items()
+    }
     # The busiest holders, enough of them to use the growth as it comes, share it until
     # the end (with fewer, the window's last units would outrun their requests).
     covered = 0
     for holder, rate in sorted(holders.items(), key=lambda item: -item[1]):
         if covered >= keep_busiest * previous * 1000 / window_ms:
             break
-        stops[holder] = end
+        stops[holder] = last
         covered += rate
     active = {holder: rate for holder, rate in holders.items() if stops[holder] > start}
     if not active:
@@ -207,7 +210,7 @@ def plan_window(
         if spare > 0:
             for holder, rate in active.items():
                 value[holder] += spare * rate // total
-        following = min([*(stops[holder] for holder in active), end])
+        following = min(stops[holder] for holder in active)
         growth = previous * SCALE
         for holder, rate in active.items():
             slope = growth * rate // (window_ms * total)
@@ -219,12 +222,8 @@ def plan_window(
             finals[holder] = whole
             given += whole * SCALE
             del active[holder]
-        if at >= end:
-            for holder in list(active):
-                finals[holder] = value.pop(holder) // SCALE
-                del active[holder]
     allowances = {
-        holder: Allowance(tuple(segments[holder]), min(stops[holder], end), final, end)
+        holder: Allowance(tuple(segments[holder]), stops[holder], final, end)
         for holder, final in finals.items()
         if final > 0
     }
