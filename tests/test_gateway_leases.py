@@ -44,6 +44,40 @@ def isolates(count: int, config: dict[str, Any], **top: Any) -> list[Harness]:
     return [harness(config, store=store, clock=clock, **top) for _ in range(count)]
 
 
+def test_a_busy_sliding_window_is_planned_one_call_per_isolate_per_window() -> None:
+    """Three isolates asking three times what a per-second sliding window allows: once
+    the object knows their rates it plans each window, and each isolate then makes one
+    call per window, admits its share as it accrues and denies the rest locally, with a
+    Retry-After of when its next unit accrues."""
+    hs = isolates(3, route("60/s", "sliding_window"))
+    rng = random.Random(7)
+    uses: list[int] = []
+    calls_at: list[int] = []
+    denials = []
+    start = hs[0].clock.now
+    while hs[0].clock.now < start + 6_000:
+        h = hs[rng.choice((0, 0, 0, 1, 1, 2))]
+        before = len(h.store.calls)
+        answer = h.send(request())
+        calls_at += [h.clock.now] * (len(h.store.calls) - before)
+        if answer.status == 200:
+            uses.append(h.clock.now)
+        else:
+            denials.append(answer)
+        h.clock.advance(rng.choice((2, 5, 8)))  # about 200 requests/s, three times 60/s
+    limit = Limit(parse_rates("60/s")[0])
+    assert over_admission("sliding_window", limit, sorted(uses)) == 0
+    first = start // 1_000 + 3  # after two windows to learn the isolates' rates
+    for index in range(first, (start + 6_000) // 1_000):
+        admitted = sum(1 for at in uses if at // 1_000 == index)
+        calls = sum(1 for at in calls_at if at // 1_000 == index)
+        assert admitted >= 54, (index, admitted)  # the limit, less what ends unused
+        assert calls <= 3, (index, calls)  # one per isolate
+    later = denials[-50:]
+    assert all(int(d.headers.get("retry-after") or 0) >= 1 for d in later)
+    assert all(body_json(d)["code"] == "rate_limited" for d in later)
+
+
 def test_one_isolate_admits_exactly_the_limit_with_few_calls_and_exact_headers() -> None:
     (h,) = isolates(1, route("100/minute", "fixed_window"))
     answers = []

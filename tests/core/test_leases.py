@@ -14,6 +14,7 @@ from edge_limiter.core.algorithms import make_algorithm
 from edge_limiter.core.decision import Decision
 from edge_limiter.core.errors import ProtocolError
 from edge_limiter.core.keystore import RATE_MEMORY_TTLS, KeyStore
+from edge_limiter.core.lease_plan import Allowance
 from edge_limiter.core.leases import (
     Holding,
     Lease,
@@ -212,6 +213,11 @@ def test_lease_requests_and_answers_round_trip() -> None:
     rationed = StoreResponse(decisions, granted=4, expires_at=T0 + 250, rationed=True)
     assert json.loads(rationed.to_json())["rn"] == 1 and '"rn"' not in answer.to_json()
     assert StoreResponse.from_json(rationed.to_json(), (SECOND,)) == rationed
+    allowance = Allowance(((T0 + 2, 0, 3_000),), T0 + 990, 2, T0 + 1_000)
+    plan = StoreResponse(
+        decisions, granted=2, expires_at=T0 + 1_000, rationed=True, allowance=allowance
+    )
+    assert StoreResponse.from_json(plan.to_json(), (SECOND,)) == plan
 
 
 BASE = '{"op":"lease","algorithm":"gcra","limits":[[1,1000,"a",null]],"cost":2'
@@ -250,6 +256,12 @@ def test_malformed_lease_answers() -> None:
         '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":2}',  # paced without its next ask time
         '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":1,"na":4}',  # a next ask time, not paced
         '{"ds":[[true,1,0,1,0]],"g":1,"x":5,"rn":true}',
+        # A plan's allowance: not rationed, another total or end than the grant's, or bad.
+        '{"ds":[[true,1,0,1,0]],"g":2,"x":9,"pl":[8,2,9,[[1,0,1]]]}',
+        '{"ds":[[true,1,0,1,0]],"g":3,"x":9,"rn":1,"pl":[8,2,9,[[1,0,1]]]}',
+        '{"ds":[[true,1,0,1,0]],"g":2,"x":10,"rn":1,"pl":[8,2,9,[[1,0,1]]]}',
+        '{"ds":[[true,1,0,1,0]],"g":2,"x":9,"rn":1,"pl":[8,2,9,[]]}',
+        '{"ds":[[true,1,0,1,0]],"g":2,"x":9,"rn":1,"pl":"x"}',
     ):
         with pytest.raises(ProtocolError):
             StoreResponse.from_json(text, (Limit(Rate(1, 1_000)),))
@@ -540,35 +552,31 @@ def holding_runs(draw: st.DrawFn) -> tuple[str, Limit, int, list[tuple[int, ...]
     return algorithm, limit, ttl, steps
 
 
-@settings(max_examples=300, deadline=None)
-@given(holding_runs())
-def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
-    run: tuple[str, Limit, int, list[tuple[int, ...]]],
-) -> None:
-    """Each isolate drives a real :class:`Holding` as the gateway does (several calls in
-    flight, each request that finds no units asking for itself), while the calls reach the
-    object and come back in any order, or time out at the isolate and are decided later
-    anyway (a ghost grant): the units used never exceed the limit."""
-    algorithm, limit, ttl, steps = run
+def drive_holdings(
+    algorithm: str, limit: Limit, ttl: int, steps: list[tuple[int, ...]], isolates: int = 3
+) -> tuple[list[int], int]:
+    """Each isolate drives a real :class:`Holding` as the gateway does; the unit-use times
+    and how many answers were a window plan's allowance."""
     store = KeyStore(SqliteSql())
     merge = make_algorithm(algorithm, limit).lease_records_merge  # as the gateway does
     holdings = [
-        Holding(ttl, limit.capacity, lead_ms=5, period_ms=100, merge=merge) for _ in range(3)
+        Holding(ttl, limit.capacity, lead_ms=5, period_ms=100, merge=merge) for _ in range(isolates)
     ]
     outgoing: list[tuple[int, Any, str, bool]] = []  # (isolate, ask, payload, abandoned)
     answering: list[tuple[int, Any, StoreResponse, int]] = []  # (isolate, ask, answer, at)
     uses: list[int] = []
+    planned = 0
     now = T0 + 3
     for gap, isolate, action, n in steps:
         now += gap
-        holding = holdings[isolate]
+        holding = holdings[isolate % isolates]
         if action == "s":
             holding.meter.observe(now, n % 3 + 1)
             sent = holding.request(now, n % 2 + 1)
             payload = lease(
                 algorithm,
                 sent.wanted,
-                holder=f"i{isolate}",
+                holder=f"i{isolate % isolates}",
                 returned=sent.returned,
                 until=sent.returned_until,
                 ttl=ttl,
@@ -576,17 +584,21 @@ def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
                 limits=(limit,),
                 observed_rate=sent.observed_rate,
             )
-            outgoing.append((isolate, sent, payload.to_json(), False))
+            outgoing.append((isolate % isolates, sent, payload.to_json(), False))
         elif action == "d" and outgoing:
             who, sent, payload, abandoned = outgoing.pop(n % len(outgoing))
             answer = StoreResponse.from_json(store.decide(payload, now), (limit,))
-            if answer.granted:
+            if answer.granted and answer.allowance is None:
                 uses.extend([now] * sent.min_units)  # the waiting requests, as of the grant
             if not abandoned:
                 answering.append((who, sent, answer, now))
         elif action == "a" and answering:
             who, sent, answer, _ = answering.pop(n % len(answering))
-            holdings[who].answered(answer, sent, now, reserved=sent.min_units)
+            taken = holdings[who].answered(answer, sent, now, reserved=sent.min_units)
+            if answer.allowance is not None:
+                planned += 1
+                if taken is not None:  # an allowance is taken as it arrives, if it has them
+                    uses.extend([now] * sent.min_units)
         elif action == "u":
             for _ in range(n % 4 + 1):
                 if holding.take(1, now) is not None:
@@ -597,7 +609,62 @@ def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
             if not abandoned:
                 holdings[who].failed(sent)
                 outgoing[index] = (who, sent, payload, True)
-    assert strict_excess(algorithm, limit, sorted(uses)) == 0
+    return sorted(uses), planned
+
+
+@settings(max_examples=300, deadline=None)
+@given(holding_runs())
+def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
+    run: tuple[str, Limit, int, list[tuple[int, ...]]],
+) -> None:
+    """Each isolate drives a real :class:`Holding` as the gateway does (several calls in
+    flight, each request that finds no units asking for itself), while the calls reach the
+    object and come back in any order, or time out at the isolate and are decided later
+    anyway (a ghost grant): the units used never exceed the limit."""
+    algorithm, limit, ttl, steps = run
+    uses, _ = drive_holdings(algorithm, limit, ttl, steps)
+    assert strict_excess(algorithm, limit, uses) == 0
+
+
+@st.composite
+def busy_sliding_runs(draw: st.DrawFn) -> tuple[Limit, list[tuple[int, ...]]]:
+    """A sliding window its isolates ask far more of than it allows, over several windows:
+    the object plans its windows."""
+    limit = Limit(Rate(draw(st.integers(8, 60)), 100))
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 6),
+                st.integers(0, 1),
+                st.sampled_from("ssddaauuuuuf"),
+                st.integers(0, 50),
+            ),
+            min_size=50,
+            max_size=400,
+        )
+    )
+    return limit, steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(busy_sliding_runs())
+def test_planned_windows_never_admit_more_than_the_limit_whatever_the_order_of_calls(
+    run: tuple[Limit, list[tuple[int, ...]]],
+) -> None:
+    """The same, on a sliding window under a demand that makes the object plan its
+    windows: allowances taken as they accrue, answers repeated, lost or out of order."""
+    limit, steps = run
+    uses, _ = drive_holdings("sliding_window", limit, 100, steps, isolates=2)
+    assert strict_excess("sliding_window", limit, uses) == 0
+
+
+def test_the_busy_runs_do_make_plans() -> None:
+    """The run the property above draws from does reach the plans (else it would test
+    only the ordinary leases again)."""
+    steps = [(1, n % 2, "ssdauuu"[n % 7], n) for n in range(1_500)]
+    uses, planned = drive_holdings("sliding_window", Limit(Rate(20, 100)), 100, steps, 2)
+    assert planned > 5
+    assert strict_excess("sliding_window", Limit(Rate(20, 100)), uses) == 0
 
 
 def test_window_grants_merge_so_units_of_any_lease_come_back() -> None:
@@ -676,3 +743,113 @@ def test_units_leased_before_a_reset_are_not_given_back_into_the_fresh_allowance
     # "a" gives its 6 old units back: ignored, else the fresh allowance would count 5 - 6.
     after = ask(store, lease(wanted=1, holder="a", returned=6, limits=limit, ttl=1_000), T0 + 4)
     assert after.granted == 1 and after.decision.remaining == 4
+
+
+# --- a sliding window's plan (edge_limiter.core.lease_plan) -------------------------------
+
+HUNDRED = (Limit(Rate(100, 1_000)),)
+
+
+def busy_window(store: KeyStore, rates: dict[str, int]) -> None:
+    """The window before T0 used in full by the holders, each reporting its rate."""
+    names = sorted(rates)
+    for at in range(100):
+        holder = names[at % len(names)]
+        req = lease(
+            "sliding_window",
+            1,
+            holder=holder,
+            limits=HUNDRED,
+            ttl=1_000,
+            observed_rate=rates[holder],
+        )
+        assert ask(store, req, T0 - 1_000 + at * 10).granted == 1
+
+
+def planned(holder: str, rate: int, wanted: int = 1) -> StoreRequest:
+    return lease(
+        "sliding_window", wanted, holder=holder, limits=HUNDRED, ttl=1_000, observed_rate=rate
+    )
+
+
+def test_a_busy_sliding_window_is_planned_at_its_first_lease_request() -> None:
+    sql = SqliteSql()
+    store = KeyStore(sql)
+    busy_window(store, {"a": 300, "b": 100})  # 400/s asked of 100/s
+    a = ask(store, planned("a", 300), T0 + 2)
+    assert a.allowance is not None and a.rationed
+    assert (a.granted, a.expires_at) == (a.allowance.final, T0 + 1_000)
+    b = ask(store, planned("b", 100), T0 + 5)
+    assert b.allowance is not None
+    # Shared in proportion to the rates, and never more than the window holds.
+    assert a.allowance.at(T0 + 500) == pytest.approx(3 * b.allowance.at(T0 + 500), abs=2)
+    assert 95 <= a.granted + b.granted <= 100
+    # Every request of a holder in the plan gets its allowance again (an answer may
+    # have been lost); a holder the plan does not know gets what is left: nothing.
+    assert ask(store, planned("a", 300), T0 + 400).allowance == a.allowance
+    late = ask(store, planned("c", 50), T0 + 400)
+    assert late.granted == 0 and not late.decision.allowed
+    # The plan is counted at once, in storage: a restarted object, which has lost it,
+    # cannot grant its units again.
+    restarted = KeyStore(sql)
+    again = ask(restarted, planned("a", 300), T0 + 600)
+    assert again.granted == 0 and again.allowance is None
+    # The next window is planned again, with the rates reported since.
+    following = ask(store, planned("b", 100), T0 + 1_003)
+    assert following.allowance is not None and following.expires_at == T0 + 2_000
+
+
+def test_a_window_whose_holders_ask_less_than_it_allows_gets_ordinary_leases() -> None:
+    store = KeyStore(SqliteSql())
+    busy_window(store, {"a": 60, "b": 30})  # 90/s asked of 100/s
+    answer = ask(store, planned("a", 60, wanted=5), T0 + 2)
+    assert answer.allowance is None and answer.granted >= 1
+
+
+def test_a_planned_lease_admits_its_units_as_they_accrue() -> None:
+    store = KeyStore(SqliteSql())
+    busy_window(store, {"a": 300, "b": 100})
+    holding = Holding(1_000, 100, merge=True)
+    for _ in range(10):
+        holding.meter.observe(T0 - 500)
+    sent = holding.request(T0 + 2)
+    answer = ask(store, planned("a", sent.observed_rate or 300), T0 + 2)
+    assert answer.allowance is not None
+    allowance = answer.allowance
+    # What accrued by the answer is taken for the request that asked; the rest accrues.
+    start = allowance.reaches_at(1, T0 + 2)
+    lease = holding.answered(answer, sent, start, reserved=1)
+    assert lease is not None and lease.unused(start) == allowance.at(start) - 1
+    now = start
+    used = 1
+    while holding.take(1, now) is not None:
+        used += 1
+    assert used == allowance.at(now)
+    # Used up for now: the holding denies until the next unit accrues, without asking.
+    due = holding.ask_at(now)
+    assert due == allowance.reaches_at(used + 1, now) > now
+    assert holding.take(1, due - 1) is None and holding.take(1, due) is not None
+    # Nothing is given back (the object counted the whole allowance), and a repeated
+    # answer with the same allowance does not add a second lease.
+    assert holding.request(due, 1).returned == 0
+    later = allowance.reaches_at(used + 2, due)
+    again = holding.answered(answer, holding.request(later, 1), later, reserved=1)
+    assert again is lease and len(holding.leases) == 1
+    assert lease.unused(later) == allowance.at(later) - used - 2
+    # At the window's end it is over: the next request asks the object.
+    assert holding.ask_at(T0 + 999) in (0, T0 + 1_000) and holding.ask_at(T0 + 1_000) == 0
+    assert lease.unused(T0 + 1_000) == 0 and holding.take(1, T0 + 1_000) is None
+
+
+def test_a_planned_lease_with_nothing_accrued_yet_keeps_the_allowance_for_later() -> None:
+    store = KeyStore(SqliteSql())
+    busy_window(store, {"a": 300, "b": 100})
+    answer = ask(store, planned("b", 100), T0 + 2)
+    assert answer.allowance is not None
+    holding = Holding(1_000, 100, merge=True)
+    sent = holding.request(T0 + 2, 1)
+    first = answer.allowance.reaches_at(1, T0 + 2)
+    assert first > T0 + 2  # its first unit accrues later
+    assert holding.answered(answer, sent, T0 + 2, reserved=1) is None
+    assert len(holding.leases) == 1 and holding.ask_at(T0 + 2) == first
+    assert holding.take(1, first) is not None
