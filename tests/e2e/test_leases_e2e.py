@@ -40,6 +40,7 @@ def config(origin: str) -> dict[str, Any]:
             route("lease-fw", "300/day", "fixed_window", leases=True),
             route("plain-fw", "300/day", "fixed_window"),
             route("lease-tb", "10/s", "token_bucket", burst=30, leases={"ttl": "500ms"}),
+            route("lease-sw", "100/s", "sliding_window", leases=True),
         ],
     }
 
@@ -125,3 +126,45 @@ def test_an_isolate_that_stops_asking_holds_only_its_last_lease_until_it_ends(
     time.sleep(3.5)
     again = [a.status_code for a in send([second], "/lease-tb/x", key, 40)]
     assert again.count(200) >= 25 - 1, again
+
+
+def test_a_busy_sliding_window_is_planned_and_costs_a_call_per_isolate_per_window(
+    leasing: LocalGateway,
+) -> None:
+    """Both isolates ask far more than ``100/s`` of a sliding window for 5 s: once the
+    object knows their rates it plans each window (one call per isolate per window,
+    each admitting its share as it accrues), and the totals stay within the limit."""
+    clients = clients_of(leasing)
+    key = f"plan-{time.time_ns()}"
+    deadline = time.time() + 5.0
+    seen: list[tuple[float, int]] = []
+    calls: list[tuple[float, int]] = []
+
+    def loop(index: int) -> None:
+        client = clients[index % 2]
+        while time.time() < deadline:
+            answer = client.get("/lease-sw/x", headers={"x-api-key": key})
+            seen.append((time.time(), answer.status_code))
+
+    with ThreadPoolExecutor(8) as pool:
+        running = [pool.submit(loop, index) for index in range(8)]
+        while time.time() < deadline:
+            calls.append((time.time(), decide_calls(leasing)))
+            time.sleep(0.25)
+        for future in running:
+            future.result()
+    start = min(at for at, _ in seen)
+    admitted = [at for at, status in seen if status == 200]
+    assert {status for _, status in seen} == {200, 429}
+    # Never more than the sliding window allows: 100 in any second-long window, so at
+    # most 100 per whole second of the run and the one it started in.
+    assert len(admitted) <= 100 * (int(time.time() - start) + 2)
+    # The last 2.5 s, once planned: about 2 calls a second (one per isolate), not one per
+    # few admitted requests, and nearly the whole limit admitted.
+    late = time.time() - 2.5
+    before = next(count for at, count in calls if at >= late)
+    after = calls[-1][1]
+    late_admitted = sum(1 for at in admitted if at >= late)
+    print(f"sliding window plan: {after - before} calls, {late_admitted} admitted, last 2.5 s")
+    assert after - before <= 12, (after - before, late_admitted)
+    assert late_admitted >= 150, late_admitted
