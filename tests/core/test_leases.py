@@ -853,3 +853,25 @@ def test_a_planned_lease_with_nothing_accrued_yet_keeps_the_allowance_for_later(
     assert holding.answered(answer, sent, T0 + 2, reserved=1) is None
     assert len(holding.leases) == 1 and holding.ask_at(T0 + 2) == first
     assert holding.take(1, first) is not None
+
+
+def test_a_young_meter_reports_its_rate_over_the_time_it_has_looked() -> None:
+    meter = RateMeter(1_000)
+    assert meter.estimate_per_ms(T0) == meter.per_ms(T0) == 0
+    for at in range(0, 300, 10):  # 100/s, for 300 ms
+        meter.observe(T0 + at)
+    # Over the whole period the rate reads 30/s; over the 300 ms it has looked, 100/s
+    # (the first observation starts the clock).
+    assert meter.per_ms(T0 + 300) == pytest.approx(0.03)
+    assert meter.estimate_per_ms(T0 + 300) == pytest.approx(29 / 300)
+    # Too young (a tenth of a period), or a burst at one instant: the period's reading.
+    assert meter.estimate_per_ms(T0 + 50) == meter.per_ms(T0 + 50)
+    burst = RateMeter(1_000)
+    for _ in range(40):
+        burst.observe(T0)
+    assert burst.estimate_per_ms(T0 + 150) == pytest.approx(39 / 150)
+    lone = RateMeter(1_000)
+    lone.observe(T0)
+    assert lone.estimate_per_ms(T0 + 500) == pytest.approx(1 / 1_000)
+    # A period old: the same as the period's reading.
+    assert meter.estimate_per_ms(T0 + 1_000) == meter.per_ms(T0 + 1_000)

@@ -19,6 +19,10 @@ The parts, each a pure function of its arguments (``now`` is always passed in, i
   and as more isolates hold leases, so the last units go out one request at a time.
   What a grant may take at all is each algorithm's ``grantable``: see the algorithm
   modules for why every use of a lease stays within the limit over any interval.
+- **A busy sliding window** (its holders ask more than it allows) is instead shared out
+  once per window by a plan (:mod:`.lease_plan`): each holder's answer is its allowance
+  for the rest of the window, units that accrue as the previous window slides out
+  (:class:`PlannedLease`), so a holder makes one call per window.
 
 Exactness (no over-admission), in short: the object's ``check`` of the grant is the
 limit's own check, every unit is used before the lease's end (the isolate's end is its
@@ -160,8 +164,9 @@ class RateMeter:
 
     def estimate_per_ms(self, now: int) -> float:
         """:meth:`per_ms`, except while the meter is younger than a period: then what it
-        saw over the time it has been looking (once that is a tenth of a period), and
-        at least ``period / seen`` (a few requests close together are not a high rate). The rate an isolate reports to
+        saw after its first observation over the time it has been looking (once that is
+        a tenth of a period), and at least ``period / seen`` (a few requests close
+        together are not a high rate). The rate an isolate reports to
         the object, whose plans share a window out by such rates: over a whole period, a
         new isolate's rate reads low for its first second. (Lease sizes keep the whole
         period's reading, which never overstates what a new isolate will use.)"""
@@ -172,7 +177,7 @@ class RateMeter:
         if self.started < 0 or age >= period or age < period // 10:
             return self.per_ms(now)
         seen = self.previous + self.current
-        return seen / max(age, period / max(1, seen))
+        return max(1, seen - 1) / max(age, period / max(1, seen))
 
 
 def want(rate_per_ms: float, ttl_ms: int, min_units: int = 1, max_units: int = 1_000_000) -> int:
