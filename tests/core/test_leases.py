@@ -875,3 +875,28 @@ def test_a_young_meter_reports_its_rate_over_the_time_it_has_looked() -> None:
     assert lone.estimate_per_ms(T0 + 500) == pytest.approx(1 / 1_000)
     # A period old: the same as the period's reading.
     assert meter.estimate_per_ms(T0 + 1_000) == meter.per_ms(T0 + 1_000)
+
+
+def test_a_long_windows_plan_remembers_the_holders_of_the_window_before() -> None:
+    # A minute's window: its holders ask once a window, so the rates they reported a
+    # minute ago (far more than a few ttls) still make the next plan.
+    minute = (Limit(Rate(6_000, 60_000)),)
+
+    def minute_lease(holder: str, rate: int, wanted: int) -> StoreRequest:
+        return lease(
+            "sliding_window",
+            wanted,
+            holder=holder,
+            limits=minute,
+            ttl=1_000,
+            observed_rate=rate,
+        )
+
+    store = KeyStore(SqliteSql())
+    start = T0 - 60_000 + 60_000 - T0 % 60_000  # a minute boundary before T0
+    assert ask(store, minute_lease("a", 150, 5_000), start + 1).granted > 0
+    assert ask(store, minute_lease("b", 60, 1_000), start + 2).granted > 0
+    plan = ask(store, minute_lease("a", 150, 1), start + 60_001)
+    assert plan.allowance is not None
+    other = ask(store, minute_lease("b", 60, 1), start + 60_500)
+    assert other.allowance is not None and other.allowance.final > 0

@@ -384,7 +384,11 @@ class KeyStore:
             for holder, lease in list(by_holder.items()):
                 if lease.kept_until <= now:
                     del by_holder[holder]
-            forget_before = now - RATE_MEMORY_TTLS * ttl
+            memory = RATE_MEMORY_TTLS * ttl
+            if len(algorithms) == 1 and algorithms[0].lease_plans:
+                # A holder in a window's plan asks once a window: its rate lasts two.
+                memory = max(memory, 2 * algorithms[0].rate.window_ms)
+            forget_before = now - memory
             for holder, (_, seen_at) in list(rates.items()):
                 if seen_at < forget_before:
                     del rates[holder]
