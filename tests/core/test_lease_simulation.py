@@ -50,9 +50,8 @@ def test_the_goal_at_10000_per_second_over_100_isolates(algorithm: str) -> None:
 
 def test_the_sliding_window_meets_the_goal_when_its_window_is_a_minute() -> None:
     """The same traffic (10,000 requests/s over 100 isolates, half of it allowed) against
-    300,000/minute instead of 5,000/second: what a sliding window loses at each window's
-    end (units not yet granted, or stranded in leases) is then a sixtieth as often, and
-    the goal holds. Its miss above is a per-second window's."""
+    300,000/minute instead of 5,000/second: planned once a minute, the holders remembered
+    from one plan to the next (they ask once a window)."""
     limit = Limit(Rate(300_000, 60_000))
     result = simulate(Scenario(100, 10_000, limit, "sliding_window", duration_ms=180_000))
     assert result.over == 0
