@@ -553,10 +553,17 @@ def holding_runs(draw: st.DrawFn) -> tuple[str, Limit, int, list[tuple[int, ...]
 
 
 def drive_holdings(
-    algorithm: str, limit: Limit, ttl: int, steps: list[tuple[int, ...]], isolates: int = 3
+    algorithm: str,
+    limit: Limit,
+    ttl: int,
+    steps: list[tuple[int, ...]],
+    *,
+    isolates: int = 3,
+    greedy: bool = False,
 ) -> tuple[list[int], int]:
     """Each isolate drives a real :class:`Holding` as the gateway does; the unit-use times
-    and how many answers were a window plan's allowance."""
+    and how many answers were a window plan's allowance. ``greedy``: after every step,
+    every isolate uses all it may (a demand far above the limit)."""
     store = KeyStore(SqliteSql())
     merge = make_algorithm(algorithm, limit).lease_records_merge  # as the gateway does
     holdings = [
@@ -609,6 +616,18 @@ def drive_holdings(
             if not abandoned:
                 holdings[who].failed(sent)
                 outgoing[index] = (who, sent, payload, True)
+        elif action == "r":
+            # The isolate drops its holding (the gateway keeps a bounded number): a new
+            # one, same holder, knowing nothing of what was used; answers in flight for
+            # the old one are lost with it.
+            who = isolate % isolates
+            holdings[who] = Holding(ttl, limit.capacity, lead_ms=5, period_ms=100, merge=merge)
+            outgoing = [(w, a, p, True if w == who else x) for w, a, p, x in outgoing]
+            answering = [item for item in answering if item[0] != who]
+        if greedy:
+            for each in holdings:
+                while each.take(1, now) is not None:
+                    uses.append(now)
     return sorted(uses), planned
 
 
@@ -629,24 +648,24 @@ def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
 @st.composite
 def busy_sliding_runs(draw: st.DrawFn) -> tuple[Limit, list[tuple[int, ...]]]:
     """A sliding window its isolates ask far more of than it allows, over several windows:
-    the object plans its windows."""
-    limit = Limit(Rate(draw(st.integers(8, 60)), 100))
+    the object plans most of them (about half the runs plan at least one window)."""
+    limit = Limit(Rate(draw(st.integers(8, 30)), 100))
     steps = draw(
         st.lists(
             st.tuples(
-                st.integers(0, 6),
-                st.integers(0, 1),
-                st.sampled_from("ssddaauuuuuf"),
+                st.integers(0, 3),
+                st.integers(0, 2),
+                st.sampled_from("sssddaaufr"),
                 st.integers(0, 50),
             ),
-            min_size=50,
+            min_size=100,
             max_size=400,
         )
     )
     return limit, steps
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(busy_sliding_runs())
 def test_planned_windows_never_admit_more_than_the_limit_whatever_the_order_of_calls(
     run: tuple[Limit, list[tuple[int, ...]]],
@@ -654,7 +673,7 @@ def test_planned_windows_never_admit_more_than_the_limit_whatever_the_order_of_c
     """The same, on a sliding window under a demand that makes the object plan its
     windows: allowances taken as they accrue, answers repeated, lost or out of order."""
     limit, steps = run
-    uses, _ = drive_holdings("sliding_window", limit, 100, steps, isolates=2)
+    uses, _ = drive_holdings("sliding_window", limit, 100, steps, isolates=3, greedy=True)
     assert strict_excess("sliding_window", limit, uses) == 0
 
 
@@ -662,7 +681,8 @@ def test_the_busy_runs_do_make_plans() -> None:
     """The run the property above draws from does reach the plans (else it would test
     only the ordinary leases again)."""
     steps = [(1, n % 2, "ssdauuu"[n % 7], n) for n in range(1_500)]
-    uses, planned = drive_holdings("sliding_window", Limit(Rate(20, 100)), 100, steps, 2)
+    limit = Limit(Rate(20, 100))
+    uses, planned = drive_holdings("sliding_window", limit, 100, steps, isolates=2)
     assert planned > 5
     assert strict_excess("sliding_window", Limit(Rate(20, 100)), uses) == 0
 
@@ -784,11 +804,12 @@ def test_a_busy_sliding_window_is_planned_at_its_first_lease_request() -> None:
     # Shared in proportion to the rates, and never more than the window holds.
     assert a.allowance.at(T0 + 500) == pytest.approx(3 * b.allowance.at(T0 + 500), abs=2)
     assert 95 <= a.granted + b.granted <= 100
-    # Every request of a holder in the plan gets its allowance again (an answer may
-    # have been lost); a holder the plan does not know gets what is left: nothing.
-    assert ask(store, planned("a", 300), T0 + 400).allowance == a.allowance
-    late = ask(store, planned("c", 50), T0 + 400)
-    assert late.granted == 0 and not late.decision.allowed
+    # Each holder gets its allowance once (its isolate counts its uses there; one that
+    # asks again may have lost count): after that, like a holder the plan does not
+    # know, it gets what the plan left: nothing.
+    for holder in ("a", "c"):
+        late = ask(store, planned(holder, 300), T0 + 400)
+        assert late.allowance is None and late.granted == 0 and not late.decision.allowed
     # The plan is counted at once, in storage: a restarted object, which has lost it,
     # cannot grant its units again.
     restarted = KeyStore(sql)
@@ -900,3 +921,23 @@ def test_a_long_windows_plan_remembers_the_holders_of_the_window_before() -> Non
     assert plan.allowance is not None
     other = ask(store, minute_lease("b", 60, 1), start + 60_500)
     assert other.allowance is not None and other.allowance.final > 0
+
+
+def test_a_used_up_allowance_waits_for_the_windows_end_and_is_never_given_twice() -> None:
+    store = KeyStore(SqliteSql())
+    busy_window(store, {"a": 300, "b": 100})
+    holding = Holding(1_000, 100, merge=True)
+    sent = holding.request(T0 + 2, 1)
+    answer = ask(store, planned("b", 100), T0 + 2)
+    assert answer.allowance is not None
+    final = answer.allowance.final
+    holding.answered(answer, sent, T0 + 2, reserved=0)
+    # Everything used by the window's last instant: the holding then waits for the end
+    # rather than asking (the object would have nothing more for it).
+    used = sum(holding.take(1, T0 + 999) is not None for _ in range(final + 5))
+    assert used == final
+    assert holding.ask_at(T0 + 999) == T0 + 1_000
+    # Even a holding that lost count (a new one, for the same isolate) is not given the
+    # allowance again in this window: only what the plan left (a unit or so, rounding).
+    again = ask(store, planned("b", 100), T0 + 999)
+    assert again.allowance is None and again.granted <= 2

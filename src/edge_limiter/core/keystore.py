@@ -113,7 +113,7 @@ class _Held(NamedTuple):
 class _Holders:
     """The leases outstanding on one limit set, by holder, and the holders' reported rates."""
 
-    __slots__ = ("by_holder", "plan", "plan_index", "prune_at", "rates")
+    __slots__ = ("answered", "by_holder", "plan", "plan_index", "prune_at", "rates")
 
     def __init__(self) -> None:
         self.by_holder: dict[str, _Held] = {}
@@ -121,6 +121,8 @@ class _Holders:
         self.plan: Plan | None = None
         """A sliding window's plan for the window ``plan_index`` (None: no plan)."""
         self.plan_index = -1
+        self.answered: set[str] = set()
+        """The holders given their allowance of the plan (each gets it once)."""
         self.rates: dict[str, tuple[int, int]] = {}
         """Holder -> (its observed rate in units per second, when it said so)."""
 
@@ -517,8 +519,11 @@ class KeyStore:
         window's plan, or the states to go on with (the plan, made at the window's first
         lease request, is counted in them and stored at once).
 
-        Another request of a holder in the plan gets the same allowance (its isolate keeps
-        the one it holds): an answer lost on the way is then not a window lost.
+        Each holder gets its allowance once: its isolate counts its uses against it, and
+        an isolate that lost track of them (its answer lost, its holding dropped) must not
+        start over. A holder asking again in the window gets what the plan left, like a
+        holder the plan does not know: an answer lost on the way costs that isolate the
+        rest of the window, never an admission over the limit.
         """
         algorithm = compiled.algorithms[0]
         window = algorithm.rate.window_ms
@@ -526,6 +531,7 @@ class KeyStore:
         if holders.plan_index != index:
             holders.plan_index = index
             holders.plan = None
+            holders.answered.clear()
             counted, previous = algorithm.plan_counts(current[0], now)
             rates = {holder: rate for holder, (rate, _) in holders.rates.items()}
             plan = plan_window(
@@ -543,8 +549,9 @@ class KeyStore:
                 states = current = committed
         plan = holders.plan
         allowance = None if plan is None else plan.allowances.get(request.holder)
-        if allowance is None or now >= allowance.end:
+        if allowance is None or now >= allowance.end or request.holder in holders.answered:
             return current
+        holders.answered.add(request.holder)
         if current[0] is not states[0]:
             self._store(compiled, states, current, now)
         decision = algorithm.peek(current[0], now, 0)

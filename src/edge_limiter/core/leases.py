@@ -407,7 +407,9 @@ class PlannedLease(Lease):
         return max(0, self.allowance.at(now) - self.used)
 
     def live(self, now: int) -> bool:
-        return now < self.expires_at and self.units > 0
+        # Kept until the window's end even when used up: its holder then waits for the
+        # end (``next_ask_at``) instead of asking the object, which has nothing more.
+        return now < self.expires_at
 
     def release(self, now: int, keep: int = 0) -> int:
         del now, keep
