@@ -941,3 +941,33 @@ def test_a_used_up_allowance_waits_for_the_windows_end_and_is_never_given_twice(
     # allowance again in this window: only what the plan left (a unit or so, rounding).
     again = ask(store, planned("b", 100), T0 + 999)
     assert again.allowance is None and again.granted <= 2
+
+
+def test_a_plan_is_written_at_once_even_on_a_write_behind_route() -> None:
+    sql = SqliteSql()
+    store = KeyStore(sql)
+    busy_window(store, {"a": 300, "b": 100})
+    behind = StoreRequest(
+        "lease",
+        "sliding_window",
+        HUNDRED,
+        1,
+        50,
+        lease_ttl_ms=1_000,
+        holder="a",
+        observed_rate=300,
+    )
+    assert ask(store, behind, T0 + 2).allowance is not None
+    # No flush: a restart now still finds the plan counted in the window.
+    restarted = KeyStore(sql)
+    other = StoreRequest(
+        "lease",
+        "sliding_window",
+        HUNDRED,
+        1,
+        50,
+        lease_ttl_ms=1_000,
+        holder="z",
+        observed_rate=300,
+    )
+    assert ask(restarted, other, T0 + 500).granted == 0

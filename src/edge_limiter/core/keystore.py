@@ -319,12 +319,19 @@ class KeyStore:
         return answer
 
     def _store(
-        self, compiled: _Compiled, states: Sequence[Any], new_states: Sequence[Any], now: int
+        self,
+        compiled: _Compiled,
+        states: Sequence[Any],
+        new_states: Sequence[Any],
+        now: int,
+        *,
+        at_once: bool = False,
     ) -> None:
-        """Keep the changed states in memory and write them (now, or write-behind)."""
+        """Keep the changed states in memory and write them (now, or write-behind unless
+        ``at_once``)."""
         algorithms, ids, op = compiled.algorithms, compiled.ids, compiled.op
         states_map = self.states
-        immediate = compiled.write_behind_ms <= 0
+        immediate = at_once or compiled.write_behind_ms <= 0
         changed = False
         for index, new in enumerate(new_states):
             old = states[index]
@@ -545,7 +552,10 @@ class KeyStore:
             if plan is not None:
                 holders.plan = plan
                 committed = [algorithm.plan_commit(current[0], now, plan.committed)]
-                self._store(compiled, states, committed, now)
+                # Written at once even on a write-behind route: a restart that lost it
+                # would plan the window's room again (write-behind's bound is a few ms of
+                # admissions, not a window's).
+                self._store(compiled, states, committed, now, at_once=True)
                 states = current = committed
         plan = holders.plan
         allowance = None if plan is None else plan.allowances.get(request.holder)
