@@ -132,6 +132,10 @@ class _Holders:
 #: holding a share of the grants after this).
 RATE_MEMORY_TTLS = 3
 
+#: A sliding window is shared out in plans (:mod:`.lease_plan`) only when it is at most
+#: this many lease ttls long (10 s at the default ttl): longer ones get ordinary leases.
+PLAN_MAX_TTLS = 10
+
 #: A ttl longer than any window: ``lease_expiry(now, WINDOW_END)`` is the window's end.
 WINDOW_END = 1 << 62
 
@@ -389,12 +393,19 @@ class KeyStore:
             holders = self.leases[ids] = _Holders()
         by_holder = holders.by_holder
         rates = holders.rates
+        # A plan's allowance lasts the rest of its window, and an isolate that goes away
+        # keeps its share till then: plans only for windows of at most PLAN_MAX_TTLS.
+        plans = (
+            len(algorithms) == 1
+            and algorithms[0].lease_plans
+            and algorithms[0].rate.window_ms <= PLAN_MAX_TTLS * ttl
+        )
         if now >= holders.prune_at:
             for holder, lease in list(by_holder.items()):
                 if lease.kept_until <= now:
                     del by_holder[holder]
             memory = RATE_MEMORY_TTLS * ttl
-            if len(algorithms) == 1 and algorithms[0].lease_plans:
+            if plans:
                 # A holder in a window's plan asks once a window: its rate lasts two.
                 memory = max(memory, 2 * algorithms[0].rate.window_ms)
             forget_before = now - memory
@@ -421,7 +432,7 @@ class KeyStore:
             if back > 0:
                 current = refund_all(algorithms, current, now, back)
                 held = held._replace(units=held.units - back)
-        if len(algorithms) == 1 and algorithms[0].lease_plans:
+        if plans:
             planned = self._planned(
                 request, compiled, holders, states=states, current=current, now=now
             )
