@@ -309,3 +309,21 @@ def test_route_origin_overrides_default() -> None:
 def test_methods_may_be_any_token() -> None:
     parsed = parse_config(config(route(match={"path": "/x", "methods": ["purge", "GET"]})))
     assert parsed.routes[0].match.methods == frozenset({"PURGE", "GET"})
+
+
+def test_explain_says_which_leased_routes_are_planned() -> None:
+    from edge_limiter.core.explain import describe_route
+
+    def planned(**extra: object) -> object:
+        parsed = parse_config(config(route(leases=True, **extra)))
+        leases = describe_route(parsed.routes[0])["leases"]
+        assert leases is not None and leases["ttl_ms"] == 1_000
+        return leases["planned"]
+
+    assert planned(limits="100/s", algorithm="sliding_window") is True
+    # Longer than 10 ttls, several limits, or another algorithm: ordinary leases.
+    assert planned(limits="100/minute", algorithm="sliding_window") is False
+    assert planned(limits="100/s; 1000/hour", algorithm="sliding_window") is False
+    assert planned(limits="100/s", algorithm="fixed_window") is False
+    no_leases = parse_config(config(route()))
+    assert describe_route(no_leases.routes[0])["leases"] is None

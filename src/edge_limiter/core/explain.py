@@ -5,12 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from .algorithms import ALGORITHMS
 from .canonical import canonical_host, canonical_path
 from .config import Config, Route
 from .errors import AmbiguousRequestError, PathError
 from .http.messages import Client, Headers, Request
 from .keys import object_name
+from .lease_plan import plans
 from .routing.geo import ClientLocation, order_origins
+
+
+def _leases(route: Route) -> dict[str, Any] | None:
+    """The route's leases: their ttl, and whether its window is shared out in plans."""
+    limits = route.limits
+    if not limits.lease_ttl_ms:
+        return None
+    windows = [lim.rate.window_ms for lim in limits.limits]
+    planned = plans(ALGORITHMS[limits.algorithm].lease_plans, windows, limits.lease_ttl_ms)
+    return {"ttl_ms": limits.lease_ttl_ms, "planned": planned}
 
 
 def describe_route(route: Route) -> dict[str, Any]:
@@ -32,7 +44,7 @@ def describe_route(route: Route) -> dict[str, Any]:
         "key": [str(part) for part in limits.key.parts],
         "cost": limits.cost,
         "shadow": limits.shadow,
-        "leases": {"ttl_ms": limits.lease_ttl_ms} if limits.lease_ttl_ms else None,
+        "leases": _leases(route),
         "on_store_error": "open" if route.failure.fail_open else "closed",
         "pool": route.forward.pool.name,
         "origins": [origin.name for origin in route.forward.pool.origins],

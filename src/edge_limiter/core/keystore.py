@@ -42,7 +42,7 @@ from .algorithms import make_algorithm
 from .algorithms.base import Algorithm
 from .decision import Decision
 from .errors import ProtocolError, StateError
-from .lease_plan import Plan, plan_window
+from .lease_plan import Plan, plan_window, plans
 from .leases import grant_size, pace_ms
 from .limiter import check_all, combine, peek_all, refund_all
 from .protocol import (
@@ -131,10 +131,6 @@ class _Holders:
 #: (an active holder asks at least once per ttl or window; one that went away stops
 #: holding a share of the grants after this).
 RATE_MEMORY_TTLS = 3
-
-#: A sliding window is shared out in plans (:mod:`.lease_plan`) only when it is at most
-#: this many lease ttls long (10 s at the default ttl): longer ones get ordinary leases.
-PLAN_MAX_TTLS = 10
 
 #: A ttl longer than any window: ``lease_expiry(now, WINDOW_END)`` is the window's end.
 WINDOW_END = 1 << 62
@@ -393,19 +389,15 @@ class KeyStore:
             holders = self.leases[ids] = _Holders()
         by_holder = holders.by_holder
         rates = holders.rates
-        # A plan's allowance lasts the rest of its window, and an isolate that goes away
-        # keeps its share till then: plans only for windows of at most PLAN_MAX_TTLS.
-        plans = (
-            len(algorithms) == 1
-            and algorithms[0].lease_plans
-            and algorithms[0].rate.window_ms <= PLAN_MAX_TTLS * ttl
+        planned = plans(
+            algorithms[0].lease_plans, [algorithm.rate.window_ms for algorithm in algorithms], ttl
         )
         if now >= holders.prune_at:
             for holder, lease in list(by_holder.items()):
                 if lease.kept_until <= now:
                     del by_holder[holder]
             memory = RATE_MEMORY_TTLS * ttl
-            if plans:
+            if planned:
                 # A holder in a window's plan asks once a window: its rate lasts two.
                 memory = max(memory, 2 * algorithms[0].rate.window_ms)
             forget_before = now - memory
@@ -432,13 +424,13 @@ class KeyStore:
             if back > 0:
                 current = refund_all(algorithms, current, now, back)
                 held = held._replace(units=held.units - back)
-        if plans:
-            planned = self._planned(
+        if planned:
+            answer = self._planned(
                 request, compiled, holders, states=states, current=current, now=now
             )
-            if isinstance(planned, str):
-                return planned
-            states = list(planned)
+            if isinstance(answer, str):
+                return answer
+            states = list(answer)
             current = states
         expires_at = min(algorithm.lease_expiry(now, ttl) for algorithm in algorithms)
         # A lease cut short (a window ends first) is worth that much less of the rate.

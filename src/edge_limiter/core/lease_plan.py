@@ -78,6 +78,19 @@ def _grid(offset: int) -> int:
     return step
 
 
+#: A window is planned only when it is at most this many lease ttls long (10 s at the
+#: default ttl): a plan's allowance lasts the rest of its window, and an isolate that goes
+#: away keeps its share till then (an ordinary lease's, a ttl).
+MAX_TTLS = 10
+
+
+def plans(lease_plans: bool, windows_ms: list[int], ttl_ms: int) -> bool:
+    """Whether a route's leases are planned: its algorithm makes plans
+    (``Algorithm.lease_plans``), it has one limit, and that window is at most
+    :data:`MAX_TTLS` ttls long."""
+    return lease_plans and len(windows_ms) == 1 and windows_ms[0] <= MAX_TTLS * ttl_ms
+
+
 class Allowance(NamedTuple):
     """One holder's planned units in one window: whole units it may have used by ``t``.
 
