@@ -285,17 +285,19 @@ def test_a_rationed_sliding_window_holder_is_paced_not_sent_to_the_window_end() 
     # per ms slides out.
     for at in range(0, 1_000, 10):
         ask(store, lease(sliding, 1, holder="old", limits=limit), T0 - 1_000 + at)
-    for holder in ("a", "b"):
-        ask(store, lease(sliding, 1, holder=holder, limits=limit, observed_rate=100), T0 + 99)
+    # Reported rates of 20 and 68 units/s: less than the window's room (so not planned,
+    # see lease_plan), more than it has for a's 50 units now and b's rest of the window.
+    for holder, rate in (("a", 20), ("b", 68)):
+        ask(store, lease(sliding, 1, holder=holder, limits=limit, observed_rate=rate), T0 + 99)
     a = ask(
         store,
-        lease(sliding, 50, holder="a", limits=limit, ttl=1_000, observed_rate=100),
+        lease(sliding, 50, holder="a", limits=limit, ttl=1_000, observed_rate=20),
         T0 + 100,
     )
-    assert a.rationed and 0 < a.granted < 50
-    # Its share (100 of the 200 units/s reported) of 0.1 units/ms brings PACE_UNITS units
-    # in PACE_UNITS / 0.05 ms: it asks again then, long before the window's end.
-    assert a.ask_at == T0 + 100 + pace_ms(0.1, 0.5)
+    assert a.rationed and 0 < a.granted < 50 and a.allowance is None
+    # Its share (20 of the 88 units/s reported) of 0.1 units/ms brings PACE_UNITS units
+    # in PACE_UNITS / 0.023 ms: it asks again then, long before the window's end.
+    assert a.ask_at == T0 + 100 + pace_ms(0.1, 20 / 88)
     held = Lease.from_answer(a, T0 + 100, 1_000)
     assert held is not None and held.next_ask_at(10) == a.ask_at < T0 + 1_000
     # A fixed window's rationed holder waits for the window's end: nothing slides out.

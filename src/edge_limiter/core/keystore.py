@@ -453,6 +453,18 @@ class KeyStore:
                     demand += rate * (expires_at - covered_to)
             others = -(-demand // 1000)
         live = sum(1 for other in by_holder.values() if other.expires_at > now)
+        until_end = min(algorithm.lease_expiry(now, WINDOW_END) for algorithm in algorithms)
+        plenty = False
+        if others is not None and windows and expires_at == until_end:
+            # A window's lease, cut by its end: if what grows until then covers every
+            # holder's demand, nobody is short, and the holder takes what is there now
+            # and asks again when it runs low (rationing it would deny requests the
+            # window has room for).
+            growth = min(
+                algorithm.lease_growth(state, now)
+                for algorithm, state in zip(algorithms, current, strict=True)
+            )
+            plenty = wanted + others <= grantable + growth * (expires_at - now)
         granted = grant_size(wanted, grantable, live + 1, min_units, others)
         if granted >= min_units:
             result = check_all(algorithms, current, now, granted)
@@ -478,13 +490,15 @@ class KeyStore:
                 by_holder[request.holder] = _Held(granted, now, expires_at)
             answer = _answer(result.decisions, result.decision)
             # A rationed holder waits for its lease's end when nothing grows grantable
-            # meanwhile, or the end is near (the bucket's ttl, not a window's end). Else
-            # (a sliding window's lease cut by its window's end, while the previous
-            # window slides out) it is paced: it asks again after part of a ttl, so the
-            # holders share the growth a few times a window, not one unit per call.
+            # meanwhile (a fixed window), or when the lease ends by its ttl (a bucket's,
+            # or a long window's), not by its window's end. Else (a sliding window's
+            # lease cut by its window's end, while the previous window slides out) it is
+            # paced: it asks again after part of a ttl, so the holders share the growth a
+            # few times a window, not one unit per call. (Not rationed at all when the
+            # growth covers everyone: ``plenty``.)
             rationed = ""
-            if granted < wanted:
-                waits = expires_at == now + ttl or not any(
+            if granted < wanted and not plenty:
+                waits = expires_at != until_end or not any(
                     algorithm.lease_supply_grows for algorithm in algorithms
                 )
                 if waits:

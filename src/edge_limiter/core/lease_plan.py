@@ -59,9 +59,10 @@ KEEP_BUSIEST = 1.0
 MIN_SHARE = 4
 
 #: A plan is made only when the holders' reported demand over the rest of the window is
-#: at least this many times what the window can still admit (else ordinary leases serve
-#: every holder what it wants, which strands nothing).
-BINDING = 1.1
+#: at least this many times what the window can still admit: measured, a plan does better
+#: than ordinary leases from a demand of about the window's room on (with less, ordinary
+#: leases serve every holder what it wants, and strand nothing).
+BINDING = 0.9
 
 
 def _start(segment: tuple[int, int, int]) -> int:
