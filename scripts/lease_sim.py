@@ -160,9 +160,13 @@ def simulate(scenario: Scenario) -> Result:
     rng = random.Random(scenario.seed)
     limit, ttl, lead = scenario.limit, scenario.ttl, scenario.lead_ms
     store = KeyStore(NullSql())
-    merge = make_algorithm(scenario.algorithm, limit).lease_records_merge
+    algorithm = make_algorithm(scenario.algorithm, limit)
+    merge, grows = algorithm.lease_records_merge, algorithm.lease_supply_grows
     isolates = [
-        _Isolate(f"iso-{index}", Holding(ttl, limit.capacity, lead, 1000, merge=merge))
+        _Isolate(
+            f"iso-{index}",
+            Holding(ttl, limit.capacity, lead, 1000, merge=merge, young_rates=grows),
+        )
         for index in range(scenario.isolates)
     ]
     cumulative = _zipf_cumulative(scenario.isolates, scenario.skew)

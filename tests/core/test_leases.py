@@ -567,10 +567,15 @@ def drive_holdings(
     and how many answers were a window plan's allowance. ``greedy``: after every step,
     every isolate uses all it may (a demand far above the limit)."""
     store = KeyStore(SqliteSql())
-    merge = make_algorithm(algorithm, limit).lease_records_merge  # as the gateway does
-    holdings = [
-        Holding(ttl, limit.capacity, lead_ms=5, period_ms=100, merge=merge) for _ in range(isolates)
-    ]
+    made = make_algorithm(algorithm, limit)  # as the gateway does
+    merge, grows = made.lease_records_merge, made.lease_supply_grows
+
+    def new_holding() -> Holding:
+        return Holding(
+            ttl, limit.capacity, lead_ms=5, period_ms=100, merge=merge, young_rates=grows
+        )
+
+    holdings = [new_holding() for _ in range(isolates)]
     outgoing: list[tuple[int, Any, str, bool]] = []  # (isolate, ask, payload, abandoned)
     answering: list[tuple[int, Any, StoreResponse, int]] = []  # (isolate, ask, answer, at)
     uses: list[int] = []
@@ -623,7 +628,7 @@ def drive_holdings(
             # one, same holder, knowing nothing of what was used; answers in flight for
             # the old one are lost with it.
             who = isolate % isolates
-            holdings[who] = Holding(ttl, limit.capacity, lead_ms=5, period_ms=100, merge=merge)
+            holdings[who] = new_holding()
             outgoing = [(w, a, p, True if w == who else x) for w, a, p, x in outgoing]
             answering = [item for item in answering if item[0] != who]
         if greedy:
@@ -954,3 +959,12 @@ def test_a_plan_is_written_at_once_even_on_a_write_behind_route() -> None:
         observed_rate=300,
     )
     assert ask(restarted, other, T0 + 500).granted == 0
+
+
+def test_holdings_report_young_rates_only_where_the_object_shares_growth() -> None:
+    young, period = Holding(1_000, 100, young_rates=True), Holding(1_000, 100)
+    for holding in (young, period):
+        for at in range(0, 300, 10):
+            holding.meter.observe(T0 + at)
+    assert young.request(T0 + 300).observed_rate == round(29 / 300 * 1_000)  # 97/s
+    assert period.request(T0 + 300).observed_rate == 30  # 30 in the period

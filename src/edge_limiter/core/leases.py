@@ -539,6 +539,7 @@ class Holding:
         "sizing",
         "stale",
         "ttl_ms",
+        "young_rates",
     )
 
     def __init__(
@@ -549,10 +550,17 @@ class Holding:
         period_ms: int = DEFAULT_METER_PERIOD_MS,
         *,
         merge: bool = False,
+        young_rates: bool = False,
     ) -> None:
         if ttl_ms < 1 or capacity < 1:
             raise ValueError("a holding needs ttl_ms >= 1 and capacity >= 1")
         self.merge = merge
+        self.young_rates = young_rates
+        """Report a young meter's rate over the time it has looked
+        (:meth:`RateMeter.estimate_per_ms`): for the algorithms whose supply grows, which
+        the object shares out by the reported rates (paced grants, plans). Elsewhere the
+        period's reading, which asks for less while an isolate is new (measured: fewer
+        calls for a fixed window's burst)."""
         """The object merges this holder's grants (the windows): see the class docstring."""
         self.ttl_ms = ttl_ms
         self.capacity = capacity
@@ -632,7 +640,8 @@ class Holding:
         self.in_flight += 1
         self.sent += 1
         rate = self.meter.per_ms(now)
-        observed = max(1, round(self.meter.estimate_per_ms(now) * 1000))
+        reported = self.meter.estimate_per_ms(now) if self.young_rates else rate
+        observed = max(1, round(reported * 1000))
         if self.sizing:
             return Ask(min_units, 0, observed, min_units, now, self.sent, alone, sized=False)
         self.sizing = True

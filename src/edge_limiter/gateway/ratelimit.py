@@ -247,7 +247,10 @@ class RateLimit:
         if holding is None:
             capacity = min(limit.capacity for limit in check.limits)
             merge = all(algorithm.lease_records_merge for algorithm in check.algorithms)
-            holding = self._held[slot] = Holding(check.lease_ttl_ms, capacity, merge=merge)
+            grows = any(algorithm.lease_supply_grows for algorithm in check.algorithms)
+            holding = self._held[slot] = Holding(
+                check.lease_ttl_ms, capacity, merge=merge, young_rates=grows
+            )
             if len(self._held) > MAX_HOLDINGS:
                 self._held.popitem(last=False)
         else:
