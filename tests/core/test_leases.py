@@ -923,7 +923,7 @@ def test_a_long_windows_plan_remembers_the_holders_of_the_window_before() -> Non
     assert plan.allowance is not None
     other = ask(store, ten_lease("b", 60, 1), start + 10_500)
     assert other.allowance is not None and other.allowance.final > 0
-    # A window longer than PLAN_MAX_TTLS ttls is not planned: ordinary leases, whose
+    # A window longer than MAX_TTLS ttls is not planned: ordinary leases, whose
     # units an isolate that goes away holds for a ttl, not the rest of the window.
     longer = KeyStore(SqliteSql())
     for holder, rate, wanted, at in (("a", 150, 800, 1), ("b", 60, 200, 2), ("a", 150, 1, 10_001)):
