@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_limiter.core.lease_plan import SCALE, Allowance, plan_window
+from edge_limiter.core.lease_plan import SCALE, Allowance, Plan, plan_window
 
 T0 = 1_700_000_040_000  # a multiple of every window used here (60 s included)
 
@@ -19,8 +19,12 @@ def room(quota: int, current: int, previous: int, window: int, t: int) -> int:
     return quota - current - previous * (end - t) // window
 
 
+Case = tuple[int, int, int, int, int, dict[str, int]]
+"""A drawn plan's window, quota, previous count, current count, now and rates."""
+
+
 @st.composite
-def plans(draw: st.DrawFn) -> tuple[int, int, int, int, int, dict[str, int]]:
+def plans(draw: st.DrawFn) -> Case:
     window = draw(st.sampled_from([50, 100, 1_000, 60_000]))
     quota = draw(st.integers(1, 20_000))
     previous = draw(st.integers(1, quota))
@@ -40,21 +44,24 @@ def plans(draw: st.DrawFn) -> tuple[int, int, int, int, int, dict[str, int]]:
     return window, quota, previous, current, now, rates
 
 
-@settings(max_examples=300, deadline=None)
-@given(plans())
-def test_the_allowances_never_pass_the_windows_room(
-    case: tuple[int, int, int, int, int, dict[str, int]],
-) -> None:
+def plan_of(case: Case) -> Plan | None:
+    """The plan for a drawn case, whatever the demand (``binding=0``)."""
     window, quota, previous, current, now, rates = case
-    plan = plan_window(
+    return plan_window(
         now, window, quota, current=current, previous=previous, rates=rates, binding=0.0
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(plans())
+def test_the_allowances_never_pass_the_windows_room(case: Case) -> None:
+    window, quota, previous, current, now, rates = case
+    plan = plan_of(case)
     if plan is None:
         return
     end = T0 + window
     allowances = list(plan.allowances.values())
     assert plan.window_index == now // window
-    assert plan.committed == sum(a.final for a in allowances)
     assert set(plan.allowances) <= set(rates)
     step = max(1, (end - now) // 400)
     instants = sorted({*range(now, end, step), end - 1, *(a.stop_at for a in allowances)})
@@ -80,12 +87,10 @@ def test_the_allowances_never_pass_the_windows_room(
 @settings(max_examples=200, deadline=None)
 @given(plans(), st.data())
 def test_reaches_at_is_the_first_instant_an_allowance_has_the_units(
-    case: tuple[int, int, int, int, int, dict[str, int]], data: st.DataObject
+    case: Case, data: st.DataObject
 ) -> None:
-    window, quota, previous, current, now, rates = case
-    plan = plan_window(
-        now, window, quota, current=current, previous=previous, rates=rates, binding=0.0
-    )
+    now = case[4]
+    plan = plan_of(case)
     if plan is None:
         return
     allowance = data.draw(st.sampled_from(sorted(plan.allowances.values())))

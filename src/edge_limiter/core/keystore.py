@@ -476,7 +476,7 @@ class KeyStore:
                 # (Algorithm.lease_records_merge), returnable until the window's end (the
                 # shortest of the limits'); the buckets only the last grant. A record of an
                 # earlier window is not merged into (its units are spent).
-                until = min(algorithm.lease_expiry(now, WINDOW_END) for algorithm in algorithms)
+                until = until_end
                 if held is not None and held.returnable_until == until:
                     by_holder[request.holder] = _Held(
                         held.units + granted,
@@ -576,7 +576,7 @@ class KeyStore:
                 states = current = committed
         plan = holders.plan
         allowance = None if plan is None else plan.allowances.get(request.holder)
-        if allowance is None or now >= allowance.end or request.holder in holders.answered:
+        if allowance is None or request.holder in holders.answered:
             return current
         holders.answered.add(request.holder)
         if current[0] is not states[0]:

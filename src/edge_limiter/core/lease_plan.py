@@ -168,12 +168,15 @@ class Allowance(NamedTuple):
 
 
 class Plan(NamedTuple):
-    """A window's plan: each holder's allowance, and the units they total."""
+    """A window's plan: each holder's allowance."""
 
     window_index: int
     allowances: Mapping[str, Allowance]
-    committed: int
-    """The sum of the allowances' final values: what the object counts at once."""
+
+    @property
+    def committed(self) -> int:
+        """The sum of the allowances' final values: what the object counts at once."""
+        return sum(allowance.final for allowance in self.allowances.values())
 
 
 def plan_window(
@@ -261,7 +264,4 @@ def plan_window(
         for holder, final in finals.items()
         if final > 0
     }
-    if not allowances:
-        return None
-    committed = sum(allowance.final for allowance in allowances.values())
-    return Plan(index, allowances, committed)
+    return Plan(index, allowances) if allowances else None

@@ -166,10 +166,10 @@ class RateMeter:
         """:meth:`per_ms`, except while the meter is younger than a period: then what it
         saw after its first observation over the time it has been looking (once that is
         a tenth of a period), and at least ``period / seen`` (a few requests close
-        together are not a high rate). The rate an isolate reports to
-        the object, whose plans share a window out by such rates: over a whole period, a
-        new isolate's rate reads low for its first second. (Lease sizes keep the whole
-        period's reading, which never overstates what a new isolate will use.)"""
+        together are not a high rate). The rate an isolate reports to the object, whose
+        plans share a window out by such rates: over a whole period, a new isolate's rate
+        reads low for its first second. (Lease sizes keep the whole period's reading,
+        which never overstates what a new isolate will use.)"""
         if now // self.period_ms > self.index:
             self._roll(now)
         period = self.period_ms
@@ -374,21 +374,24 @@ class PlannedLease(Lease):
     given back (the object counted the whole allowance at once).
     """
 
-    __slots__ = ("allowance", "short", "used")
+    __slots__ = ("allowance", "short")
 
     def __init__(self, allowance: Allowance, reported: int = 0) -> None:
         super().__init__(allowance.final, allowance.end, reported, rationed=True, cut=True)
         self.allowance = allowance
-        self.used = 0
         self.short = 1
         """The cost of the last request the allowance could not take yet."""
         self.returnable = False
+
+    @property
+    def used(self) -> int:
+        """Units of the allowance used (``units`` is what is left of its total)."""
+        return self.allowance.final - self.units
 
     def take(self, cost: int, now: int) -> bool:
         if now >= self.expires_at or self.used + cost > self.allowance.at(now):
             self.short = max(1, cost)
             return False
-        self.used += cost
         self.units -= cost
         return True
 
@@ -397,9 +400,7 @@ class PlannedLease(Lease):
 
     def give_back(self, cost: int, now: int) -> None:
         if now < self.expires_at:
-            given = min(cost, self.used)
-            self.used -= given
-            self.units += given
+            self.units += min(cost, self.used)
 
     def unused(self, now: int) -> int:
         if now >= self.expires_at:
@@ -424,11 +425,6 @@ class PlannedLease(Lease):
         window's end once the allowance is used up."""
         del lead_ms
         return self.allowance.reaches_at(self.used + self.short, 0)
-
-    def same_plan(self, other: Allowance) -> bool:
-        """Whether ``other`` is this lease's allowance (the object answers every request
-        of a holder in its plan with it)."""
-        return self.allowance == other
 
 
 def held_back(
@@ -736,18 +732,9 @@ class Holding:
                 retry = min(retry, deny_for_ms)
             self.denied_until = now + retry
             return None
-        if isinstance(lease, PlannedLease):
-            # The object answers every request of a holder in its plan with the same
-            # allowance: keep the one held (its uses are counted there).
-            for held in self.leases:
-                if isinstance(held, PlannedLease) and held.same_plan(lease.allowance):
-                    lease = held
-                    break
-            else:
-                self._prune(now)
-                self.leases.append(lease)
-            return lease if lease.reserve(reserved, now) else None
-        lease.reserve(reserved, now)
+        # A planned allowance may have nothing accrued yet: then it is kept for later,
+        # and the requests it was asked for are denied.
+        taken = lease.reserve(reserved, now)
         self._prune(now)
         self.leases.append(lease)
-        return lease
+        return lease if taken else None
