@@ -133,6 +133,37 @@ def test_a_value_sent_twice_with_different_values_is_ambiguous() -> None:
     )
 
 
+# Values SimpleCookie reads in full: its legal characters, or a quoted string with escapes
+# (no ";": a Cookie line is split on it first, in quotes or not).
+_LEGAL = "abcXYZ019!#$%&'*+-.^_`|~:"
+_COOKIE_VALUES = st.one_of(
+    st.text(alphabet=_LEGAL, min_size=1, max_size=20),
+    st.lists(
+        st.one_of(
+            st.text(alphabet=_LEGAL + " ,=()", min_size=1, max_size=3),
+            st.sampled_from(['\\"', "\\\\", "\\012", "\\101", "\\x"]),
+        ),
+        max_size=6,
+    ).map(lambda parts: '"' + "".join(parts) + '"'),
+)
+
+
+@given(_COOKIE_VALUES)
+def test_cookie_values_are_read_as_python_reads_them(value: str) -> None:
+    """The gateway reads cookies without ``http.cookies`` (it costs the isolate's startup)."""
+    from http.cookies import SimpleCookie
+
+    jar: SimpleCookie = SimpleCookie()
+    jar.load(f"sid={value}")
+    expected = jar["sid"].value
+    assert view(headers={"cookie": f"a=1; sid={value}; b=2"}).cookie("sid") == expected
+
+
+def test_cookie_values_python_rejects_are_taken_as_sent() -> None:
+    assert view(headers={"cookie": "sid=a b; c=d"}).cookie("sid") == "a b"
+    assert view(headers={"cookie": 'sid="x'}).cookie("sid") == '"x'
+
+
 def test_parse_parts() -> None:
     assert parse_key_part("Header:X-Api-Key") == KeyPart("header", "x-api-key")
     assert parse_key_part("cookie:Session") == KeyPart("cookie", "Session")

@@ -8,9 +8,9 @@ only forwarded streams through untouched.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from http.cookies import CookieError, SimpleCookie
 from typing import Protocol
 from urllib.parse import parse_qsl
 
@@ -198,20 +198,29 @@ class Request:
 
 
 def _cookie_values(line: str, name: str) -> list[str]:
-    """Every value of cookie ``name`` in one ``Cookie`` line."""
-    jar: SimpleCookie = SimpleCookie()
+    """Every value of cookie ``name`` in one ``Cookie`` line.
+
+    Values are taken as sent (browsers send values RFC 6265 does not allow), except that a
+    double-quoted value is unquoted as Python's ``http.cookies`` does (backslash escapes,
+    octal ones included), so ``sid="a"`` and ``sid=a`` are the same value.
+    """
     found = []
     for part in line.split(";"):
         cookie_name, sep, value = part.strip().partition("=")
         if sep and cookie_name.strip() == name:
-            try:
-                jar.load(f"{name}={value.strip()}")
-                morsel = jar.get(name)
-                found.append(morsel.value if morsel is not None else value.strip())
-            except CookieError:
-                # Browsers send values SimpleCookie rejects; take them as they are.
-                found.append(value.strip())
+            found.append(_unquote_cookie(value.strip()))
     return found
+
+
+_COOKIE_ESCAPE = re.compile(r"\\(?:([0-3][0-7][0-7])|(.))", re.DOTALL)
+
+
+def _unquote_cookie(value: str) -> str:
+    if len(value) < 2 or value[0] != '"' or value[-1] != '"':
+        return value
+    return _COOKIE_ESCAPE.sub(
+        lambda match: chr(int(match[1], 8)) if match[1] else match[2], value[1:-1]
+    )
 
 
 @dataclass(slots=True)

@@ -8,7 +8,6 @@ The random source is an argument (a callable returning a float in ``[0, 1)``, su
 
 from __future__ import annotations
 
-import calendar
 import re
 from collections.abc import Callable
 from datetime import date
@@ -116,15 +115,16 @@ def _year_of(ms: int) -> int:
 
 def _epoch_ms(year: int, month: str, day: int, clock: str) -> int | None:
     """The instant (``clock`` is ``"HH:MM:SS"``) as ms since the epoch, or ``None`` if impossible."""
-    month_number = _MONTHS.index(month) + 1
-    if year < 1 or not 1 <= day <= calendar.monthrange(year, month_number)[1]:
+    try:
+        # ``date`` checks the day against the month's length (years 1..9999).
+        days = date(year, _MONTHS.index(month) + 1, day).toordinal() - _EPOCH_ORDINAL
+    except ValueError:
         return None
     hour, minute, second = (int(part) for part in clock.split(":"))
     if hour > 23 or minute > 59 or second > 60:
         return None
     # A leap second (":60") is read as the last second of its minute.
-    seconds = calendar.timegm((year, month_number, day, hour, minute, min(second, 59), 0, 0, 0))
-    return seconds * 1000
+    return days * _MS_PER_DAY + ((hour * 60 + minute) * 60 + min(second, 59)) * 1000
 
 
 def retry_delay_ms(
