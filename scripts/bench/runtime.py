@@ -132,6 +132,14 @@ def bench_config(origin: str, **top: Any) -> dict[str, Any]:
                 "write_behind": f"{BENCH_WRITE_BEHIND_MS}ms",
             },
             {
+                "name": "leased",
+                "match": {"path": "/leased/*"},
+                "limits": BENCH_LIMIT,
+                "algorithm": "gcra",
+                "key": "header:x-bench-key",
+                "leases": True,
+            },
+            {
                 "name": "small",
                 "match": {"path": "/small/*"},
                 "limits": "100/minute",
