@@ -22,7 +22,9 @@ Sections (``--only`` picks some; all by default):
                Durable Object calls per admitted request, and the total admitted when the
                limit binds (it must be exactly the limit);
 - ``startup``  time to the first answer of a fresh runtime: the project against a bare
-               Python Worker on the same host;
+               Python Worker on the same host (with and without the project's bindings),
+               and where importing the Worker goes on npm Pyodide
+               (``bench/pyodide_imports.mjs``);
 - ``memory``   workerd's RSS at boot, after N requests and after K distinct keys; storage
                rows left once the keys are idle and cleaned up.
 
@@ -569,6 +571,36 @@ def section_startup(report: Report, quick: bool, origin: str) -> None:
     )
 
 
+def section_imports(report: Report, quick: bool) -> None:
+    """Importing the Worker on npm Pyodide in Node: the part of startup that is ours."""
+    runs = []
+    for _ in range(1 if quick else 5):
+        completed = subprocess.run(
+            [rt.NODE, str(HERE / "bench" / "pyodide_imports.mjs")],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=rt.ROOT,
+        )
+        runs.append(json.loads(completed.stdout))
+    import_ms = statistics.median(run["import_ms"] for run in runs)
+    dataclass_ms = statistics.median(run["dataclasses_ms"] for run in runs)
+    report.data["imports"] = runs
+    report.table(
+        f"Importing the Worker on npm Pyodide in Node (ms, median of {len(runs)} processes)",
+        ["import", "building dataclasses", "dataclasses", "share", "stdlib modules pulled in"],
+        [
+            [
+                import_ms,
+                dataclass_ms,
+                runs[0]["dataclasses"],
+                dataclass_ms / import_ms,
+                ", ".join(runs[0]["stdlib_pulled_in"]) or "-",
+            ]
+        ],
+    )
+
+
 # --- memory ----------------------------------------------------------------------------------
 
 
@@ -725,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
             section_leases(report, args.quick, origin)
         if "startup" in chosen:
             section_startup(report, args.quick, origin)
+            section_imports(report, args.quick)
         if "memory" in chosen:
             section_memory(report, args.quick, origin)
     if args.json:

@@ -38,6 +38,7 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
         "A key at 10x its limit",
         "10 clients of one key",
         "Time to the first answer",
+        "Importing the Worker on npm Pyodide",
         "workerd memory and storage",
     ):
         assert title in text, title
@@ -51,6 +52,12 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     gateway = data["gateway"]
     assert gateway["Python: limited route (object + forward)"]["statuses"] == ["200"]
     assert "429" in gateway["Python: denied (429)"]["statuses"]
+    assert gateway["Python: limited, token leases"]["statuses"] == ["200"]
+    startup = data["startup"]
+    assert all(row["first"] >= row["ready"] > 0 for row in startup.values())
+    imports = data["imports"][0]
+    assert 0 < imports["dataclasses_ms"] < imports["import_ms"]
+    assert imports["dataclasses"] > 0
     # Every object row decided (decisions/s is the first column), the write-behind one too.
     assert len(data["object"]) == 3
     assert all(row[0] > 0 for row in data["object"].values())
