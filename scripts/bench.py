@@ -186,34 +186,56 @@ def section_gateway(report: Report, quick: bool, origin: str) -> None:
     repeat = 1 if quick else 3
     inflight = 50
     samples: dict[str, list[dict[str, Any]]] = {}
-    paths: dict[str, tuple[str, dict[str, str]]] = {}
+    order: list[str] = []
+
+    def measure(paths: dict[str, tuple[str, dict[str, str]]]) -> None:
+        for name, (url, headers) in paths.items():
+            if name not in order:
+                order.append(name)
+            samples.setdefault(name + "|1", []).append(
+                rt.load(url, requests=requests, concurrency=1, headers=headers)
+            )
+            samples.setdefault(name + f"|{inflight}", []).append(
+                rt.load(url, requests=many, concurrency=inflight, headers=headers)
+            )
+
     for _ in range(repeat):
         # A fresh runtime per round (see _fresh_runtimes below), all paths interleaved in it.
         with rt.runtime(origin) as gw:
             peer = gw.peer_urls["peer"]
             # The denial path: a key exhausted first (100/minute).
             rt.load(f"{gw.url}/small/x", requests=150, concurrency=1, headers={KEY: "denied"})
-            paths = {
-                "origin (Node, direct)": (f"{origin}/x", {}),
-                "JS Worker: forward": (f"{peer}/forward/x", {}),
-                "JS Worker: JS Durable Object + forward": (f"{peer}/limited/x", {}),
-                "Python: unmatched path (forward)": (f"{gw.url}/unmatched/x", {}),
-                "Python: limited route (object + forward)": (f"{gw.url}/limited/x", {KEY: "hot"}),
-                "Python: limited, write_behind 50ms": (f"{gw.url}/behind/x", {KEY: "hot"}),
-                "Python: limited, token leases": (f"{gw.url}/leased/x", {KEY: "hot"}),
-                "Python: denied (429)": (f"{gw.url}/small/x", {KEY: "denied"}),
-            }
-            for name, (url, headers) in paths.items():
-                samples.setdefault(name + "|1", []).append(
-                    rt.load(url, requests=requests, concurrency=1, headers=headers)
-                )
-                samples.setdefault(name + f"|{inflight}", []).append(
-                    rt.load(url, requests=many, concurrency=inflight, headers=headers)
-                )
+            measure(
+                {
+                    "origin (Node, direct)": (f"{origin}/x", {}),
+                    "JS Worker: forward": (f"{peer}/forward/x", {}),
+                    "JS Worker: JS Durable Object + forward": (f"{peer}/limited/x", {}),
+                    "Python: unmatched path (forward)": (f"{gw.url}/unmatched/x", {}),
+                    "Python: limited route (object + forward)": (
+                        f"{gw.url}/limited/x",
+                        {KEY: "hot"},
+                    ),
+                    "Python: limited, write_behind 50ms": (f"{gw.url}/behind/x", {KEY: "hot"}),
+                    "Python: limited, token leases": (f"{gw.url}/leased/x", {KEY: "hot"}),
+                    "Python: denied (429)": (f"{gw.url}/small/x", {KEY: "denied"}),
+                }
+            )
+        # The floor of any Python Worker on this host (a runtime of its own, same round).
+        with rt.bare_python(origin) as bare:
+            measure(
+                {
+                    "bare Python Worker: answer": (f"{bare.url}/x", {}),
+                    "bare Python Worker: forward": (f"{bare.url}/forward/x", {}),
+                }
+            )
+    # The floor's rows beside the JavaScript ones (origin, forward, object) they compare with.
+    floor = [name for name in order if name.startswith("bare ")]
+    rest = [name for name in order if name not in floor]
+    order = rest[:3] + floor + rest[3:]
     forward_p50 = rt.median(samples["JS Worker: forward|1"], "p50")
     rows = []
     table: dict[str, Any] = {}
-    for name in paths:
+    for name in order:
         one, burst = samples[name + "|1"], samples[name + f"|{inflight}"]
         p50, p99 = rt.median(one, "p50"), rt.median(one, "p99")
         rps = rt.median(burst, "rps")

@@ -159,6 +159,37 @@ def bench_payload(write_behind_ms: int = 0) -> str:
     ).to_json()
 
 
+# A Python Worker with nothing of the project: what any Python Worker pays on this host to
+# answer a request, and to forward one the way the gateway does when nothing changes.
+BARE_PYTHON = """
+import js
+from workers import Response, WorkerEntrypoint
+
+
+class Default(WorkerEntrypoint):
+    async def fetch(self, request):
+        native = request.js_object
+        if "/forward/" not in native.url:
+            return Response("ok")
+        init = js.Object.new()
+        init.redirect = "manual"
+        return await js.fetch(js.Request.new(self.env.ORIGIN + "/x", native), init)
+"""
+
+
+@contextmanager
+def bare_python(origin: str) -> Iterator[LocalGateway]:
+    """A bare Python Worker (no bindings) on local workerd: ``/forward/*`` goes to ``origin``."""
+    with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
+        worker = Path(tmp) / "bare"
+        worker.mkdir()
+        (worker / "entry.py").write_text(BARE_PYTHON)
+        with LocalGateway(
+            worker, {"ORIGIN": origin}, durable_objects={}, kv_namespaces=[]
+        ) as gateway:
+            yield gateway
+
+
 @contextmanager
 def runtime(origin: str, *, persist: bool = True, **top: Any) -> Iterator[LocalGateway]:
     """The built project on local workerd with the JavaScript peers beside it."""
