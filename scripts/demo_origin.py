@@ -8,7 +8,8 @@ headers and body size it received (the path exactly as it arrived on the request
 and ``n``, the number of requests this origin has received so far.
 A path ending in ``/status/<code>`` answers with that status instead; one ending in
 ``/slow/<ms>`` (or an ``X-Demo-Delay: <ms>`` header) answers after ``ms`` milliseconds; each ``h=name:value`` query parameter adds that header
-to the response (for cache tests: ``?h=cache-control:max-age%3D1``).
+to the response (for cache tests: ``?h=cache-control:max-age%3D1``), and ``reason=text``
+sets the status line's reason phrase.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "body_bytes": len(body),
             }
         ).encode()
-        self.send_response(status)
+        reason = dict(parse_qsl(query)).get("reason")
+        self.send_response(status, reason)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(payload)))
         self.send_header("x-demo-origin", self.server.name)

@@ -162,6 +162,21 @@ def test_unmatched_routes_pass_untouched(gateway: LocalGateway, origin) -> None:
     assert status.status_code == 418  # origin statuses pass through
 
 
+@pytest.mark.parametrize("path", ["/not/limited", "/small/reason", "/status/299"])
+def test_the_origin_answer_keeps_its_status_line_and_gains_x_origin(
+    gateway: LocalGateway, path: str
+) -> None:
+    """The gateway adds fields to the origin's answer (X-Origin, the rate-limit fields) on a
+    rebuilt response: status, reason phrase, fields and body stay the origin's."""
+    answer = get(gateway, f"{path}?reason=Fine%20Thanks&h=x-extra:1", fresh_ip())
+    assert answer.reason_phrase == "Fine Thanks"
+    assert answer.status_code == (299 if "299" in path else 200)
+    assert answer.headers["x-origin"] and answer.headers["x-extra"] == "1"
+    assert answer.headers["x-demo-origin"] == "e2e-origin"
+    assert answer.json()["path"] == path
+    assert ("x-ratelimit-limit" in answer.headers) == path.startswith("/small/")
+
+
 def test_state_survives_a_restart_of_the_runtime(gateway: LocalGateway) -> None:
     ip = fresh_ip()
     assert [get(gateway, "/persist", ip).status_code for _ in range(2)] == [200, 200]

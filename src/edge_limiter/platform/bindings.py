@@ -183,7 +183,9 @@ class FetchOrigin:
             if "TimeoutError" in str(exc) or "timed out" in str(exc).lower():
                 raise OriginTimeoutError(str(exc)) from exc
             raise OriginUnreachableError(_short(str(exc))) from exc
-        return Response(int(answer.status), JsHeaders(answer.headers), JsBody(answer), answer)
+        status = int(answer.status)
+        body = JsBody(answer)
+        return Response(status, JsHeaders.of_response(answer, body, status), body, answer)
 
 
 def _short(message: str) -> str:

@@ -48,6 +48,17 @@ class JsBody:
         """The bytes, once read."""
         return self._data
 
+    def rebuild(self) -> Any:
+        """Put the unread body of a fetched response under a new, changeable ``Response``.
+
+        ``new Response(old.body, old)`` (the runtime's idiom) takes over the stream and
+        copies the status, status text, fields, ``webSocket`` and ``cf``; its fields can be
+        changed. Reads from then on are from the new response. Returns it.
+        """
+        source = self._source
+        self._source = js.Response.new(source.body, source)
+        return self._source
+
     async def read(self) -> bytes:
         """The whole body, read once."""
         if self._data is None:
@@ -60,20 +71,54 @@ class JsBody:
 
 
 class JsHeaders:
-    """A :class:`HeaderMap` over a runtime ``Headers`` object, copied on the first change."""
+    """A :class:`HeaderMap` over a runtime ``Headers`` object, copied on the first change.
 
-    __slots__ = ("copied", "js")
+    The fields of a fetched response (:meth:`of_response`) are copied by rebuilding the
+    response around its unread body (:meth:`JsBody.rebuild`): the rebuilt response is
+    then the one answered with, with no second copy of the fields and no new init.
+    """
+
+    __slots__ = ("_body", "_status", "copied", "js", "rebuilt")
 
     def __init__(self, js_headers: Any) -> None:
         self.js = js_headers
         self.copied = False
+        self.rebuilt: Any = None
+        self._body: JsBody | None = None
+        self._status = 0
+
+    @classmethod
+    def of_response(cls, js_response: Any, body: JsBody, status: int) -> JsHeaders:
+        """The fields of ``js_response``, whose body is ``body`` and status ``status``."""
+        headers = cls(js_response.headers)
+        headers._body = body
+        headers._status = status
+        return headers
 
     def _writable(self) -> Any:
         if not self.copied:
             # Incoming and fetched headers are immutable: change a copy.
-            self.js = js.Headers.new(self.js)
+            body = self._body
+            if body is not None and body.data is None:
+                self.rebuilt = body.rebuild()
+                self.js = self.rebuilt.headers
+            else:
+                self.js = js.Headers.new(self.js)
             self.copied = True
         return self.js
+
+    def rebuilt_as(self, status: int, body: object) -> Any:
+        """The rebuilt response, if answering ``status`` with ``body`` needs nothing more."""
+        rebuilt = self.rebuilt
+        if (
+            rebuilt is None
+            or status != self._status
+            or not isinstance(body, JsBody)
+            or body.source is not rebuilt
+            or body.data is not None
+        ):
+            return None
+        return rebuilt
 
     def get(self, name: str) -> str | None:
         value = self.js.get(name)
@@ -228,6 +273,9 @@ def to_js_response(response: Response) -> Any:
         return native
     headers = response.headers
     if isinstance(headers, JsHeaders):
+        rebuilt = headers.rebuilt_as(response.status, response.body)
+        if rebuilt is not None:
+            return rebuilt
         init = js_object()
         init.status = response.status
         init.headers = headers.js
