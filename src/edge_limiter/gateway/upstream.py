@@ -45,7 +45,7 @@ from ..core.resilience.breaker import (
     overloaded,
     record,
 )
-from ..core.resilience.budget import RetryBudgetState
+from ..core.resilience.budget import RetryBudget, RetryBudgetState
 from ..core.resilience.bulkhead import Bulkhead
 from ..core.resilience.retry import RetrySettings, is_idempotent
 from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, state_from_json
@@ -198,6 +198,8 @@ class Upstream:
         self.breakers = BreakerBoard(services)
         self.bulkheads: dict[str, Bulkhead] = {}
         self.budgets: dict[tuple[str, RetrySettings], RetryBudgetState] = {}
+        # The rules of each pool's budget, built once (not per request).
+        self._budget_rules: dict[RetrySettings, RetryBudget] = {}
         self.orders: dict[tuple[str, Any], tuple[Origin, ...]] = {}
 
     def _order(self, pool: Pool, exchange: Exchange) -> tuple[Origin, ...]:
@@ -261,10 +263,15 @@ class Upstream:
             return position, origin, decision.permit
         return None
 
+    def _budget(self, retry: RetrySettings) -> RetryBudget:
+        rules = self._budget_rules.get(retry)
+        if rules is None:
+            rules = self._budget_rules[retry] = retry.budget()
+        return rules
+
     def _may_retry(self, exchange: Exchange, retry: RetrySettings, now: int) -> bool:
         key = (exchange.forward.pool.name, retry)
-        budget = retry.budget()
-        allowed, self.budgets[key] = budget.try_spend(
+        allowed, self.budgets[key] = self._budget(retry).try_spend(
             self.budgets.get(key, RetryBudgetState()), now
         )
         return allowed
@@ -288,7 +295,7 @@ class Upstream:
             return problem_response(problems.request_body_broken())
         budget_key = (pool.name, retry)
         if retryable:
-            self.budgets[budget_key] = retry.budget().note_request(
+            self.budgets[budget_key] = self._budget(retry).note_request(
                 self.budgets.get(budget_key, RetryBudgetState()), start
             )
         tried: list[_Tried] = []
