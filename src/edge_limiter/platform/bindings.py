@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -29,6 +30,18 @@ def as_bytes(value: Any) -> bytes | None:
     return bytes(value.to_py())
 
 
+#: Runtime calls waiting under a deadline, by number; the timer's callback cancels one.
+_waiting: dict[int, asyncio.Future[Any]] = {}
+_numbers = itertools.count()
+_expire_proxy: Any = None
+
+
+def _expire(number: int) -> None:
+    call = _waiting.pop(int(number), None)
+    if call is not None:
+        call.cancel()
+
+
 async def within(call: Any, timeout_ms: int) -> Any:
     """``await call`` (a runtime call), or :class:`TimeoutError` after ``timeout_ms``
     (0: no limit).
@@ -36,30 +49,28 @@ async def within(call: Any, timeout_ms: int) -> Any:
     Not ``asyncio.wait_for``: its timer is a runtime ``setTimeout`` that it never clears,
     so when the request ends first the runtime cancels it and its Python callback is
     never freed (about one handle and one context leaked per limited or idempotent
-    request). Here the timer is cleared and its callback freed as soon as the call
-    answers, and nothing calls back into Python unless the timer fires.
+    request). Here the timer is cleared as soon as the call answers, and nothing calls
+    back into Python unless it fires. Every timer calls the same callback (made once per
+    isolate) with the call's number, so a call costs no callback of its own.
     """
     if not timeout_ms:
         return await call
+    global _expire_proxy  # noqa: PLW0603 - one callback for the isolate, on purpose
+    if _expire_proxy is None:
+        _expire_proxy = create_proxy(_expire)
     call = asyncio.ensure_future(call)
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        call.cancel()
-
-    callback = create_proxy(expire)
-    timer = js.setTimeout(callback, timeout_ms)
+    number = next(_numbers)
+    _waiting[number] = call
+    timer = js.setTimeout(_expire_proxy, timeout_ms, number)
     try:
         return await call
     except asyncio.CancelledError:
-        if expired:
+        if number not in _waiting:
             raise TimeoutError(f"no answer within {timeout_ms} ms") from None
         raise
     finally:
-        js.clearTimeout(timer)
-        callback.destroy()
+        if _waiting.pop(number, None) is not None:
+            js.clearTimeout(timer)
 
 
 class DurableObjectStore:
