@@ -8,13 +8,21 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
-import js
 from pyodide.ffi import JsException, create_proxy, to_js
 
 from ..core.control import CONTROL_OBJECT
 from ..core.http.messages import Response
 from ..gateway.ports import OriginRequest, OriginTimeoutError, OriginUnreachableError
-from .convert import JsBody, JsHeaders, absent, js_body, js_headers, js_object, untouched
+from .convert import (
+    JsBody,
+    JsHeaders,
+    absent,
+    globals_,
+    js_body,
+    js_headers,
+    js_object,
+    untouched,
+)
 
 
 def as_bytes(value: Any) -> bytes | None:
@@ -61,7 +69,7 @@ async def within(call: Any, timeout_ms: int) -> Any:
     call = asyncio.ensure_future(call)
     number = next(_numbers)
     _waiting[number] = call
-    timer = js.setTimeout(_expire_proxy, timeout_ms, number)
+    timer = globals_.setTimeout(_expire_proxy, timeout_ms, number)
     try:
         return await call
     except asyncio.CancelledError:
@@ -70,7 +78,7 @@ async def within(call: Any, timeout_ms: int) -> Any:
         raise
     finally:
         if _waiting.pop(number, None) is not None:
-            js.clearTimeout(timer)
+            globals_.clearTimeout(timer)
 
 
 class DurableObjectStore:
@@ -137,7 +145,7 @@ class AnalyticsDataset:
         if point is None:
             point = to_js(
                 {"blobs": blobs, "doubles": doubles, "indexes": indexes},
-                dict_converter=js.Object.fromEntries,
+                dict_converter=globals_.Object.fromEntries,
             )
             if len(self.points) >= self.MAX_KEPT:
                 self.points.clear()
@@ -155,7 +163,7 @@ class KvStore:
         return as_bytes(await self.namespace.get(key, "arrayBuffer"))
 
     async def put(self, key: str, value: bytes, ttl_s: int) -> None:
-        options = to_js({"expirationTtl": ttl_s}, dict_converter=js.Object.fromEntries)
+        options = to_js({"expirationTtl": ttl_s}, dict_converter=globals_.Object.fromEntries)
         await self.namespace.put(key, to_js(value), options)
 
 
@@ -176,11 +184,11 @@ class FetchOrigin:
         # Aborting closes the connection (the port enforces the timeout).
         init = js_object()
         init.redirect = "manual"
-        init.signal = js.AbortSignal.timeout(request.timeout_ms)
+        init.signal = globals_.AbortSignal.timeout(request.timeout_ms)
         native = request.native
         if untouched(request.headers, request.body, native):
             # Method, headers and body stream go on as they came: one call, no copies.
-            target = js.Request.new(request.url, native)
+            target = globals_.Request.new(request.url, native)
         else:
             target = request.url
             init.method = request.method
@@ -189,7 +197,7 @@ class FetchOrigin:
             if body is not None:
                 init.body = body
         try:
-            answer = await js.fetch(target, init)
+            answer = await globals_.fetch(target, init)
         except JsException as exc:
             if "TimeoutError" in str(exc) or "timed out" in str(exc).lower():
                 raise OriginTimeoutError(str(exc)) from exc

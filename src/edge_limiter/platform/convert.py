@@ -18,6 +18,23 @@ from ..core.errors import BodyReadError
 from ..core.http.messages import Body, BytesBody, Client, HeaderMap, Request, Response
 
 
+class _Globals:
+    """The runtime's JavaScript globals, each looked up once, on first use.
+
+    ``js.fetch`` finds the global anew on every use (a few microseconds on Pyodide, several
+    times per request); ``globals_.fetch`` keeps what it found. Not at import time: the
+    local host runs the imports with boot stand-ins in place of some globals (``fetch``).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(js, name)
+        setattr(self, name, value)
+        return value
+
+
+globals_ = _Globals()
+
+
 def absent(value: Any) -> bool:
     """Whether a value from JavaScript is missing: ``undefined`` arrives as ``None``, but
     ``null`` as ``jsnull``, which is not ``None``."""
@@ -56,7 +73,7 @@ class JsBody:
         changed. Reads from then on are from the new response. Returns it.
         """
         source = self._source
-        self._source = js.Response.new(source.body, source)
+        self._source = globals_.Response.new(source.body, source)
         return self._source
 
     async def read(self) -> bytes:
@@ -103,7 +120,7 @@ class JsHeaders:
                 self.rebuilt = body.rebuild()
                 self.js = self.rebuilt.headers
             else:
-                self.js = js.Headers.new(self.js)
+                self.js = globals_.Headers.new(self.js)
             self.copied = True
         return self.js
 
@@ -141,7 +158,7 @@ class JsHeaders:
             self._writable().delete(name)
 
     def items(self) -> list[tuple[str, str]]:
-        return [(str(k), str(v)) for k, v in js.Array.from_(self.js.entries()).to_py()]
+        return [(str(k), str(v)) for k, v in globals_.Array.from_(self.js.entries()).to_py()]
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and bool(self.js.has(name))
@@ -218,7 +235,7 @@ def js_headers(headers: HeaderMap) -> Any:
     if isinstance(headers, JsHeaders):
         return headers.js
     # One call per field is cheaper than converting a list of lists for the constructor.
-    out = js.Headers.new()
+    out = globals_.Headers.new()
     for name, value in headers.items():
         out.append(name, value)
     return out
@@ -227,7 +244,7 @@ def js_headers(headers: HeaderMap) -> Any:
 def js_object() -> Any:
     """An empty plain JavaScript object, for an init dictionary: setting its fields one by
     one costs less than ``to_js`` of a dict with ``Object.fromEntries``."""
-    return js.Object.new()
+    return globals_.Object.new()
 
 
 #: ``ResponseInit`` objects for the gateway's own answers, by (status, fields). The runtime
@@ -281,4 +298,4 @@ def to_js_response(response: Response) -> Any:
         init.headers = headers.js
     else:
         init = _answer_init(response.status, headers)
-    return js.Response.new(js_body(response.body), init)
+    return globals_.Response.new(js_body(response.body), init)
