@@ -95,7 +95,7 @@ class JsHeaders:
     then the one answered with, with no second copy of the fields and no new init.
     """
 
-    __slots__ = ("_body", "_status", "copied", "js", "rebuilt")
+    __slots__ = ("_body", "_get", "_set", "_status", "copied", "js", "rebuilt")
 
     def __init__(self, js_headers: Any) -> None:
         self.js = js_headers
@@ -103,6 +103,10 @@ class JsHeaders:
         self.rebuilt: Any = None
         self._body: JsBody | None = None
         self._status = 0
+        # The Headers object's own methods, looked up once (a lookup is a call into
+        # JavaScript that makes a new proxy each time).
+        self._get: Any = None
+        self._set: Any = None
 
     @classmethod
     def of_response(cls, js_response: Any, body: JsBody, status: int) -> JsHeaders:
@@ -122,6 +126,8 @@ class JsHeaders:
             else:
                 self.js = globals_.Headers.new(self.js)
             self.copied = True
+            self._get = None
+            self._set = self.js.set
         return self.js
 
     def rebuilt_as(self, status: int, body: object) -> Any:
@@ -138,7 +144,10 @@ class JsHeaders:
         return rebuilt
 
     def get(self, name: str) -> str | None:
-        value = self.js.get(name)
+        getter = self._get
+        if getter is None:
+            getter = self._get = self.js.get
+        value = getter(name)
         return None if absent(value) else str(value)
 
     def get_all(self, name: str) -> list[str]:
@@ -148,7 +157,9 @@ class JsHeaders:
         return [] if value is None else [value]
 
     def set(self, name: str, value: str) -> None:
-        self._writable().set(name, value)
+        if not self.copied:
+            self._writable()
+        self._set(name, value)
 
     def add(self, name: str, value: str) -> None:
         self._writable().append(name, value)
