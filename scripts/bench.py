@@ -9,8 +9,11 @@ Sections (``--only`` picks some; all by default):
                Pyodide in Node (the version production runs) against CPython;
 - ``gateway``  on local workerd, one request at a time and N in flight: the origin alone
                (the load generator's own ceiling), a JavaScript Worker forwarding to it, a
-               JavaScript gateway with a JavaScript Durable Object, and the Python gateway on
-               an unmatched path, a limited route, the same with write-behind, and a denial;
+               JavaScript gateway with a JavaScript Durable Object, a bare Python Worker
+               (the floor), and the Python gateway on an unmatched path, a limited route,
+               the same with write-behind and with token leases, and a denial; then the
+               gateway's own work per request on npm Pyodide in Node, without workerd
+               (``bench/pyodide_gateway.mjs``), against a bare forward;
 - ``object``   one hot key at 50 in flight: the project's Durable Object against a
                JavaScript Durable Object doing the same read-modify-write, both called from
                the same JavaScript Worker;
@@ -255,6 +258,37 @@ def section_gateway(report: Report, quick: bool, origin: str) -> None:
             "statuses",
         ],
         rows,
+    )
+
+
+def section_gateway_python(report: Report, quick: bool) -> None:
+    """The gateway's own work per request on npm Pyodide in Node (no workerd, no network)."""
+    args = ["--requests", "200", "--rounds", "2"] if quick else []
+    completed = subprocess.run(
+        [rt.NODE, str(HERE / "bench" / "pyodide_gateway.mjs"), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=rt.ROOT,
+    )
+    data = json.loads(completed.stdout)
+    report.data["gateway_python"] = data
+    bare = data["bare forward"]["min_us"]
+    report.table(
+        "The gateway's own work on npm Pyodide in Node (us per request: the minimum and the "
+        "median of the rounds' means; real JavaScript requests, an origin and an object "
+        "that answer at once)",
+        ["path", "min us", "median us", "min above the bare forward", "answer's fields"],
+        [
+            [
+                name,
+                row["min_us"],
+                row["median_us"],
+                row["min_us"] - bare,
+                ", ".join(row["answer"][1]),
+            ]
+            for name, row in data.items()
+        ],
     )
 
 
@@ -770,6 +804,7 @@ def main(argv: list[str] | None = None) -> int:
         # heap, timers or counters.
         if "gateway" in chosen:
             section_gateway(report, args.quick, origin)
+            section_gateway_python(report, args.quick)
         if "object" in chosen:
             section_object(report, args.quick, origin)
         if "flood" in chosen:

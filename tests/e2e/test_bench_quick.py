@@ -33,6 +33,7 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
         "The pure core",
         "The Durable Object step",
         "Per request on local workerd",
+        "The gateway's own work on npm Pyodide in Node",
         "One hot key",
         "One hot key from two isolates",
         "A key at 10x its limit",
@@ -53,6 +54,10 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     assert gateway["Python: limited route (object + forward)"]["statuses"] == ["200"]
     assert "429" in gateway["Python: denied (429)"]["statuses"]
     assert gateway["Python: limited, token leases"]["statuses"] == ["200"]
+    python = data["gateway_python"]
+    assert all(row["min_us"] > 0 for row in python.values())
+    assert "x-ratelimit-remaining" in python["limited"]["answer"][1]
+    assert python["unmatched"]["answer"] == [200, ["content-type", "x-origin"]]
     startup = data["startup"]
     assert all(row["first"] >= row["ready"] > 0 for row in startup.values())
     imports = data["imports"][0]

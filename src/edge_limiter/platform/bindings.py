@@ -38,16 +38,28 @@ def as_bytes(value: Any) -> bytes | None:
     return bytes(value.to_py())
 
 
-#: Runtime calls waiting under a deadline, by number; the timer's callback cancels one.
+#: Runtime calls waiting under a deadline, by number; the timer's callback cancels one,
+#: and each call removes its own entry when it ends.
 _waiting: dict[int, asyncio.Future[Any]] = {}
 _numbers = itertools.count()
 _expire_proxy: Any = None
+#: Every so many calls, the entries of calls begun more than ``_PRUNE_AFTER`` calls ago
+#: are dropped: a request the runtime abandoned mid-call (its timer cancelled with it)
+#: never removes its own. (At 1,000 calls a second that is a minute, past any timeout;
+#: a call dropped while still waiting only loses its timeout.)
+_PRUNE_EVERY = 4096
+_PRUNE_AFTER = 65_536
 
 
 def _expire(number: int) -> None:
     call = _waiting.pop(int(number), None)
     if call is not None:
         call.cancel()
+
+
+def _prune(newest: int) -> None:
+    for number in [n for n in _waiting if n < newest - _PRUNE_AFTER]:
+        del _waiting[number]
 
 
 async def within(call: Any, timeout_ms: int) -> Any:
@@ -68,6 +80,8 @@ async def within(call: Any, timeout_ms: int) -> Any:
         _expire_proxy = create_proxy(_expire)
     call = asyncio.ensure_future(call)
     number = next(_numbers)
+    if number % _PRUNE_EVERY == 0:
+        _prune(number)
     _waiting[number] = call
     timer = globals_.setTimeout(_expire_proxy, timeout_ms, number)
     try:

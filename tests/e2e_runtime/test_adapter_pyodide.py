@@ -1,0 +1,170 @@
+"""The platform adapter (``edge_limiter.platform``) on npm Pyodide 0.28.2 in Node.
+
+The adapter only runs inside the runtime, so CPython cannot import it. Here it runs on the
+Pyodide production uses, against real JavaScript ``Request``/``Response``/``Headers`` and
+timers (Node's), one program per test, its results printed as JSON: the conversions and
+the deadline of a runtime call, each checked without booting workerd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = os.environ.get("NODE") or shutil.which("node") or "node"
+
+pytestmark = pytest.mark.e2e
+
+RUNNER = """
+import { loadPyodide } from "pyodide";
+const pyodide = await loadPyodide();
+pyodide.FS.mkdirTree("/repo");
+pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: process.env.REPO }, "/repo");
+pyodide.globals.set("program", process.env.PROGRAM);
+const result = await pyodide.runPythonAsync(`
+import shutil, sys
+shutil.copytree("/repo/src", "/app", ignore=shutil.ignore_patterns("__pycache__"))
+sys.path.insert(0, "/app")
+namespace = {}
+exec(program, namespace)
+await namespace["main"]()
+`);
+process.stdout.write(`${result}\\n`);
+"""
+
+
+def run(program: str) -> Any:
+    """Run ``program`` (defines ``async def main()`` returning JSON text) on Pyodide."""
+    done = subprocess.run(
+        [NODE, "--input-type=module", "-e", RUNNER],
+        cwd=ROOT,
+        env={**os.environ, "REPO": str(ROOT), "PROGRAM": textwrap.dedent(program)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_runtime_call_answers_or_times_out_and_leaves_nothing_behind() -> None:
+    result = run(
+        """
+        import asyncio, json
+        import js
+        from pyodide.ffi import create_proxy
+        from edge_limiter.platform import bindings
+
+        async def main():
+            out = {"value": await bindings.within(js.Promise.resolve("ok"), 1000)}
+            never = js.Promise.new(create_proxy(lambda resolve, reject: None))
+            try:
+                await bindings.within(never, 20)
+                out["timed_out"] = False
+            except TimeoutError as exc:
+                out["timed_out"] = str(exc)
+            out["failed"] = None
+            try:
+                await bindings.within(js.Promise.reject(js.Error.new("boom")), 1000)
+            except Exception as exc:
+                out["failed"] = type(exc).__name__ + ": " + str(exc)
+            out["waiting"] = len(bindings._waiting)
+            # Entries of calls the runtime abandoned (never resumed) go on the next pass.
+            loop = asyncio.get_event_loop()
+            for old in range(3):
+                bindings._waiting[old] = loop.create_future()
+            start = bindings._PRUNE_AFTER + bindings._PRUNE_EVERY
+            bindings._numbers = iter(range(start, start + 10))
+            out["before_prune"] = len(bindings._waiting)
+            out["value_at_prune"] = await bindings.within(js.Promise.resolve(7), 1000)
+            out["after_prune"] = len(bindings._waiting)
+            return json.dumps(out)
+        """
+    )
+    assert result["value"] == "ok" and result["value_at_prune"] == 7
+    assert result["timed_out"] == "no answer within 20 ms"
+    assert result["failed"].startswith("JsException") and "boom" in result["failed"]
+    assert result["waiting"] == 0
+    assert result["before_prune"] == 3 and result["after_prune"] == 0
+
+
+def test_an_origin_answer_is_rebuilt_once_keeping_its_status_line_and_body() -> None:
+    result = run(
+        """
+        import json
+        import js
+        from pyodide.ffi import to_js
+        from edge_limiter.core.http.messages import Response
+        from edge_limiter.platform.convert import JsBody, JsHeaders, globals_, to_js_response
+
+        def fetched(text):
+            init = js.Object.new()
+            init.status = 201
+            init.statusText = "Made It"
+            init.headers = to_js([["content-type", "text/plain"], ["x-a", "1"]])
+            return js.Response.new(text, init)
+
+        def wrap(answer):
+            body = JsBody(answer)
+            return Response(201, JsHeaders.of_response(answer, body, 201), body, answer)
+
+        async def described(answer):
+            headers = dict(js.Array.from_(answer.headers.entries()).to_py())
+            return [answer.status, answer.statusText, headers, await answer.text()]
+
+        async def main():
+            out = {"at_import": sorted(vars(globals_))}
+            # Untouched: the runtime's own response goes back.
+            answer = fetched("plain")
+            out["same_object"] = to_js_response(wrap(answer)) is answer
+            # A field added: one rebuilt response with everything else the origin's.
+            answer = fetched("hello")
+            response = wrap(answer)
+            response.headers.set("X-Origin", "eu")
+            response.headers.set("X-B", "2")
+            out["get_after_set"] = response.headers.get("x-origin")
+            out["rebuilt"] = await described(to_js_response(response))
+            # The body read after the change (a cache stores it): read from the rebuilt one.
+            answer = fetched("stored")
+            response = wrap(answer)
+            response.headers.set("X-Origin", "us")
+            out["read"] = (await response.body.read()).decode()
+            out["after_read"] = await described(to_js_response(response))
+            # The body read before any change: the fields are copied instead.
+            answer = fetched("early")
+            response = wrap(answer)
+            out["read_first"] = (await response.body.read()).decode()
+            response.headers.set("X-Origin", "ap")
+            out["copied"] = await described(to_js_response(response))
+            # Another status: a new response, the origin's fields and body.
+            answer = fetched("other")
+            response = wrap(answer)
+            response.headers.set("X-Origin", "eu")
+            response.status = 203
+            out["restatused"] = await described(to_js_response(response))
+            return json.dumps(out)
+        """
+    )
+    # Nothing looked up at import: the local host has boot stand-ins for some globals then.
+    assert result["at_import"] == []
+    assert result["same_object"] is True
+    assert result["get_after_set"] == "eu"
+    fields = {"content-type": "text/plain", "x-a": "1"}
+    assert result["rebuilt"] == [201, "Made It", {**fields, "x-origin": "eu", "x-b": "2"}, "hello"]
+    assert result["read"] == "stored"
+    assert result["after_read"][0] == 201 and result["after_read"][3] == "stored"
+    assert result["after_read"][2] == {**fields, "x-origin": "us"}
+    assert result["read_first"] == "early"
+    assert result["copied"][0] == 201 and result["copied"][3] == "early"
+    assert result["copied"][2] == {**fields, "x-origin": "ap"}
+    assert result["restatused"][0] == 203 and result["restatused"][3] == "other"
+    assert result["restatused"][2] == {**fields, "x-origin": "eu"}
