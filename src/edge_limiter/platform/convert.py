@@ -68,9 +68,9 @@ class JsBody:
     def rebuild(self) -> Any:
         """Put the unread body of a fetched response under a new, changeable ``Response``.
 
-        ``new Response(old.body, old)`` (the runtime's idiom) takes over the stream and
-        copies the status, status text, fields, ``webSocket`` and ``cf``; its fields can be
-        changed. Reads from then on are from the new response. Returns it.
+        ``new Response(old.body, old)`` (the runtime's idiom for a changeable copy) takes
+        over the stream and the status, status text and fields; its fields can be changed.
+        Reads from then on are from the new response. Returns it.
         """
         source = self._source
         self._source = globals_.Response.new(source.body, source)
