@@ -227,6 +227,8 @@ class StoreResponse:
                 _decision_from_list(item, limit)
                 for item, limit in zip(data["ds"], limits, strict=True)
             )
+            if len(data) == 1:
+                return cls(decisions)  # the usual answer: the decisions, nothing else
             rows = None
             if data.get("st") is not None:
                 rows = tuple(
@@ -269,14 +271,15 @@ def _same_length(items: list[Any], limits: tuple[Limit, ...]) -> list[Any]:
 
 def _decision_from_list(item: list[Any], policy: Limit | None) -> Decision:
     allowed, capacity, remaining, reset_after, retry_after = item
+    # Positional, in Decision's field order: keywords cost a named tuple twice as much.
     return Decision(
-        allowed=bool(allowed),
-        limit=int(capacity),
-        remaining=int(remaining),
-        reset_after=int(reset_after),
-        retry_after=int(retry_after),
-        reason=None if allowed else Reason.LIMITED,
-        policy=policy,
+        bool(allowed),
+        int(capacity),
+        int(remaining),
+        int(reset_after),
+        int(retry_after),
+        None if allowed else Reason.LIMITED,
+        policy,
     )
 
 
