@@ -7,9 +7,10 @@
 //
 //   node scripts/bench/pyodide_gateway.mjs [--requests N] [--rounds R] [--profile PATH]
 //
-// Prints one JSON line: for each path ("bare forward", "unmatched", "limited") the
+// Prints one JSON line: for each path ("bare forward", "unmatched", "limited", "denied") the
 // minimum and the median over the rounds of the mean us per request (the minimum is the
-// figure least disturbed by the machine), and the answer of one request of each path.
+// figure least disturbed by the machine), and the status and fields of each path's second
+// answer.
 // --profile PATH prints instead the 40 functions with the most time of their own for PATH.
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -25,7 +26,9 @@ const option = (name, fallback) => {
 globalThis.fetch = async () =>
   new Response("ok", { status: 200, headers: { "content-type": "text/plain" } });
 
-const pyodide = await loadPyodide();
+// The gateway's log lines (every denial is logged) are written, then dropped: stdout is
+// for the result.
+const pyodide = await loadPyodide({ stdout: () => {} });
 pyodide.FS.mkdirTree("/repo");
 pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: REPO }, "/repo");
 pyodide.globals.set("requests", Number(option("--requests", "2000")));
@@ -58,7 +61,14 @@ config = {
             "limits": "1000000/hour",
             "algorithm": "gcra",
             "key": "header:x-bench-key",
-        }
+        },
+        {
+            "name": "small",
+            "match": {"path": "/small/*"},
+            "limits": "1/hour",
+            "algorithm": "gcra",
+            "key": "header:x-bench-key",
+        },
     ],
 }
 
@@ -115,6 +125,7 @@ paths = {
     "bare forward": (bare, "/x"),
     "unmatched": (gateway, "/unmatched/x"),
     "limited": (gateway, "/limited/x"),
+    "denied": (gateway, "/small/x"),  # after its first request, from the deny cache
 }
 
 
@@ -134,6 +145,7 @@ async def timed(handler, path):
 async def main():
     out = {}
     for name, (handler, path) in paths.items():
+        await answer(handler, path)  # the second answer is the steady state's (a denial)
         out[name] = {"answer": await answer(handler, path)}
         for _ in range(min(300, requests)):  # warm up
             await handler(request(path))

@@ -40,8 +40,8 @@ def _is_control(code: int) -> bool:
 
 def _canonical_segment(raw: str, whole: str) -> str:
     """One segment (no ``/`` in it) in canonical form."""
-    if "%" not in raw and all(ch in _RAW_OK for ch in raw):
-        return raw  # the common case: nothing to decode or encode
+    if "%" not in raw and _RAW_OK.issuperset(raw):
+        return raw  # the common case: nothing to decode or encode (checked in C, per char)
     out: list[str] = []
     i = 0
     length = len(raw)

@@ -151,7 +151,7 @@ def object_name(route: str, key: str) -> str:
     Route names cannot contain ``:`` or ``#``, so ``route:key`` (short, safe keys) and
     ``route#<sha256>`` (everything else) can never collide with each other or across routes.
     """
-    if len(key) <= MAX_PLAIN_NAME and all(ch in _SAFE for ch in key):
+    if len(key) <= MAX_PLAIN_NAME and _SAFE.issuperset(key):
         return f"{route}:{key}"
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{route}#{digest}"
