@@ -58,6 +58,7 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     assert all(row["min_us"] > 0 for row in python.values())
     assert "x-ratelimit-remaining" in python["limited"]["answer"][1]
     assert python["unmatched"]["answer"] == [200, ["content-type", "x-origin"]]
+    assert python["denied"]["answer"][0] == 429
     startup = data["startup"]
     assert all(row["first"] >= row["ready"] > 0 for row in startup.values())
     imports = data["imports"][0]
