@@ -58,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "bench"))
 
 import runtime as rt  # noqa: E402
+from local_gateway import project_deployment  # noqa: E402
 
 SECTIONS = ("core", "gateway", "object", "flood", "leases", "startup", "memory")
 KEY = "x-bench-key"
@@ -540,20 +541,14 @@ def _hey_summary(text: str) -> dict[str, Any]:
 
 # --- startup ---------------------------------------------------------------------------------
 
-BARE_ENTRY = """
-from workers import Response, WorkerEntrypoint
-
-
-class Default(WorkerEntrypoint):
-    async def fetch(self, request):
-        return Response("ok")
-"""
-
 
 def bare_entry_with_objects(class_names: list[str]) -> str:
-    """The bare Worker, exporting an empty Durable Object class for each of the project's."""
+    """The bare Worker (``runtime.BARE_PYTHON``), exporting an empty Durable Object class
+    for each of the project's."""
     classes = "".join(f"\n\nclass {name}(DurableObject):\n    pass\n" for name in class_names)
-    return BARE_ENTRY.replace("import Response,", "import DurableObject, Response,", 1) + classes
+    entry = rt.BARE_PYTHON.replace("import Response,", "import DurableObject, Response,", 1)
+    assert entry != rt.BARE_PYTHON, "BARE_PYTHON no longer imports workers.Response"
+    return entry + classes
 
 
 def section_startup(report: Report, quick: bool, origin: str) -> None:
@@ -570,11 +565,10 @@ def section_startup(report: Report, quick: bool, origin: str) -> None:
     with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
         bare = Path(tmp) / "bare"
         bare.mkdir()
-        (bare / "entry.py").write_text(BARE_ENTRY)
+        (bare / "entry.py").write_text(rt.BARE_PYTHON)
         bound = Path(tmp) / "bound"
         bound.mkdir()
-        deployment = rt.LocalGateway(bare).deployment
-        class_names = sorted(set(deployment.durable_objects.values()))
+        class_names = sorted(set(project_deployment().durable_objects.values()))
         (bound / "entry.py").write_text(bare_entry_with_objects(class_names))
         project = Path(tmp) / "project"
         rt.build(project)

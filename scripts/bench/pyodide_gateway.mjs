@@ -12,11 +12,8 @@
 // figure least disturbed by the machine), and the status and fields of each path's second
 // answer.
 // --profile PATH prints instead the 40 functions with the most time of their own for PATH.
-import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { loadPyodide } from "pyodide";
+import { loadWorkerApp } from "./pyodide_app.mjs";
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 const option = (name, fallback) => {
   const index = process.argv.indexOf(name);
   return index === -1 ? fallback : process.argv[index + 1];
@@ -28,23 +25,12 @@ globalThis.fetch = async () =>
 
 // The gateway's log lines (every denial is logged) are written, then dropped: stdout is
 // for the result.
-const pyodide = await loadPyodide({ stdout: () => {} });
-pyodide.FS.mkdirTree("/repo");
-pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: REPO }, "/repo");
+const pyodide = await loadWorkerApp({ stdout: () => {} });
 pyodide.globals.set("requests", Number(option("--requests", "2000")));
 pyodide.globals.set("rounds", Number(option("--rounds", "12")));
 pyodide.globals.set("profile_path", option("--profile", ""));
 const result = await pyodide.runPythonAsync(`
-import compileall, json, shutil, statistics, sys, time, types
-
-skip = shutil.ignore_patterns("__pycache__")
-shutil.copytree("/repo/src", "/app", ignore=skip)
-compileall.compile_dir("/app", quiet=1)
-sys.path.insert(0, "/app")
-workers = types.ModuleType("workers")
-for name in ("DurableObject", "Request", "Response", "WorkerEntrypoint"):
-    setattr(workers, name, type(name, (), {}))
-sys.modules["workers"] = workers
+import json, statistics, time, types
 
 import js
 from pyodide.ffi import create_proxy, to_js

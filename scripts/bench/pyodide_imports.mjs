@@ -2,41 +2,25 @@
 //
 //   node scripts/bench/pyodide_imports.mjs [--profile]
 //
-// Copies src/ and durable_objects/ into Pyodide's memory file system, compiles them to
-// bytecode (as the local host serves them), imports every stdlib module the Worker uses
-// first (the local host serves the stdlib compiled too, so only executing them would
-// count), stands in an empty `workers` module for the SDK, then times `import entry`.
+// The Worker's modules as pyodide_app.mjs loads them (compiled to bytecode, as the local
+// host serves them); every stdlib module the Worker uses is imported first (the local host
+// serves the stdlib compiled too, so only executing them would count), then `import entry`
+// is timed.
 // Prints one JSON line: the import's ms, the ms spent building dataclasses (and how many),
 // the stdlib modules the import still pulled in, and with --profile the functions that
 // took the most time of their own.
-import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { loadPyodide } from "pyodide";
+import { loadWorkerApp } from "./pyodide_app.mjs";
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
-const pyodide = await loadPyodide();
-pyodide.FS.mkdirTree("/repo");
-pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: REPO }, "/repo");
+const pyodide = await loadWorkerApp();
 pyodide.globals.set("profile", process.argv.includes("--profile"));
 const result = await pyodide.runPythonAsync(`
-import compileall, json, shutil, sys, time, types
-
-skip = shutil.ignore_patterns("__pycache__")
-shutil.copytree("/repo/src", "/app", ignore=skip)
-shutil.copytree("/repo/durable_objects", "/app/durable_objects", ignore=skip)
-compileall.compile_dir("/app", quiet=1)
-sys.path.insert(0, "/app")
+import json, sys, time
 
 # What the SDK imports, then what the Worker's modules import from the stdlib.
 import asyncio, contextlib, datetime, enum, functools, http.client, inspect, io, logging, random
 import base64, bisect, collections, copy, dataclasses, email.utils, fnmatch, hashlib, heapq
 import hmac, ipaddress, itertools, math, operator, os, re, secrets, string, struct
 import traceback, typing, urllib.parse
-
-workers = types.ModuleType("workers")
-for name in ("DurableObject", "Request", "Response", "WorkerEntrypoint"):
-    setattr(workers, name, type(name, (), {}))
-sys.modules["workers"] = workers
 
 spent = [0.0, 0]
 process_class = dataclasses._process_class

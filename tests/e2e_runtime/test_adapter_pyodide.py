@@ -1,7 +1,7 @@
 """The platform adapter (``edge_limiter.platform``) on npm Pyodide 0.28.2 in Node.
 
 The adapter only runs inside the runtime, so CPython cannot import it. Here it runs on the
-Pyodide production uses, against real JavaScript ``Request``/``Response``/``Headers`` and
+Pyodide production uses (loaded by ``scripts/bench/pyodide_app.mjs``), against real JavaScript ``Request``/``Response``/``Headers`` and
 timers (Node's), one program per test, its results printed as JSON: the conversions and
 the deadline of a runtime call, each checked without booting workerd.
 """
@@ -24,15 +24,10 @@ NODE = os.environ.get("NODE") or shutil.which("node") or "node"
 pytestmark = pytest.mark.e2e
 
 RUNNER = """
-import { loadPyodide } from "pyodide";
-const pyodide = await loadPyodide();
-pyodide.FS.mkdirTree("/repo");
-pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: process.env.REPO }, "/repo");
+import { loadWorkerApp } from "./scripts/bench/pyodide_app.mjs";
+const pyodide = await loadWorkerApp();
 pyodide.globals.set("program", process.env.PROGRAM);
 const result = await pyodide.runPythonAsync(`
-import shutil, sys
-shutil.copytree("/repo/src", "/app", ignore=shutil.ignore_patterns("__pycache__"))
-sys.path.insert(0, "/app")
 namespace = {}
 exec(program, namespace)
 await namespace["main"]()
@@ -46,7 +41,7 @@ def run(program: str) -> Any:
     done = subprocess.run(
         [NODE, "--input-type=module", "-e", RUNNER],
         cwd=ROOT,
-        env={**os.environ, "REPO": str(ROOT), "PROGRAM": textwrap.dedent(program)},
+        env={**os.environ, "PROGRAM": textwrap.dedent(program)},
         capture_output=True,
         text=True,
         timeout=120,

@@ -551,13 +551,13 @@ class Holding:
         if ttl_ms < 1 or capacity < 1:
             raise ValueError("a holding needs ttl_ms >= 1 and capacity >= 1")
         self.merge = merge
+        """The object merges this holder's grants (the windows): see the class docstring."""
         self.young_rates = young_rates
         """Report a young meter's rate over the time it has looked
         (:meth:`RateMeter.estimate_per_ms`): for the algorithms whose supply grows, which
         the object shares out by the reported rates (paced grants, plans). Elsewhere the
         period's reading, which asks for less while an isolate is new (measured: fewer
         calls for a fixed window's burst)."""
-        """The object merges this holder's grants (the windows): see the class docstring."""
         self.ttl_ms = ttl_ms
         self.capacity = capacity
         """The most units one lease may ask for (the limit set's smallest capacity)."""

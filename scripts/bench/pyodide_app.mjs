@@ -1,0 +1,33 @@
+// The Worker's Python on npm Pyodide (the version production runs) in Node, without workerd:
+// shared by the profiles in this directory and the adapter's tests.
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { loadPyodide } from "pyodide";
+
+export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+/**
+ * Pyodide with src/ and durable_objects/ copied into its memory file system as /app,
+ * compiled to bytecode (as the local host serves them) and on sys.path, and an empty
+ * stand-in `workers` module for the SDK (its classes only, nothing runs through it).
+ * `stdout` (optional) receives what Python prints.
+ */
+export async function loadWorkerApp({ stdout } = {}) {
+  const pyodide = await loadPyodide(stdout ? { stdout } : {});
+  pyodide.FS.mkdirTree("/repo");
+  pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: REPO }, "/repo");
+  await pyodide.runPythonAsync(`
+import compileall, shutil, sys, types
+
+skip = shutil.ignore_patterns("__pycache__")
+shutil.copytree("/repo/src", "/app", ignore=skip)
+shutil.copytree("/repo/durable_objects", "/app/durable_objects", ignore=skip)
+compileall.compile_dir("/app", quiet=1)
+sys.path.insert(0, "/app")
+workers = types.ModuleType("workers")
+for name in ("DurableObject", "Request", "Response", "WorkerEntrypoint"):
+    setattr(workers, name, type(name, (), {}))
+sys.modules["workers"] = workers
+`);
+  return pyodide;
+}
