@@ -39,6 +39,9 @@ def test_disabled_without_a_token_and_never_forwarded() -> None:
     h = harness(*ROUTES)
     answer = h.send(request("/_edge-limiter/api/config"))
     assert answer.status == 404 and h.origin.sent == [] and h.store.calls == []
+    problem = body_json(answer)
+    assert problem["code"] == "admin_disabled"
+    assert "EDGE_LIMITER_ADMIN_TOKEN" in problem["detail"] and "/_edge-limiter" in problem["detail"]
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ class Admin:
 
     async def handle(self, request: Request, path: str, now: int) -> Response:
         if not self.services.admin_token:
-            return problem_response(problems.not_found(request.method, path))
+            return problem_response(problems.admin_disabled(self.prefix))
         page = path in (self.prefix, self.prefix + "/")
         if not self._authorized(request):
             response = _fail(401, "Unauthorized", "Credentials are required.", "unauthorized")

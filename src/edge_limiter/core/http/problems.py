@@ -141,6 +141,17 @@ def not_found(method: str, path: str) -> Problem:
     )
 
 
+def admin_disabled(prefix: str) -> Problem:
+    """404: a path under the admin prefix while no admin token is set."""
+    return Problem(
+        404,
+        "Not Found",
+        f"The admin API under {prefix} is disabled: no EDGE_LIMITER_ADMIN_TOKEN secret is "
+        "set. Paths under it are never forwarded.",
+        "admin_disabled",
+    )
+
+
 def store_unavailable(route: str) -> Problem:
     """503: a fail-closed route could not reach its counters."""
     return Problem(
