@@ -8,8 +8,10 @@ headers and body size it received (the path exactly as it arrived on the request
 and ``n``, the number of requests this origin has received so far.
 A path ending in ``/status/<code>`` answers with that status instead; one ending in
 ``/slow/<ms>`` (or an ``X-Demo-Delay: <ms>`` header) answers after ``ms`` milliseconds; each ``h=name:value`` query parameter adds that header
-to the response (for cache tests: ``?h=cache-control:max-age%3D1``), and ``reason=text``
-sets the status line's reason phrase.
+to the response (for cache tests: ``?h=cache-control:max-age%3D1``), ``reason=text``
+sets the status line's reason phrase, ``pad=N`` adds N bytes to the JSON (a ``"pad"``
+member), and ``chunked=1`` sends the answer chunked (no ``Content-Length``). Request
+bodies are read whether they come with a length or chunked.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def _answer(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length) if length else b""
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            body = self._read_chunked()
+        else:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
         # The request target exactly as received: never parsed as a URL, so "//x" stays a path.
         path, _, query = self.path.partition("?")
         status = self.server.fail_status or 200
@@ -50,30 +55,54 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.server.leave()
 
+    def _read_chunked(self) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailer fields
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+
     def _respond(self, status: int, number: int, path: str, query: str, body: bytes) -> None:
-        payload = json.dumps(
-            {
-                "n": number,
-                "origin": self.server.name,
-                "method": self.command,
-                "path": path,
-                "query": query,
-                "headers": {k.lower(): v for k, v in self.headers.items()},
-                "body_bytes": len(body),
-            }
-        ).encode()
-        reason = dict(parse_qsl(query)).get("reason")
-        self.send_response(status, reason)
+        options = dict(parse_qsl(query))
+        answer: dict[str, object] = {
+            "n": number,
+            "origin": self.server.name,
+            "method": self.command,
+            "path": path,
+            "query": query,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body_bytes": len(body),
+        }
+        pad = options.get("pad", "")
+        if pad.isdigit():
+            answer["pad"] = "x" * min(int(pad), 64 << 20)
+        payload = json.dumps(answer).encode()
+        chunked = options.get("chunked") == "1"
+        self.send_response(status, options.get("reason"))
         self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
+        if chunked:
+            self.send_header("transfer-encoding", "chunked")
+        else:
+            self.send_header("content-length", str(len(payload)))
         self.send_header("x-demo-origin", self.server.name)
         for name, value in parse_qsl(query):
             if name == "h" and ":" in value:
                 header, _, header_value = value.partition(":")
                 self.send_header(header.strip(), header_value.strip())
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command == "HEAD":
+            return
+        if not chunked:
             self.wfile.write(payload)
+            return
+        for start in range(0, len(payload), 16384):
+            chunk = payload[start : start + 16384]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        self.wfile.write(b"0\r\n\r\n")
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _answer
 

@@ -414,6 +414,47 @@ class BrokenBody:
     async def read(self) -> bytes:
         raise BodyReadError("Network connection lost.")
 
+    async def read_at_most(self, limit: int) -> bytes | None:
+        del limit
+        raise BodyReadError("Network connection lost.")
+
+
+class StreamedBody:
+    """A body of unknown length (chunked), as the platform streams it: ``read`` holds it
+    all in memory, ``read_at_most`` no more than ``limit``; ``held`` is the most any
+    read held, ``whole`` whether one was read whole."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.held = 0
+        self.whole = False
+
+    async def read(self) -> bytes:
+        self.held = max(self.held, len(self.data))
+        self.whole = True
+        return self.data
+
+    async def read_at_most(self, limit: int) -> bytes | None:
+        if len(self.data) > limit:
+            self.held = max(self.held, limit + 1)
+            return None
+        return await self.read()
+
+
+def streaming(data: bytes, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Any:
+    """An origin that answers ``status`` with ``data`` streamed, of unknown length; the
+    bodies it gave are in ``respond.bodies``."""
+    bodies: list[StreamedBody] = []
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        del outgoing
+        body = StreamedBody(data)
+        bodies.append(body)
+        return Response(status, Headers(list(headers or [])), body)
+
+    respond.bodies = bodies  # type: ignore[attr-defined]
+    return respond
+
 
 def cut_off(status: int = 200) -> Any:
     """An origin that answers ``status`` with a body that breaks while it is read."""

@@ -135,6 +135,8 @@ def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> 
     bad = admin(h, "/api/overrides", "POST", body=b'{"route": "api", "key": "x"}')
     assert bad.status == 400 and "either limits" in body_json(bad)["detail"]
     assert admin(h, "/api/overrides", "POST", body=b"not json").status == 400
+    huge = admin(h, "/api/overrides", "POST", body=b" " * (64 * 1024 + 1))
+    assert huge.status == 413 and body_json(huge)["code"] == "admin_body_too_large"
     removed = admin(h, f"/api/overrides/{override['id']}", "DELETE")
     assert body_json(removed)["deleted"] is True
     assert h.send(request("/v1/x", headers={"x-api-key": "premium_1"})).status == 429

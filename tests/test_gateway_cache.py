@@ -9,7 +9,7 @@ import pytest
 from edge_limiter.core.http.messages import Response
 from edge_limiter.gateway import OriginRequest
 
-from .fakes import FakeOrigin, answering, body_json, cut_off, harness, request
+from .fakes import FakeOrigin, answering, body_json, cut_off, harness, request, streaming
 
 CATALOG: dict[str, Any] = {
     "name": "catalog",
@@ -178,6 +178,20 @@ def test_bodies_over_max_bytes_are_not_stored() -> None:
     h = cached(FakeOrigin(respond=answering(body=b"x" * 2048)), max_bytes=1024)
     h.send(request("/v1/catalog/big"))
     assert h.kv.puts == []
+
+
+def test_a_streamed_body_of_unknown_length_is_measured_not_buffered() -> None:
+    big = streaming(b"x" * 2048, headers=[("cache-control", "max-age=60")])
+    h = cached(FakeOrigin(respond=big), max_bytes=1024)
+    answer = h.send(request("/v1/catalog/chunked"))
+    assert answer.status == 200 and answer.headers.get("x-cache") == "MISS"
+    assert answer.body is big.bodies[0] and not big.bodies[0].whole
+    assert big.bodies[0].held <= 1025 and h.kv.puts == []
+    small = streaming(b"s" * 1000, headers=[("cache-control", "max-age=60")])
+    h = cached(FakeOrigin(respond=small), max_bytes=1024)
+    assert h.send(request("/v1/catalog/chunked")).body == b"s" * 1000
+    hit = h.send(request("/v1/catalog/chunked"))
+    assert hit.headers.get("x-cache") == "HIT" and hit.body == b"s" * 1000
 
 
 def test_one_isolate_writes_a_key_at_most_once_a_second() -> None:

@@ -15,11 +15,13 @@ from edge_limiter.gateway import OriginRequest
 from .fakes import (
     BrokenBody,
     FakeOrigin,
+    StreamedBody,
     answering,
     body_json,
     cut_off,
     harness,
     request,
+    streaming,
     unreachable,
 )
 
@@ -266,6 +268,45 @@ def test_a_body_too_large_to_keep_is_replayed_without_it() -> None:
     replay = h.send(post())
     assert replay.status == 201 and replay.body is None
     assert (replay.headers.get("idempotent-replayed-body") or "").startswith("omitted")
+
+
+def test_a_streamed_body_too_large_to_keep_reaches_the_client_whole_and_unbuffered() -> None:
+    origin = streaming(b"y" * 4096, status=201)
+    h = paying(FakeOrigin(respond=origin), max_bytes=1024)
+    first = h.send(post())
+    # The gateway measured it without reading it whole: the client gets the stream.
+    assert first.status == 201 and first.body is origin.bodies[0]
+    assert not origin.bodies[0].whole and origin.bodies[0].held <= 1025
+    replay = h.send(post())
+    assert replay.status == 201 and replay.body is None
+    assert (replay.headers.get("idempotent-replayed-body") or "").startswith("omitted")
+    assert len(h.origin.sent) == 1
+
+
+def test_a_streamed_body_small_enough_is_kept_and_replayed() -> None:
+    h = paying(FakeOrigin(respond=streaming(b"z" * 1000, status=201)), max_bytes=1024)
+    assert h.send(post()).body == b"z" * 1000
+    replay = h.send(post())
+    assert replay.body == b"z" * 1000 and replay.headers.get("idempotent-replayed") == "true"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_request_body_over_max_request_bytes_is_refused_with_413(streamed: bool) -> None:
+    h = paying(max_request_bytes=1000)
+    big = post(body=b"a" * 1001)
+    if streamed:  # chunked: no length to go by, measured as it is read
+        big.body = StreamedBody(b"a" * 1001)
+    answer = h.send(big)
+    assert answer.status == 413
+    problem = body_json(answer)
+    assert problem["code"] == "request_too_large" and problem["max_bytes"] == 1000
+    assert "max_request_bytes" in problem["detail"] and problem["route"] == "payments"
+    # Not forwarded, no key claimed: the same key works with a body that fits.
+    assert h.origin.sent == [] and h.records.calls == []
+    if streamed:
+        assert isinstance(big.body, StreamedBody) and not big.body.whole
+    assert h.send(post(body=b"a" * 1000)).status == 201
+    assert h.origin.sent[0].body == b"a" * 1000
 
 
 def test_rate_limit_state_is_not_replayed_to_the_retry() -> None:

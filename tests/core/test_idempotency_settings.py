@@ -32,6 +32,7 @@ def test_empty_table_takes_every_default() -> None:
     assert settings.methods == ("PATCH", "POST")
     assert settings.store_5xx is False
     assert settings.max_bytes == 1024 * 1024
+    assert settings.max_request_bytes == 4 * 1024 * 1024
 
 
 def test_the_documented_example() -> None:
@@ -44,6 +45,7 @@ def test_the_documented_example() -> None:
             "methods": ["post", "PUT", "DELETE", "LINK"],
             "store_5xx": True,
             "max_bytes": 65536,
+            "max_request_bytes": 10_000_000,
         }
     )
     assert not problems.items
@@ -53,6 +55,7 @@ def test_the_documented_example() -> None:
         methods=("DELETE", "LINK", "POST", "PUT"),
         store_5xx=True,
         max_bytes=65536,
+        max_request_bytes=10_000_000,
     )
     assert settings.required
     assert settings.applies_to("post") and not settings.applies_to("PATCH")
@@ -81,6 +84,9 @@ def test_the_documented_example() -> None:
         ("store_5xx", "yes"),
         ("max_bytes", 0),
         ("max_bytes", 2 * 1024 * 1024),
+        ("max_request_bytes", 0),
+        ("max_request_bytes", 33 * 1024 * 1024),
+        ("max_request_bytes", "4MB"),
     ],
 )
 def test_bad_field_is_a_problem_naming_it(field: str, value: object) -> None:

@@ -98,7 +98,19 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
                 key="header:x-api-key",
                 cache={"ttl": "5m", "scope": "key"},
             ),
+            route(
+                "cached-small",
+                "/cached-small/*",
+                "1000/hour",
+                cache={"ttl": "5m", "max_bytes": 4096},
+            ),
             # Idempotency-Key.
+            route(
+                "pay-small",
+                "/pay-small/*",
+                "1000/hour",
+                idempotency={"mode": "required", "max_bytes": 4096, "max_request_bytes": 4096},
+            ),
             route(
                 "pay",
                 "/pay/*",

@@ -125,3 +125,17 @@ def test_a_kv_failure_is_a_miss(throwing_gateway: LocalGateway, origin: DemoOrig
     assert {a.headers["x-cache"] for a in answers} == {"MISS"}
     assert origin_gets(origin, path) == 3
     assert throwing_gateway.saw('"event":"cache_error"')
+
+
+def test_a_chunked_answer_is_measured_while_read_and_only_a_small_one_stored(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # The route keeps at most 4,096 bytes; neither answer says its length.
+    big, small = unique("/cached-small"), unique("/cached-small")
+    first = get(gateway, big + "?chunked=1&pad=200000")
+    assert first.status_code == 200 and first.headers["x-cache"] == "MISS"
+    assert len(first.json()["pad"]) == 200_000  # the client got it whole
+    assert until_hit(gateway, small + "?chunked=1&pad=1000").json()["pad"] == "x" * 1000
+    again = get(gateway, big + "?chunked=1&pad=200000")
+    assert again.headers["x-cache"] == "MISS" and len(again.json()["pad"]) == 200_000
+    assert origin_gets(origin, big) == 2 and origin_gets(origin, small) == 1

@@ -160,3 +160,40 @@ def test_a_broken_record_store_follows_the_failure_policy(throwing_gateway: Loca
         "idempotency_unavailable",
         "store_unavailable",
     )
+
+
+def test_request_bodies_above_max_request_bytes_get_413_and_are_not_forwarded(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    ip = fresh_ip()
+
+    def chunked(size: int) -> Any:
+        yield b"a" * (size - 1000)
+        yield b"a" * 1000
+
+    for body in (b"a" * 4097, chunked(6000)):
+        path = f"/pay-small/{uuid.uuid4().hex[:8]}"
+        refused = post(gateway, path, str(uuid.uuid4()), ip, body)  # type: ignore[arg-type]
+        assert refused.status_code == 413, refused.text
+        problem = refused.json()
+        assert problem["code"] == "request_too_large" and problem["max_bytes"] == 4096
+        assert hits_to(origin, path) == 0
+    path = f"/pay-small/{uuid.uuid4().hex[:8]}"
+    fits = post(gateway, path, str(uuid.uuid4()), ip, chunked(4096))  # type: ignore[arg-type]
+    assert fits.status_code == 200 and fits.json()["body_bytes"] == 4096
+
+
+@pytest.mark.parametrize("chunked", ["0", "1"])
+def test_an_answer_too_large_to_keep_reaches_the_client_whole_and_replays_without_it(
+    gateway: LocalGateway, origin: DemoOrigin, chunked: str
+) -> None:
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = f"/pay-small/{key[:8]}"
+    query = {"pad": "300000", "chunked": chunked}
+    first = post(gateway, path, key, ip, params=query)
+    assert first.status_code == 200 and len(first.json()["pad"]) == 300_000
+    replay = post(gateway, path, key, ip, params=query)
+    assert replay.status_code == 200 and replay.content == b""
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert replay.headers["idempotent-replayed-body"].startswith("omitted")
+    assert hits_to(origin, path) == 1

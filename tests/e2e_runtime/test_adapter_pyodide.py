@@ -159,7 +159,95 @@ def test_an_origin_answer_is_rebuilt_once_keeping_its_status_line_and_body() -> 
     assert result["after_read"][0] == 201 and result["after_read"][3] == "stored"
     assert result["after_read"][2] == {**fields, "x-origin": "us"}
     assert result["read_first"] == "early"
-    assert result["copied"][0] == 201 and result["copied"][3] == "early"
+    assert result["copied"][:2] == [201, "Made It"] and result["copied"][3] == "early"
     assert result["copied"][2] == {**fields, "x-origin": "ap"}
     assert result["restatused"][0] == 203 and result["restatused"][3] == "other"
     assert result["restatused"][2] == {**fields, "x-origin": "eu"}
+
+
+def test_a_bounded_read_measures_without_buffering_and_keeps_the_body_whole() -> None:
+    result = run(
+        """
+        import json
+        import js
+        from pyodide.code import run_js
+        from edge_limiter.core.http.messages import Response
+        from edge_limiter.platform.convert import JsBody, JsHeaders, to_js_response
+
+        # A body of `chunks` chunks of `size` bytes, streamed (no Content-Length), with
+        # the fields given; `pulled()` says how many chunks were pulled from the source.
+        streamed = run_js('''
+        (() => {
+          let pulled = 0;
+          const make = (chunks, size, fields, status) => {
+            let sent = 0;
+            const stream = new ReadableStream({
+              pull(controller) {
+                if (sent === chunks) { controller.close(); return; }
+                sent += 1; pulled += 1;
+                controller.enqueue(new Uint8Array(size).fill(97 + (sent % 26)));
+              },
+            }, { highWaterMark: 0 });
+            return new Response(stream, { status, statusText: "Streamed", headers: fields });
+          };
+          make.pulled = () => pulled;
+          return make;
+        })()
+        ''')
+
+        def wrap(answer):
+            body = JsBody(answer)
+            status = int(answer.status)
+            return Response(status, JsHeaders.of_response(answer, body, status), body, answer)
+
+        async def sent(response):
+            answer = to_js_response(response)
+            data = bytes((await answer.arrayBuffer()).to_bytes())
+            fields = dict(js.Array.from_(answer.headers.entries()).to_py())
+            return [answer.status, answer.statusText, len(data), data[:3].decode(), fields]
+
+        async def main():
+            out = {}
+            # Known length within the limit: read whole.
+            known = wrap(js.Response.new("x" * 100, js.JSON.parse('{"headers": {"content-length": "100"}}')))
+            out["known_fits"] = len(await known.read_body_at_most(100))
+            # Known length above it: not read at all, and still sent whole.
+            known = wrap(js.Response.new("x" * 101, js.JSON.parse('{"headers": {"content-length": "101"}}')))
+            out["known_over"] = await known.read_body_at_most(100)
+            out["known_over_sent"] = await sent(known)
+            # Streamed, within the limit: read whole, sent from the bytes.
+            small = wrap(streamed(4, 1000, js.JSON.parse('{"x-a": "1"}'), 201))
+            out["streamed_fits"] = len(await small.read_body_at_most(4000))
+            out["streamed_fits_sent"] = await sent(small)
+            # Streamed, above the limit: measured as far as the limit, then sent whole,
+            # with the origin's status line and fields (and a field set after).
+            before = streamed.pulled()
+            big = wrap(streamed(50, 1000, js.JSON.parse('{"x-a": "1"}'), 202))
+            out["streamed_over"] = await big.read_body_at_most(4000)
+            out["pulled_to_decide"] = streamed.pulled() - before
+            big.headers.set("X-Origin", "eu")
+            out["streamed_over_sent"] = await sent(big)
+            # A Content-Length beside a Content-Encoding is not the decoded length.
+            coded = wrap(streamed(5, 1000, js.JSON.parse('{"content-length": "10", "content-encoding": "gzip"}'), 200))
+            out["encoded_over"] = await coded.read_body_at_most(4000)
+            # A request's streamed body: measured the same way.
+            init = js.JSON.parse('{"method": "POST", "duplex": "half"}')
+            init.body = streamed(3, 1000, js.Object.new(), 200).body
+            request_body = JsBody(js.Request.new("https://api.test/x", init))
+            out["request_over"] = await request_body.read_at_most(2999)
+            return json.dumps(out)
+        """
+    )
+    assert result["known_fits"] == 100
+    assert result["known_over"] is None
+    assert result["known_over_sent"][2:4] == [101, "xxx"]
+    assert result["streamed_fits"] == 4000
+    assert result["streamed_fits_sent"][:3] == [201, "Streamed", 4000]
+    assert result["streamed_over"] is None
+    # Deciding took about the limit's worth of chunks, not the whole body.
+    assert result["pulled_to_decide"] <= 6
+    status, reason, length, first, fields = result["streamed_over_sent"]
+    assert [status, reason, length, first] == [202, "Streamed", 50_000, "b" * 3]
+    assert fields["x-a"] == "1" and fields["x-origin"] == "eu"
+    assert result["encoded_over"] is None
+    assert result["request_over"] is None

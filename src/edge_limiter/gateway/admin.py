@@ -57,6 +57,10 @@ def _json(status: int, data: Any) -> Response:
     return Response(status, headers, body)
 
 
+#: An override is a few hundred bytes of JSON; nothing larger is read.
+MAX_BODY_BYTES = 64 * 1024
+
+
 def _fail(status: int, title: str, detail: str, code: str) -> Response:
     return problem_response(problems.Problem(status, title, detail, code))
 
@@ -242,9 +246,11 @@ class Admin:
 
     async def _set_override(self, request: Request, now: int) -> Response:
         try:
-            raw = await request.body.read() if request.body is not None else b""
+            raw = b"" if request.body is None else await request.body.read_at_most(MAX_BODY_BYTES)
         except BodyReadError as exc:
             raise _AdminError(400, f"the body could not be read to its end: {exc}") from exc
+        if raw is None:
+            raise _AdminError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
         try:
             data = json.loads(raw or b"null")
         except ValueError as exc:
@@ -312,9 +318,14 @@ class _AdminError(Exception):
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail)
         self.status = status
-        self.title = {400: "Bad Request", 409: "Conflict", 503: "Service Unavailable"}.get(
-            status, "Error"
-        )
-        self.code = {400: "bad_admin_request", 409: "admin_conflict"}.get(
-            status, "admin_unavailable"
-        )
+        self.title = {
+            400: "Bad Request",
+            409: "Conflict",
+            413: "Content Too Large",
+            503: "Service Unavailable",
+        }.get(status, "Error")
+        self.code = {
+            400: "bad_admin_request",
+            409: "admin_conflict",
+            413: "admin_body_too_large",
+        }.get(status, "admin_unavailable")

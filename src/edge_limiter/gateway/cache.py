@@ -176,8 +176,10 @@ class Cache:
         decision = store_decision(response.status, response_fields, None, self.settings, now)
         if not decision.store:
             return
-        body = await response.read_body()
-        if not body_fits(len(body), self.settings):
+        # A body of unknown length is measured as it is read, never held past max_bytes: a
+        # larger one is not stored and goes to the client streamed.
+        body = await response.read_body_at_most(self.settings.max_bytes)
+        if body is None or not body_fits(len(body), self.settings):
             return
         decision = replace(decision, must_measure=False)
         entry = response_entry(decision, response.status, response_fields, body, now)

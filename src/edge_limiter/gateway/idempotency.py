@@ -99,9 +99,18 @@ class Idempotency:
         if isinstance(identity, Response):
             return identity
         try:
-            body = await request.body.read() if request.body is not None else b""
+            read = (
+                b""
+                if request.body is None
+                else await request.body.read_at_most(settings.max_request_bytes)
+            )
         except BodyReadError:
             return problem_response(problems.request_body_broken())
+        if read is None:
+            return problem_response(
+                problems.request_too_large(self.route.name, settings.max_request_bytes)
+            )
+        body = read
         request.body = BytesBody(body)  # read once; forwarded as these bytes
         present = {
             name: value
@@ -149,7 +158,9 @@ class Idempotency:
             await self._release(name, token)
             return response
         try:
-            data = await response.read_body()
+            # A body above max_bytes is not kept (the record says so), and not held in
+            # memory either: the client gets it streamed.
+            data = await response.read_body_at_most(settings.max_bytes)
         except BodyReadError as exc:
             # The origin acted but its answer was cut off: nothing to replay. The claim is
             # neither completed nor released: a retry gets 409 until the lock runs out

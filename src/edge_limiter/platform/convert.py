@@ -86,6 +86,60 @@ class JsBody:
             self._data = bytes(buffer.to_bytes())
         return self._data
 
+    async def read_at_most(self, limit: int) -> bytes | None:
+        """The whole body if it is at most ``limit`` bytes (then kept), else ``None``.
+
+        A ``Content-Length`` decides without reading, unless a ``Content-Encoding`` says
+        the length is not that of the bytes read (the runtime decodes fetched bodies).
+        Otherwise the stream is split in two (``tee``): one branch is read here up to
+        ``limit``; past it, that branch is cancelled and the other, which holds what was
+        read so far and the rest, becomes this body (under a new ``Response``), to be
+        streamed on whole. On the way, at most about ``limit`` bytes are held.
+        """
+        if self._data is not None:
+            return self._data if len(self._data) <= limit else None
+        source = self._source
+        stream = source.body
+        if absent(stream):
+            self._data = b""
+            return self._data
+        headers = source.headers
+        length = _content_length(headers.get("content-length"))
+        encoding = headers.get("content-encoding")
+        if length is not None and (absent(encoding) or str(encoding).lower() == "identity"):
+            return await self.read() if length <= limit else None
+        branches = stream.tee()
+        mine, kept = branches[0], branches[1]
+        reader = mine.getReader()
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                step = await reader.read()
+                if step.done:
+                    break
+                chunk = step.value
+                size += int(chunk.byteLength)
+                if size > limit:
+                    reader.cancel()
+                    self._source = globals_.Response.new(kept, source)
+                    return None
+                chunks.append(bytes(chunk.to_bytes()))
+        except JsException as exc:
+            kept.cancel()
+            raise BodyReadError(str(exc)[:200]) from exc
+        kept.cancel()
+        self._data = b"".join(chunks)
+        return self._data
+
+
+def _content_length(value: Any) -> int | None:
+    """A ``Content-Length`` value as a number, ``None`` when absent or not one number."""
+    if absent(value):
+        return None
+    text = str(value).strip()
+    return int(text) if text.isdigit() and text.isascii() else None
+
 
 class JsHeaders:
     """A :class:`HeaderMap` over a runtime ``Headers`` object, copied on the first change.
@@ -307,6 +361,8 @@ def to_js_response(response: Response) -> Any:
         init = js_object()
         init.status = response.status
         init.headers = headers.js
+        if native is not None and native.status == response.status:  # type: ignore[attr-defined]
+            init.statusText = native.statusText  # type: ignore[attr-defined]
     else:
         init = _answer_init(response.status, headers)
     return globals_.Response.new(js_body(response.body), init)

@@ -107,6 +107,14 @@ class Body(Protocol):
         """The whole body (reading it twice gives the same bytes)."""
         ...
 
+    async def read_at_most(self, limit: int) -> bytes | None:
+        """The whole body if it is at most ``limit`` bytes, else ``None``.
+
+        ``None`` leaves the body whole: it can still be sent on (streamed), and nothing
+        more than about ``limit`` bytes of it was held in memory to find out.
+        """
+        ...
+
 
 class BytesBody:
     """A body already in memory."""
@@ -119,6 +127,10 @@ class BytesBody:
     async def read(self) -> bytes:
         """The bytes."""
         return self.data
+
+    async def read_at_most(self, limit: int) -> bytes | None:
+        """The bytes, if there are at most ``limit`` of them."""
+        return self.data if len(self.data) <= limit else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,4 +256,16 @@ class Response:
             return self.body
         data = await self.body.read()
         self.body = data
+        return data
+
+    async def read_body_at_most(self, limit: int) -> bytes | None:
+        """The body's bytes if there are at most ``limit`` of them (then kept), else
+        ``None`` with the body left whole to be streamed to the client."""
+        if self.body is None:
+            return b""
+        if isinstance(self.body, bytes):
+            return self.body if len(self.body) <= limit else None
+        data = await self.body.read_at_most(limit)
+        if data is not None:
+            self.body = data
         return data

@@ -214,6 +214,18 @@ def origin_body_broken(route: str | None, origin: str) -> Problem:
     )
 
 
+def request_too_large(route: str, limit: int) -> Problem:
+    """413: an idempotent request's body is above what the route reads to fingerprint it."""
+    return Problem(
+        413,
+        "Content Too Large",
+        f"The request body is larger than {limit} bytes, the most route '{route}' accepts "
+        "with an Idempotency-Key (its idempotency.max_request_bytes); it was not forwarded.",
+        "request_too_large",
+        members={"route": route, "max_bytes": limit},
+    )
+
+
 def request_body_broken() -> Problem:
     """400: the client's body could not be read to its end."""
     return bad_request(

@@ -209,11 +209,12 @@ def peek(record: Record | None, now: int) -> ClaimResult:
 
 
 def stored_response(
-    status: int, headers: Fields, body: bytes, settings: IdempotencySettings
+    status: int, headers: Fields, body: bytes | None, settings: IdempotencySettings
 ) -> StoredResponse:
-    """The origin's response as it is kept: hop-by-hop fields dropped, a large body left out."""
+    """The origin's response as it is kept: hop-by-hop fields dropped, a large body left out
+    (``body`` is ``None`` when it was found too large without being read whole)."""
     fields = without_hop_by_hop(headers)
-    if len(body) > settings.max_bytes:
+    if body is None or len(body) > settings.max_bytes:
         return StoredResponse(status, fields, None, body_too_large=True)
     return StoredResponse(status, fields, body)
 

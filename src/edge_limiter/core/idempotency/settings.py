@@ -4,7 +4,7 @@ In the config a route honours ``Idempotency-Key`` with a table::
 
     idempotency = { mode = "required", retention = "24h", lock_timeout = "60s",
                     fingerprint_headers = ["content-type"], methods = ["POST", "PATCH"],
-                    store_5xx = false, max_bytes = 1048576 }
+                    store_5xx = false, max_bytes = 1048576, max_request_bytes = 4194304 }
 
 Every field is optional. The parser records every problem in a
 :class:`~edge_limiter.core.validation.Problems` and never raises; a bad field takes its
@@ -25,6 +25,10 @@ DEFAULT_RETENTION_MS = 24 * 3_600_000
 DEFAULT_LOCK_TIMEOUT_MS = 60_000
 DEFAULT_METHODS = ("PATCH", "POST")
 DEFAULT_MAX_BYTES = 1 * MIB
+#: A request's body is read whole to fingerprint it (and forwarded from memory), so its
+#: size is bounded: a Python Worker's isolate has 128 MB, shared by every request in it.
+DEFAULT_MAX_REQUEST_BYTES = 4 * MIB
+MAX_REQUEST_BYTES = 32 * MIB
 #: A record lives in one row of a SQLite-backed Durable Object (at most 2 MB) with its body
 #: in base64 (4 bytes per 3): 1.25 MiB of body leaves room for the fields.
 MAX_BODY_BYTES = MIB + MIB // 4
@@ -43,6 +47,7 @@ _FIELDS = (
     "methods",
     "store_5xx",
     "max_bytes",
+    "max_request_bytes",
 )
 
 
@@ -68,6 +73,9 @@ class IdempotencySettings:
     """Whether a 5xx from the origin is stored and replayed (else the claim is released)."""
     max_bytes: int = DEFAULT_MAX_BYTES
     """The largest body stored; a larger one is recorded as too large, without the body."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """The largest request body accepted (it is read whole to fingerprint it); a larger one
+    is refused with 413 and not forwarded."""
 
     @property
     def required(self) -> bool:
@@ -143,6 +151,15 @@ def parse_idempotency(raw: object, where: str, problems: Problems) -> Idempotenc
             problems,
             minimum=1,
             maximum=MAX_BODY_BYTES,
+        ),
+        max_request_bytes=integer(
+            data,
+            "max_request_bytes",
+            DEFAULT_MAX_REQUEST_BYTES,
+            where,
+            problems,
+            minimum=1,
+            maximum=MAX_REQUEST_BYTES,
         ),
     )
 
