@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -126,7 +128,28 @@ def test_a_value_sent_twice_with_different_values_is_ambiguous() -> None:
         spec("cookie:sid").compute(view(headers=[("cookie", "sid=a"), ("cookie", "sid=b")]), {})
     with pytest.raises(AmbiguousRequestError, match="header 'x-api-key'"):
         spec("header:x-api-key").compute(view(headers=[("x-api-key", "a"), ("x-api-key", "b")]), {})
-    # The same value twice is no ambiguity; percent-encoding is decoded before comparing.
+    # The runtime joins a field sent twice into one value with ", " (and sends the origin
+    # both lines): a comma separates values, so this is the same ambiguity.
+    with pytest.raises(AmbiguousRequestError, match="header 'x-api-key' holds 2 different"):
+        spec("header:x-api-key").compute(view(headers={"x-api-key": "victim, mine"}), {})
+    with pytest.raises(AmbiguousRequestError, match="header 'authorization'"):
+        spec("header:authorization").compute(
+            view(headers={"authorization": "Bearer a,Bearer b"}), {}
+        )
+    # ... but not in a field whose one value holds commas: it is taken whole.
+    agent = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko)"
+    assert spec("header:user-agent").compute(view(headers={"user-agent": agent}), {}) == (
+        "header:user-agent=" + quote(agent, safe="")
+    )
+    # The same value twice is no ambiguity, joined or not; nor are empty list items.
+    for joined in ("k1, k1", "k1,", "k1 ,k1,"):
+        assert spec("header:x-api-key").compute(view(headers={"x-api-key": joined}), {}) == (
+            "header:x-api-key=k1"
+        )
+    assert spec("header:x-api-key").compute(view(headers={"x-api-key": " , "}), {}) == (
+        "header:x-api-key="
+    )
+    # Percent-encoding is decoded before comparing.
     assert spec("query:user").compute(view(query="user=a&user=%61"), {}) == "query:user=a"
     assert spec("cookie:sid").compute(view(headers={"cookie": "sid=a; x=1; sid=a"}), {}) == (
         "cookie:sid=a"

@@ -142,6 +142,31 @@ def test_header_and_path_keys(gateway: LocalGateway) -> None:
     assert codes == [200, 200, 429]
 
 
+def test_a_key_header_sent_twice_is_refused_not_counted_as_a_new_key(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # The runtime joins the two lines into "victim, <n>" for the Worker (and sends the
+    # origin both lines, whose first it may well read): counting the joined value would
+    # give every request a fresh counter for the same client.
+    victim = f"key-{time.time_ns()}"
+    before = len(origin.hits)
+    for n in range(3):
+        twice = [("cf-connecting-ip", fresh_ip()), ("x-api-key", victim), ("x-api-key", str(n))]
+        answer = httpx.get(gateway.url + "/keyed", headers=twice, timeout=30)
+        assert answer.status_code == 400, answer.text
+        problem = answer.json()
+        assert problem["code"] == "ambiguous_key" and "'x-api-key'" in problem["detail"]
+    joined = get(gateway, "/keyed", fresh_ip(), headers={"x-api-key": f"{victim}, other"})
+    assert joined.status_code == 400
+    assert len(origin.hits) == before  # nothing forwarded
+    # The same value twice is one value: it counts against that key.
+    same = [("cf-connecting-ip", fresh_ip()), ("x-api-key", victim), ("x-api-key", victim)]
+    codes = [httpx.get(gateway.url + "/keyed", headers=same, timeout=30).status_code]
+    codes += [get(gateway, "/keyed", fresh_ip(), headers={"x-api-key": victim}).status_code]
+    codes += [get(gateway, "/keyed", fresh_ip(), headers={"x-api-key": victim}).status_code]
+    assert codes == [200, 200, 429]
+
+
 def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
     ip = fresh_ip()
     answers = [get(gateway, "/shadow", ip) for _ in range(4)]

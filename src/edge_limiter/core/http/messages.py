@@ -100,6 +100,21 @@ class Headers:
         return f"Headers({self._items!r})"
 
 
+#: Fields whose one value may itself hold commas: for these a comma does not separate
+#: values (a field sent twice cannot be told from one value, and is taken whole).
+COMMA_IN_VALUE = frozenset(
+    {
+        "user-agent",
+        "referer",
+        "date",
+        "expires",
+        "last-modified",
+        "if-modified-since",
+        "if-unmodified-since",
+    }
+)
+
+
 class Body(Protocol):
     """A message body that is read only when a stage needs its bytes."""
 
@@ -170,16 +185,30 @@ class Request:
     def single_header(self, name: str) -> str | None:
         """The one value of a header, ``None`` when absent.
 
-        Raises :class:`AmbiguousRequestError` when the header is sent several times with
-        different values: which one an origin reads is up to the origin, so a value that
-        decides identity must not be a guess.
+        Raises :class:`AmbiguousRequestError` when the header holds several different
+        values: sent more than once, or as a comma-separated list. The runtime hands a
+        field sent more than once over as one value joined with ", " (and may send the
+        origin every line), so a comma separates values here, except in the few fields
+        whose one value may hold commas (:data:`COMMA_IN_VALUE`). Which value an origin
+        reads is up to the origin (the first, the last, all), so a value that decides
+        identity must not be a guess.
         """
         values = self.headers.get_all(name)
         if not values:
             return None
-        if len(set(values)) > 1:
-            raise AmbiguousRequestError(f"the header {name!r} is sent {len(values)} times")
-        return values[0]
+        if len(values) == 1 and "," not in values[0]:
+            return values[0]  # the usual case, checked first
+        if name.lower() in COMMA_IN_VALUE:
+            items = {value.strip() for value in values}
+        else:
+            items = {item.strip() for value in values for item in value.split(",")}
+            items.discard("")
+        if len(items) > 1:
+            raise AmbiguousRequestError(
+                f"the header {name!r} holds {len(items)} different values (it is sent more "
+                "than once, or as a comma-separated list)"
+            )
+        return items.pop() if items else ""
 
     def query_param(self, name: str) -> str | None:
         """The one value of a query parameter (decoded), ``None`` when absent.
