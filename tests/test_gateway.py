@@ -170,6 +170,15 @@ def test_keys_are_independent_and_forwarded_for_is_ignored() -> None:
     assert len(set(h.store.calls)) == 2
 
 
+def test_a_head_counts_on_a_get_route() -> None:
+    h = harness({**ROUTE, "match": {"path": "/v1/*", "methods": ["GET"]}})
+    codes = [h.send(request("/v1/a", method)).status for method in ("GET", "HEAD", "GET", "HEAD")]
+    assert codes == [200, 200, 200, 429]  # 3/minute, whichever of the two
+    assert [sent.method for sent in h.origin.sent] == ["GET", "HEAD", "GET"]
+    assert h.send(request("/v1/a", "POST")).status == 200  # not limited: no store call
+    assert h.origin.sent[-1].method == "POST"
+
+
 def test_an_ambiguous_key_value_is_a_400_naming_it() -> None:
     keyed = {**ROUTE, "key": "query:api_key"}
     h = harness(keyed)

@@ -308,7 +308,10 @@ def test_route_origin_overrides_default() -> None:
 
 def test_methods_may_be_any_token() -> None:
     parsed = parse_config(config(route(match={"path": "/x", "methods": ["purge", "GET"]})))
-    assert parsed.routes[0].match.methods == frozenset({"PURGE", "GET"})
+    # GET takes HEAD too: an origin answers HEAD by running GET.
+    assert parsed.routes[0].match.methods == frozenset({"PURGE", "GET", "HEAD"})
+    parsed = parse_config(config(route(match={"path": "/x", "methods": ["POST"]})))
+    assert parsed.routes[0].match.methods == frozenset({"POST"})
 
 
 def test_explain_says_which_leased_routes_are_planned() -> None:

@@ -299,6 +299,10 @@ def _parse_match(value: object, case_default: bool, where: str, problems: Proble
             )
         else:
             methods = frozenset(m.upper() for m in listed)
+            if "GET" in methods:
+                # Origins answer HEAD by running GET (RFC 9110 9.3.2): a HEAD must not
+                # reach the origin uncounted where a GET is limited.
+                methods |= {"HEAD"}
     host = None
     if value.get("host") is not None:
         try:
