@@ -179,6 +179,90 @@ def test_a_head_counts_on_a_get_route() -> None:
     assert h.origin.sent[-1].method == "POST"
 
 
+DELETES = {
+    "name": "deletes",
+    "match": {"path": "/v1/items/*", "methods": ["DELETE"]},
+    "limits": "2/minute",
+    "algorithm": "sliding_log",
+}
+ITEMS = {**ROUTE, "name": "items", "limits": "100/minute"}
+
+
+@pytest.mark.parametrize(
+    ("how", "headers", "query", "body"),
+    [
+        ("header", {"x-http-method-override": "DELETE"}, "", None),
+        ("x-http-method", {"x-http-method": "delete"}, "", None),
+        ("query", {}, "_method=DELETE", None),
+        (
+            "form",
+            {"content-type": "application/x-www-form-urlencoded"},
+            "",
+            b"id=1&_method=DELETE",
+        ),
+    ],
+)
+def test_a_post_asking_for_delete_is_counted_and_sent_as_a_delete(
+    how: str, headers: dict[str, str], query: str, body: bytes | None
+) -> None:
+    h = harness(DELETES, ITEMS)
+    codes = []
+    for _ in range(3):
+        post = request("/v1/items/1", "POST", query=query, headers=headers, body=body)
+        codes.append(h.send(post).status)
+    assert codes == [200, 200, 429], how  # the DELETE route's 2/minute, not 100/minute
+    assert [sent.method for sent in h.origin.sent] == ["DELETE", "DELETE"]
+    for sent in h.origin.sent:
+        assert not any(name.startswith("x-http-method") for name, _ in sent.headers)
+        assert sent.body == (body or b"")
+
+
+def test_method_override_refuse_and_pass() -> None:
+    asking = {"x-http-method-override": "DELETE"}
+    refusing = harness(DELETES, ITEMS, method_override="refuse")
+    answer = refusing.send(request("/v1/items/1", "POST", headers=asking))
+    assert answer.status == 400 and refusing.origin.sent == []
+    problem = body_json(answer)
+    assert problem["code"] == "method_override" and "Send a DELETE request" in problem["detail"]
+    # The method itself, or a POST asking for POST, is no override.
+    assert refusing.send(request("/v1/items/1", "DELETE")).status == 200
+    same = request("/v1/items/1", "POST", headers={"x-http-method-override": "post"})
+    assert refusing.send(same).status == 200
+    passing = harness(DELETES, ITEMS, method_override="pass")
+    for _ in range(3):
+        assert passing.send(request("/v1/items/1", "POST", headers=asking)).status == 200
+    assert {sent.method for sent in passing.origin.sent} == {"POST"}
+    assert all(("x-http-method-override", "DELETE") in sent.headers for sent in passing.origin.sent)
+
+
+def test_method_override_that_cannot_be_sent_is_a_400() -> None:
+    h = harness(DELETES, ITEMS)
+    several = request(
+        "/v1/items/1", "POST", query="_method=PUT", headers={"x-http-method": "DELETE"}
+    )
+    get_with_body = request(
+        "/v1/items/1",
+        "POST",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        body=b"_method=GET",
+    )
+    for asking in (several, get_with_body):
+        answer = h.send(asking)
+        assert answer.status == 400 and body_json(answer)["code"] == "method_override"
+    big = request(
+        "/v1/items/1",
+        "POST",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        body=b"a=" + b"x" * (1 << 20),
+    )
+    answer = h.send(big)
+    assert answer.status == 413 and body_json(answer)["code"] == "form_too_large"
+    assert h.origin.sent == []
+    # Only a POST is taken as another method (as frameworks do).
+    put = request("/v1/items/1", "PUT", headers={"x-http-method-override": "DELETE"})
+    assert h.send(put).status == 200 and h.origin.sent[-1].method == "PUT"
+
+
 def test_an_ambiguous_key_value_is_a_400_naming_it() -> None:
     keyed = {**ROUTE, "key": "query:api_key"}
     h = harness(keyed)

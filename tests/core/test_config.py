@@ -75,6 +75,7 @@ def test_defaults() -> None:
     assert r.forward.timeout_ms == 30_000 and origin.timeout_ms == 30_000
     assert r.forward.retry.attempts == 3
     assert parsed.matrix_params == "keep"
+    assert parsed.method_override == "apply"
 
 
 def test_first_matching_route_wins_and_unmatched_is_none() -> None:
@@ -289,6 +290,7 @@ def test_error_message_is_readable() -> None:
         (config(route(limits=[{"rate": "1/s", "burst": 2}])), "only applies to token_bucket"),
         (config(route(limits=[{"rate": "1/s", "size": 2}])), "limits[0].size: unknown field"),
         ({"routes": [], "paths": {"matrix_params": "drop"}}, "config.paths.matrix_params"),
+        ({"routes": [], "method_override": "honour"}, "config.method_override"),
         ({"routes": [], "paths": {"case": True}}, "config.paths.case: unknown field"),
         ({"routes": [], "origin_timeout": "forever"}, "config.origin_timeout"),
         (config(route(match={"path": "/x", "methods": ["GET POST"]})), "match.methods"),

@@ -53,6 +53,12 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             route("multi", "/multi", "4/minute; 6/hour", algorithm="sliding_log", cost=2),
             route("shadow", "/shadow", "2/hour", shadow=True),
             route("keyed", "/keyed", "2/hour", key="header:x-api-key"),
+            {
+                "name": "deletes",
+                "match": {"path": "/del/*", "methods": ["DELETE"]},
+                "limits": "2/hour",
+                "algorithm": "sliding_log",
+            },
             route("tenant", "/t/{tenant}/*", "2/hour", key=["path:tenant"]),
             route("persist", "/persist", "3/hour", algorithm="sliding_log"),
             route("idle", "/idle", "5/second", algorithm="sliding_log"),

@@ -167,6 +167,31 @@ def test_a_key_header_sent_twice_is_refused_not_counted_as_a_new_key(
     assert codes == [200, 200, 429]
 
 
+@pytest.mark.parametrize("how", ["header", "query", "form"])
+def test_a_post_asking_to_be_a_delete_is_counted_and_sent_as_one(
+    gateway: LocalGateway, how: str
+) -> None:
+    path = f"/del/{how}-{time.time_ns()}"
+    headers = {"cf-connecting-ip": fresh_ip()}
+    params, body = {}, b"id=1"
+    if how == "header":
+        headers["x-http-method-override"] = "DELETE"
+    elif how == "query":
+        params["_method"] = "delete"
+    else:
+        body += b"&_method=DELETE"
+    if how == "form":
+        headers["content-type"] = "application/x-www-form-urlencoded"
+    answers = [
+        httpx.post(gateway.url + path, headers=headers, params=params, content=body, timeout=30)
+        for _ in range(3)
+    ]
+    assert [a.status_code for a in answers] == [200, 200, 429]  # the DELETE route's 2/hour
+    for echo in (answers[0].json(), answers[1].json()):
+        assert echo["method"] == "DELETE" and echo["body_bytes"] == len(body)
+        assert "x-http-method-override" not in echo["headers"]
+
+
 def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
     ip = fresh_ip()
     answers = [get(gateway, "/shadow", ip) for _ in range(4)]

@@ -13,9 +13,19 @@ from __future__ import annotations
 
 from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config, Forwarding, Route
-from ..core.errors import ConfigError, PathError
+from ..core.errors import BodyReadError, ConfigError, PathError
 from ..core.http import problems
-from ..core.http.messages import Request, Response
+from ..core.http.messages import BytesBody, Request, Response
+from ..core.http.method_override import (
+    FIELDS as OVERRIDE_FIELDS,
+)
+from ..core.http.method_override import (
+    MAX_FORM_BYTES,
+    MethodOverrideError,
+    asked_methods,
+    is_form,
+    overridden_method,
+)
 from .admin import Admin
 from .cache import Cache
 from .exchange import Exchange, Handler, Stage, chain, problem_response
@@ -80,6 +90,10 @@ class Gateway:
             return problem_response(problems.bad_path(str(exc)))
         if self.admin.owns(path):
             return await self.admin.handle(request, path, self.services.clock.now_ms())
+        if request.method == "POST" and self.config.method_override != "pass":
+            refused = await self._method_override(request)
+            if refused is not None:
+                return refused
         if request.body is not None and request.method in BODILESS:
             # The platform's fetch cannot send one: forwarding it would change the request.
             return problem_response(
@@ -101,6 +115,35 @@ class Gateway:
         exchange.route = route
         exchange.params = params
         return await self._routes[route.name](exchange)
+
+    async def _method_override(self, request: Request) -> Response | None:
+        """Apply (or refuse) what a POST asks to be taken as; ``None`` to go on."""
+        headers = request.headers
+        fields = [(name, value) for name in OVERRIDE_FIELDS for value in headers.get_all(name)]
+        form: bytes | None = None
+        if request.body is not None and is_form(headers.get("content-type")):
+            try:
+                form = await request.body.read_at_most(MAX_FORM_BYTES)
+            except BodyReadError:
+                return problem_response(problems.request_body_broken())
+            if form is None:
+                return problem_response(problems.form_too_large(MAX_FORM_BYTES))
+            request.body = BytesBody(form)  # read once; forwarded as these bytes
+        asked = asked_methods(fields, request.query, form)
+        if not asked:
+            return None
+        has_body = request.body is not None and (form is None or bool(form))
+        try:
+            wanted = overridden_method(self.config.method_override, asked, has_body)
+        except MethodOverrideError as exc:
+            self.services.log({"event": "method_override_refused", "reason": str(exc)})
+            return problem_response(problems.bad_request(str(exc), "method_override"))
+        if wanted is not None:
+            request.method = wanted
+            request.native = None  # the runtime's request no longer describes this one
+            for name in {name for name, _ in fields}:
+                headers.delete(name)
+        return None
 
     def _exchange(
         self,

@@ -131,6 +131,9 @@ class Config:
     matrix_params: str = "keep"
     ops: Operations = field(default_factory=Operations)
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    method_override: str = "apply"
+    """What a POST asking to be taken as another method gets (see
+    :mod:`edge_limiter.core.http.method_override`): ``apply``, ``refuse`` or ``pass``."""
     folds_case: bool = field(init=False, compare=False)
     """Whether any route matches paths case-insensitively (then paths are folded once)."""
 

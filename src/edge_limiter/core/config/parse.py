@@ -35,6 +35,7 @@ from ..algorithms import ALGORITHMS, make_algorithm
 from ..caching.settings import parse_cache
 from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
+from ..http.method_override import MODES as OVERRIDE_MODES
 from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
@@ -87,6 +88,7 @@ TOP_FIELDS = (
     "origin_timeout",
     "store_timeout_ms",
     "paths",
+    "method_override",
     "routes",
 )
 ROUTE_FIELDS = (
@@ -680,6 +682,13 @@ def parse_config(raw: object) -> Config:
                 f"must be one of {', '.join(MATRIX_MODES)}, got {shown(matrix_params)}",
             )
             matrix_params = "keep"
+    method_override = raw.get("method_override", "apply")
+    if method_override not in OVERRIDE_MODES:
+        problems.add(
+            "config.method_override",
+            f"must be one of {', '.join(OVERRIDE_MODES)}, got {shown(method_override)}",
+        )
+        method_override = "apply"
     origin_url = (
         check_origin(raw["origin"], "config.origin", Problems())
         if raw.get("origin") is not None and raw.get("pool") is None
@@ -719,4 +728,11 @@ def parse_config(raw: object) -> Config:
     forward = None
     if default_pool is not None:
         forward = Forwarding(default_pool, origin_timeout, default_pool.retry)
-    return Config(tuple(routes), forward, matrix_params, ops, tuple(problems.warnings))
+    return Config(
+        tuple(routes),
+        forward,
+        matrix_params,
+        ops,
+        tuple(problems.warnings),
+        method_override=method_override,
+    )

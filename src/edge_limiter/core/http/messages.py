@@ -169,7 +169,8 @@ class Request:
     """An incoming request. ``path`` and ``host`` are as received (not yet canonical).
 
     ``native`` is the platform's own request, opaque here: the adapter may send it on as
-    it is when nothing about it has changed.
+    it is when its fields and body are unchanged. The adapter compares those, not the
+    method: a stage that changes the method sets ``native`` to ``None``.
     """
 
     method: str

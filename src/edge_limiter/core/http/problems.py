@@ -226,6 +226,18 @@ def request_too_large(route: str, limit: int) -> Problem:
     )
 
 
+def form_too_large(limit: int) -> Problem:
+    """413: a form POST too large to read for a ``_method`` override."""
+    return Problem(
+        413,
+        "Content Too Large",
+        f"The form body is larger than {limit} bytes, the most the gateway reads to see "
+        "whether it asks for another method (_method); it was not forwarded.",
+        "form_too_large",
+        members={"max_bytes": limit},
+    )
+
+
 def request_body_broken() -> Problem:
     """400: the client's body could not be read to its end."""
     return bad_request(

@@ -1,0 +1,105 @@
+"""Method overrides: a POST that asks to be taken as another method.
+
+Rails, Laravel, Symfony, Express's ``method-override``, ASP.NET Core and Spring let a POST
+say it is really a PUT, PATCH or DELETE, in a header (``X-HTTP-Method-Override``,
+``X-HTTP-Method``, ``X-Method-Override``) or a ``_method`` parameter (in the query or a
+form body), and they take it only on a POST. An origin that honours one runs a method the
+gateway did not match or count: a DELETE limited to 10 a minute, sent as POSTs with
+``X-HTTP-Method-Override: DELETE``, would reach it unlimited. So for a POST that asks for
+another method the gateway, by the config's ``method_override``:
+
+- ``apply`` (the default): takes it as that method. It is matched, counted and forwarded
+  as the method asked for, without the override fields, so the origin runs exactly what
+  was counted whether or not it honours overrides;
+- ``refuse``: answers ``400``: the client must send the method itself;
+- ``pass``: forwards it as it came, counted as the POST it is (for an origin known to
+  ignore overrides).
+
+Several different methods asked for at once are refused in every mode but ``pass``, and
+so is a GET or HEAD asked for by a POST with a body (the platform cannot send one).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl
+
+MODES = ("apply", "refuse", "pass")
+FIELDS = ("x-http-method-override", "x-http-method", "x-method-override")
+PARAM = "_method"
+FORM_TYPE = "application/x-www-form-urlencoded"
+#: The largest form body read for a ``_method`` parameter; a larger one is refused (413)
+#: where overrides are applied or refused, since what it asks for cannot be known.
+MAX_FORM_BYTES = 1 << 20
+METHOD_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+BODILESS = frozenset(("GET", "HEAD"))
+
+
+class MethodOverrideError(ValueError):
+    """A POST's override that cannot be applied (or may not be, in ``refuse`` mode)."""
+
+
+def is_form(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` is a URL-encoded form (whose ``_method`` counts)."""
+    if not content_type:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() == FORM_TYPE
+
+
+def asked_methods(fields: list[tuple[str, str]], query: str, form: bytes | None) -> dict[str, str]:
+    """Every method a request asks to be taken as, upper-cased, each with where it was
+    asked (for the message): ``fields`` are the override fields' (name, value) pairs as
+    received (a value the runtime joined from several lines holds commas), ``query`` the
+    raw query, ``form`` the body when it is a URL-encoded form."""
+    asked: dict[str, str] = {}
+    for name, value in fields:
+        for item in value.split(","):
+            method = item.strip()
+            if method:
+                asked.setdefault(method.upper(), f"the {name} field")
+    if PARAM in query:
+        for key, value in parse_qsl(query, keep_blank_values=True):
+            if key == PARAM and value.strip():
+                asked.setdefault(value.strip().upper(), "the _method query parameter")
+    if form and PARAM.encode() in form:
+        text = form.decode("utf-8", errors="replace")
+        for key, value in parse_qsl(text, keep_blank_values=True):
+            if key == PARAM and value.strip():
+                asked.setdefault(value.strip().upper(), "the _method form field")
+    return asked
+
+
+def overridden_method(mode: str, asked: dict[str, str], has_body: bool) -> str | None:
+    """The method a POST that asks for ``asked`` is taken as (``None``: as the POST it is).
+
+    Raises :class:`MethodOverrideError`, saying why, when the override is refused.
+    """
+    if mode == "pass" or not asked:
+        return None
+    if len(asked) > 1:
+        named = ", ".join(f"{method} ({where})" for method, where in sorted(asked.items()))
+        raise MethodOverrideError(
+            f"The request is a POST that asks to be taken as several methods: {named}. "
+            "Send one, or better, the method itself."
+        )
+    ((wanted, where),) = asked.items()
+    if wanted == "POST":
+        return None
+    if mode == "refuse":
+        raise MethodOverrideError(
+            f"The request is a POST that asks, in {where}, to be taken as {wanted}: this "
+            "gateway counts the method it receives and takes no method overrides "
+            f"(method_override = 'refuse'). Send a {wanted} request."
+        )
+    if not METHOD_RE.fullmatch(wanted):
+        raise MethodOverrideError(
+            f"The request is a POST that asks, in {where}, to be taken as {wanted!r}, "
+            "which is not a method."
+        )
+    if wanted in BODILESS and has_body:
+        raise MethodOverrideError(
+            f"The request is a POST with a body that asks, in {where}, to be taken as "
+            f"{wanted}: the platform sends a {wanted} without a body. Send a {wanted} "
+            "request without one."
+        )
+    return wanted

@@ -1,0 +1,79 @@
+"""Method overrides: what a POST asks to be taken as, and what each mode makes of it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edge_limiter.core.http.method_override import (
+    MethodOverrideError,
+    asked_methods,
+    is_form,
+    overridden_method,
+)
+
+
+def test_every_place_a_framework_reads_an_override_from() -> None:
+    assert asked_methods([("x-http-method-override", "delete")], "", None) == {
+        "DELETE": "the x-http-method-override field"
+    }
+    assert asked_methods([("x-http-method", "PUT")], "", None) == {"PUT": "the x-http-method field"}
+    assert asked_methods([], "a=1&_method=patch", None) == {"PATCH": "the _method query parameter"}
+    assert asked_methods([], "", b"name=x&_method=DELETE") == {"DELETE": "the _method form field"}
+    # A field sent twice reaches the Worker joined with ", ".
+    assert set(asked_methods([("x-method-override", "PUT, DELETE")], "", None)) == {"PUT", "DELETE"}
+    # Nothing asked: no field, an empty one, a parameter of another name.
+    assert (
+        asked_methods([("x-http-method-override", " ")], "method=PUT&x_method=1", b"a=_method")
+        == {}
+    )
+
+
+def test_is_form() -> None:
+    assert is_form("application/x-www-form-urlencoded")
+    assert is_form("Application/X-WWW-Form-URLEncoded; charset=utf-8")
+    assert not is_form("multipart/form-data; boundary=x")
+    assert not is_form("application/json")
+    assert not is_form(None)
+
+
+@pytest.mark.parametrize("mode", ["apply", "refuse"])
+def test_nothing_asked_or_post_itself_keeps_the_post(mode: str) -> None:
+    assert overridden_method(mode, {}, True) is None
+    assert overridden_method(mode, {"POST": "the x-http-method field"}, True) is None
+
+
+def test_apply_takes_the_method_asked_for() -> None:
+    assert overridden_method("apply", {"DELETE": "the x-http-method field"}, True) == "DELETE"
+    assert overridden_method("apply", {"GET": "the _method query parameter"}, False) == "GET"
+
+
+@pytest.mark.parametrize(
+    ("asked", "has_body", "says"),
+    [
+        ({"PUT": "a", "DELETE": "b"}, False, "several methods: DELETE (b), PUT (a)"),
+        ({"GET": "the _method form field"}, True, "without a body"),
+        ({"HEAD": "the x-http-method field"}, True, "without a body"),
+        ({"DE LETE": "the x-http-method field"}, False, "not a method"),
+    ],
+)
+def test_apply_refuses_what_cannot_be_sent(
+    asked: dict[str, str], has_body: bool, says: str
+) -> None:
+    with pytest.raises(MethodOverrideError, match=re.escape(says)):
+        overridden_method("apply", asked, has_body)
+
+
+def test_refuse_says_what_to_send_instead() -> None:
+    with pytest.raises(MethodOverrideError, match=r"method_override = 'refuse'.*Send a DELETE"):
+        overridden_method("refuse", {"DELETE": "the x-http-method-override field"}, False)
+
+
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=5), max_size=3), st.booleans()
+)
+def test_pass_never_changes_or_refuses_anything(asked: dict[str, str], has_body: bool) -> None:
+    assert overridden_method("pass", asked, has_body) is None
