@@ -90,6 +90,7 @@ def test_config_and_explain() -> None:
     h = gw()
     config = body_json(admin(h, "/api/config"))
     assert [r["name"] for r in config["routes"]] == ["api", "everything"]
+    assert config["method_override"] == "apply" and config["matrix_params"] == "keep"
     explained = body_json(admin(h, "/api/explain?method=GET&url=https://a.test//v1/%78"))
     assert explained["route"] == "api" and explained["canonical_path"] == "/v1/x"
     assert admin(h, "/api/explain").status == 400

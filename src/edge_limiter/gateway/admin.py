@@ -150,6 +150,8 @@ class Admin:
                 "shadow": ops.shadow,
                 "deny_cache_ttl_ms": ops.deny_cache_ttl_ms,
                 "overrides_refresh_ms": ops.overrides_refresh_ms,
+                "matrix_params": self.config.matrix_params,
+                "method_override": self.config.method_override,
                 "warnings": list(self.config.warnings),
             },
         )
