@@ -215,8 +215,11 @@ class Request:
         """The one value of a query parameter (decoded), ``None`` when absent.
 
         Raises :class:`AmbiguousRequestError` for repeated parameters with different values.
+        A raw ``;`` separates parameters here as ``&`` does: some origins split on it
+        (Rack 2, so Rails), and ``?api_key=K;x=1`` must not be a key other than ``K``.
         """
-        values = {v for k, v in parse_qsl(self.query, keep_blank_values=True) if k == name}
+        query = self.query.replace(";", "&") if ";" in self.query else self.query
+        values = {v for k, v in parse_qsl(query, keep_blank_values=True) if k == name}
         if not values:
             return None
         if len(values) > 1:
