@@ -230,11 +230,17 @@ class Request:
         """A cookie's one value, ``None`` when absent.
 
         Raises :class:`AmbiguousRequestError` when it is sent several times with different
-        values.
+        values, or when origins would not agree on its value: the runtime joins several
+        ``Cookie`` lines with ", ", and some origins split a Cookie line on "," as well as
+        ";" (Rack 2, so Rails), so ``sid=K, x=1`` is ``K`` to them and ``K, x=1`` to
+        others. A value read differently either way is refused, not guessed (an RFC 6265
+        value holds no comma, so this touches no well-formed cookie).
         """
         values = set()
         for line in self.headers.get_all("cookie"):
             values.update(_cookie_values(line, name))
+            if "," in line:
+                values.update(_cookie_values(line.replace(",", ";"), name))
         if not values:
             return None
         if len(values) > 1:
