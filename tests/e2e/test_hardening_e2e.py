@@ -239,7 +239,18 @@ SEGMENTS = st.one_of(
 )
 QUERIES = st.one_of(
     st.just(""),
-    st.sampled_from(["?", "?a=1&a=2", "?utm_source=x", "?%zz", "?a=%00", "?" + "q=1&" * 300]),
+    st.sampled_from(
+        [
+            "?",
+            "?a=1&a=2",
+            "?utm_source=x",
+            "?%zz",
+            "?a=%00",
+            "?" + "q=1&" * 300,
+            "?_method=PATCH",
+            "?_method=get;_method=put",
+        ]
+    ),
     st.text(alphabet="abc=&%20;", max_size=20).map(lambda q: "?" + q),
 )
 METHODS = st.sampled_from(
@@ -319,7 +330,13 @@ HEADERS = st.lists(
         st.tuples(
             st.just("Content-Type"),
             st.sampled_from(
-                [b"application/json", b"text/plain", b"multipart/form-data; boundary=", b"\xff"]
+                [
+                    b"application/json",
+                    b"text/plain",
+                    b"multipart/form-data; boundary=",
+                    b"\xff",
+                    b"application/x-www-form-urlencoded",
+                ]
             ),
         ),
         st.tuples(
@@ -327,6 +344,10 @@ HEADERS = st.lists(
             st.sampled_from(
                 [b"no-cache", b"max-age=-1", b"max-age=99999999999999999999", b"no-store, no-store"]
             ),
+        ),
+        st.tuples(
+            st.sampled_from(["X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"]),
+            st.sampled_from([b"DELETE", b"get", b"PUT, DELETE", b"", b"NO SUCH", b"POST"]),
         ),
         st.tuples(st.just("X-Binary"), OBS_TEXT),
         st.tuples(st.just("X-Huge"), st.integers(1, 30_000).map(lambda n: b"h" * n)),
@@ -340,7 +361,9 @@ HEADERS = st.lists(
 BODIES = st.one_of(
     st.just(b""),
     st.binary(max_size=200),
-    st.sampled_from([b"{}", b'{"a":1}', b"[", b"\x00" * 64, b"a=1&b=2"]),
+    st.sampled_from(
+        [b"{}", b'{"a":1}', b"[", b"\x00" * 64, b"a=1&b=2", b"_method=DELETE", b"a=1&_method=get"]
+    ),
     st.integers(1, 200_000).map(lambda n: b"B" * n),
 )
 MALFORMED = st.sampled_from(
