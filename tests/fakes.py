@@ -242,6 +242,10 @@ class Sent:
 
 Responder = Callable[[OriginRequest], Awaitable[Response]]
 
+#: What the fake origin's responses carry as ``native``, as fetched ones carry the
+#: platform's response (the gateway tells the origin's answers from its own by it).
+FETCHED = object()
+
 
 @dataclass
 class FakeOrigin:
@@ -259,11 +263,15 @@ class FakeOrigin:
         if self.respond is not None:
             # Like the platform's abort signal: no response within the timeout is a timeout.
             try:
-                return await asyncio.wait_for(self.respond(request), request.timeout_ms / 1000)
+                answer = await asyncio.wait_for(self.respond(request), request.timeout_ms / 1000)
             except TimeoutError as exc:
                 raise OriginTimeoutError("The operation was aborted due to timeout") from exc
-        echo = json.dumps({"url": request.url, "method": request.method}).encode()
-        return Response(200, Headers([("content-type", "application/json")]), echo)
+        else:
+            echo = json.dumps({"url": request.url, "method": request.method}).encode()
+            answer = Response(200, Headers([("content-type", "application/json")]), echo)
+        if answer.native is None:
+            answer.native = FETCHED  # as the adapter's: the platform's own response
+        return answer
 
 
 def timing_out(_: OriginRequest) -> Awaitable[Response]:

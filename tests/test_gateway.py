@@ -15,6 +15,7 @@ from .fakes import (
     FailingStore,
     FakeOrigin,
     HangingStore,
+    answering,
     body_json,
     hanging,
     harness,
@@ -261,6 +262,71 @@ def test_method_override_that_cannot_be_sent_is_a_400() -> None:
     # Only a POST is taken as another method (as frameworks do).
     put = request("/v1/items/1", "PUT", headers={"x-http-method-override": "DELETE"})
     assert h.send(put).status == 200 and h.origin.sent[-1].method == "PUT"
+
+
+CORS = {"allow_origins": ["https://app.test"]}
+
+
+def test_the_gateways_own_answers_allow_the_listed_page_origins() -> None:
+    h = harness({**ROUTE, "limits": "1/minute"}, cors=CORS)
+    page = {"origin": "https://app.test"}
+    allowed = h.send(request("/v1/a", headers=page))
+    # The origin's own answer keeps its CORS decision: it allowed no one.
+    assert allowed.status == 200 and "access-control-allow-origin" not in allowed.headers
+    denied = h.send(request("/v1/a", headers=page))
+    assert denied.status == 429
+    assert denied.headers.get("access-control-allow-origin") == "https://app.test"
+    assert "Origin" in (denied.headers.get("vary") or "")
+    exposed = denied.headers.get("access-control-expose-headers") or ""
+    assert "Retry-After" in exposed and "RateLimit" in exposed
+    assert "access-control-allow-credentials" not in denied.headers
+    # Another page's origin, or no Origin (not a cross-origin fetch): nothing added.
+    other = h.send(request("/v1/a", headers={"origin": "https://evil.test"}))
+    assert other.status == 429 and "access-control-allow-origin" not in other.headers
+    plain = h.send(request("/v1/a"))
+    assert plain.status == 429 and "access-control-allow-origin" not in plain.headers
+    # Other answers of the gateway's own too: a bad path, no route.
+    bad = h.send(request("/v1/%zz", headers=page))
+    assert (
+        bad.status == 400 and bad.headers.get("access-control-allow-origin") == "https://app.test"
+    )
+
+
+def test_an_origin_answer_that_allows_the_page_gets_the_rate_limit_fields_exposed() -> None:
+    allowing = FakeOrigin(
+        respond=answering(
+            headers=[
+                ("access-control-allow-origin", "https://app.test"),
+                ("access-control-expose-headers", "ETag"),
+            ]
+        )
+    )
+    h = harness(ROUTE, upstream=allowing, cors=CORS)
+    answer = h.send(request("/v1/a", headers={"origin": "https://app.test"}))
+    assert answer.headers.get("access-control-allow-origin") == "https://app.test"
+    fields = (answer.headers.get("access-control-expose-headers") or "").split(", ")
+    assert fields[0] == "ETag" and "RateLimit" in fields and "X-RateLimit-Remaining" in fields
+    # Without a cors table nothing is touched.
+    h = harness(ROUTE, upstream=allowing)
+    answer = h.send(request("/v1/a", headers={"origin": "https://app.test"}))
+    assert answer.headers.get("access-control-expose-headers") == "ETag"
+
+
+def test_credentials_and_admin_answers() -> None:
+    h = harness(
+        {**ROUTE, "limits": "1/minute"},
+        cors={"allow_origins": ["https://app.test"], "allow_credentials": True},
+        admin_token="t0ken",
+    )
+    page = {"origin": "https://app.test"}
+    h.send(request("/v1/a", headers=page))
+    denied = h.send(request("/v1/a", headers=page))
+    assert denied.headers.get("access-control-allow-credentials") == "true"
+    # The admin API is never opened to other origins' pages.
+    admin = h.send(
+        request("/_edge-limiter/api/config", headers={**page, "authorization": "Bearer t0ken"})
+    )
+    assert admin.status == 200 and "access-control-allow-origin" not in admin.headers
 
 
 def test_an_ambiguous_key_value_is_a_400_naming_it() -> None:

@@ -192,6 +192,33 @@ def test_a_post_asking_to_be_a_delete_is_counted_and_sent_as_one(
         assert "x-http-method-override" not in echo["headers"]
 
 
+def test_a_page_at_an_allowed_origin_can_read_the_429_and_the_rate_limit_fields(
+    gateway: LocalGateway,
+) -> None:
+    ip, page = fresh_ip(), {"origin": "https://app.test"}
+    answers = [get(gateway, "/small/cors", ip, headers=page) for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    denied = answers[-1]
+    assert denied.headers["access-control-allow-origin"] == "https://app.test"
+    assert "Origin" in denied.headers["vary"]
+    assert "Retry-After" in denied.headers["access-control-expose-headers"]
+    # The origin's answer keeps the origin's decision (it allowed no one) ...
+    assert "access-control-allow-origin" not in answers[0].headers
+    # ... and one that allows the page gets the rate-limit fields exposed too.
+    allowing = {"h": "access-control-allow-origin:https://app.test"}
+    answer = get(
+        gateway,
+        "/keyed",
+        fresh_ip(),
+        headers={**page, "x-api-key": f"c{time.time_ns()}"},
+        params=allowing,
+    )
+    assert answer.status_code == 200
+    assert answer.headers["access-control-allow-origin"] == "https://app.test"
+    assert "RateLimit" in answer.headers["access-control-expose-headers"].split(", ")
+    assert answer.headers["x-ratelimit-remaining"] == "1"
+
+
 def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
     ip = fresh_ip()
     answers = [get(gateway, "/shadow", ip) for _ in range(4)]

@@ -15,6 +15,7 @@ from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config, Forwarding, Route
 from ..core.errors import BodyReadError, ConfigError, PathError
 from ..core.http import problems
+from ..core.http.cors import CorsSettings, exposed, with_vary_origin
 from ..core.http.messages import BytesBody, Request, Response
 from ..core.http.method_override import (
     FIELDS as OVERRIDE_FIELDS,
@@ -87,9 +88,19 @@ class Gateway:
             path = canonical_path(request.path, self.config.matrix_params)
         except PathError as exc:
             self.services.log({"event": "bad_path", "reason": str(exc)})
-            return problem_response(problems.bad_path(str(exc)))
-        if self.admin.owns(path):
-            return await self.admin.handle(request, path, self.services.clock.now_ms())
+            response = problem_response(problems.bad_path(str(exc)))
+        else:
+            if self.admin.owns(path):  # never for other origins' pages: no CORS fields
+                return await self.admin.handle(request, path, self.services.clock.now_ms())
+            response = await self._route(request, path, background)
+        cors = self.config.cors
+        if cors is not None:
+            origin = request.headers.get("origin")
+            if origin is not None:
+                _allow(cors, origin, response)
+        return response
+
+    async def _route(self, request: Request, path: str, background: Background | None) -> Response:
         if request.method == "POST" and self.config.method_override != "pass":
             refused = await self._method_override(request)
             if refused is not None:
@@ -157,3 +168,26 @@ class Gateway:
         if background is not None:
             exchange.background = background
         return exchange
+
+
+def _allow(cors: CorsSettings, origin: str, response: Response) -> None:
+    """The CORS fields for a page at ``origin`` (see :mod:`edge_limiter.core.http.cors`)."""
+    headers = response.headers
+    allowed = headers.get("access-control-allow-origin")
+    if allowed is None:
+        if response.native is not None:
+            return  # the origin's own answer: its CORS decision stands
+        allowed = cors.allowed(origin)
+        if allowed is None:
+            return
+        headers.set("Access-Control-Allow-Origin", allowed)
+        if cors.allow_credentials:
+            headers.set("Access-Control-Allow-Credentials", "true")
+        if allowed != "*":
+            vary = with_vary_origin(headers.get("vary"))
+            if vary is not None:
+                headers.set("Vary", vary)
+    credentials = headers.get("access-control-allow-credentials") == "true"
+    fields = exposed(headers.get("access-control-expose-headers"), credentials)
+    if fields is not None:
+        headers.set("Access-Control-Expose-Headers", fields)

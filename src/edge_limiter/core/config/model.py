@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..caching.settings import CacheSettings
+from ..http.cors import CorsSettings
 from ..idempotency.settings import IdempotencySettings
 from ..keys import KeySpec
 from ..matching import PathPattern, host_matches, path_segments
@@ -134,6 +135,8 @@ class Config:
     method_override: str = "apply"
     """What a POST asking to be taken as another method gets (see
     :mod:`edge_limiter.core.http.method_override`): ``apply``, ``refuse`` or ``pass``."""
+    cors: CorsSettings | None = None
+    """Which page origins the gateway's own answers allow (:mod:`..http.cors`)."""
     folds_case: bool = field(init=False, compare=False)
     """Whether any route matches paths case-insensitively (then paths are folded once)."""
 

@@ -35,6 +35,7 @@ from ..algorithms import ALGORITHMS, make_algorithm
 from ..caching.settings import parse_cache
 from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
+from ..http.cors import parse_cors
 from ..http.method_override import MODES as OVERRIDE_MODES
 from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
@@ -89,6 +90,7 @@ TOP_FIELDS = (
     "store_timeout_ms",
     "paths",
     "method_override",
+    "cors",
     "routes",
 )
 ROUTE_FIELDS = (
@@ -689,6 +691,7 @@ def parse_config(raw: object) -> Config:
             f"must be one of {', '.join(OVERRIDE_MODES)}, got {shown(method_override)}",
         )
         method_override = "apply"
+    cors = parse_cors(raw.get("cors"), problems)
     origin_url = (
         check_origin(raw["origin"], "config.origin", Problems())
         if raw.get("origin") is not None and raw.get("pool") is None
@@ -735,4 +738,5 @@ def parse_config(raw: object) -> Config:
         ops,
         tuple(problems.warnings),
         method_override=method_override,
+        cors=cors,
     )

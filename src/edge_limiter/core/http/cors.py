@@ -1,0 +1,131 @@
+"""CORS for the gateway's own answers, and its fields exposed to browser code.
+
+A browser's ``fetch`` from another origin sees a response only if it carries
+``Access-Control-Allow-Origin`` for the page's origin; otherwise the page gets a network
+error, not the ``429`` and its ``Retry-After``. The origin sets that field on its own
+answers, but the gateway's answers (``429``, ``503``, the other problems, cache hits of
+responses stored without it) never came from the origin. With the config's ``cors``
+table, the gateway adds the field to its own answers for the origins listed, and to
+every response that allows a page's origin it adds the rate-limit fields to
+``Access-Control-Expose-Headers`` (browser code reads only the fields listed there).
+The origin's own answers keep its CORS decision: one that does not allow the page's
+origin is not made to.
+
+    cors = { allow_origins = ["https://app.example.com"], allow_credentials = false }
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ..validation import Problems, boolean, shown, table, unknown_fields
+
+#: The fields the gateway adds that browser code may want to read.
+EXPOSED = (
+    "RateLimit",
+    "RateLimit-Policy",
+    "Retry-After",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "X-EdgeLimiter-Reason",
+    "X-Cache",
+    "Idempotent-Replayed",
+)
+_FIELDS = ("allow_origins", "allow_credentials")
+
+
+@dataclass(frozen=True, slots=True)
+class CorsSettings:
+    """Which page origins the gateway's own answers allow."""
+
+    allow_origins: frozenset[str]
+    """Origins as browsers send them (``https://app.example.com``, lower case), or ``*``."""
+    allow_credentials: bool = False
+    """Whether the answers allow credentials (cookies); needs explicit origins."""
+
+    def allowed(self, origin: str) -> str | None:
+        """The ``Access-Control-Allow-Origin`` value for a page at ``origin``, if allowed."""
+        if origin.lower() in self.allow_origins:
+            return origin
+        if "*" in self.allow_origins:
+            return "*"
+        return None
+
+
+def exposed(current: str | None, credentials: bool) -> str | None:
+    """``Access-Control-Expose-Headers`` with the gateway's fields added to ``current``,
+    or ``None`` when it already exposes them (``*`` exposes every field, but not when
+    credentials are allowed: then it is a field named ``*``)."""
+    names = [item.strip() for item in (current or "").split(",") if item.strip()]
+    if "*" in names and not credentials:
+        return None
+    present = {name.lower() for name in names}
+    missing = [name for name in EXPOSED if name.lower() not in present]
+    if not missing:
+        return None
+    return ", ".join([*names, *missing])
+
+
+def with_vary_origin(current: str | None) -> str | None:
+    """``Vary`` naming ``Origin`` too (the answer depends on it), or ``None`` if it does."""
+    items = [item.strip() for item in (current or "").split(",") if item.strip()]
+    if any(item == "*" or item.lower() == "origin" for item in items):
+        return None
+    return ", ".join([*items, "Origin"])
+
+
+def parse_cors(raw: object, problems: Problems) -> CorsSettings | None:
+    """The top-level ``cors`` table, or ``None`` when absent."""
+    if raw is None:
+        return None
+    where = "config.cors"
+    data = table(raw, where, problems)
+    if data is None:
+        return None
+    unknown_fields(data, _FIELDS, where, problems)
+    credentials = boolean(data, "allow_credentials", False, where, problems)
+    listed = data.get("allow_origins")
+    if not isinstance(listed, list) or not listed:
+        problems.add(
+            f"{where}.allow_origins",
+            "must be a list of origins like ['https://app.example.com'] (or ['*']), "
+            f"got {shown(listed)}",
+        )
+        return None
+    origins: set[str] = set()
+    for index, item in enumerate(listed):
+        problem = _origin_problem(item)
+        if problem is not None:
+            problems.add(f"{where}.allow_origins[{index}]", problem)
+            continue
+        origins.add(str(item).lower())
+    if "*" in origins and credentials:
+        problems.add(
+            f"{where}.allow_credentials",
+            "cannot be true with '*' in allow_origins: browsers refuse credentials for any "
+            "origin; list the origins",
+        )
+    return CorsSettings(frozenset(origins), credentials)
+
+
+def _origin_problem(item: object) -> str | None:
+    if item == "*":
+        return None
+    if not isinstance(item, str):
+        return f"must be an origin like 'https://app.example.com', got {shown(item)}"
+    parts = urlsplit(item)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.netloc
+        or parts.path
+        or parts.query
+        or parts.fragment
+        or "@" in parts.netloc
+    ):
+        return (
+            "must be an origin: scheme and host (and port), no path, like "
+            f"'https://app.example.com', got {shown(item)}"
+        )
+    return None
