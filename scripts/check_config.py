@@ -148,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\nunmatched requests: 404 (no top-level origin)")
     if config.ops.shadow:
         print("global shadow mode: ON (nothing is blocked)")
+    print(f"method overrides on POST: {config.method_override}")
+    if config.cors is not None:
+        origins = ", ".join(sorted(config.cors.allow_origins))
+        credentials = " (with credentials)" if config.cors.allow_credentials else ""
+        print(f"CORS on the gateway's own answers: {origins}{credentials}")
     for warning in check.warnings:
         print(f"warning: {warning}")
     print("\nOK")

@@ -26,6 +26,8 @@ def test_the_example_config_prints_its_routes_in_order() -> None:
     assert names == ["login", "search", "tenant-api", "reports", "payments", "catalog", "api"]
     assert "10 per second (burst 20); 1000 per hour" in done.stdout
     assert "regional (2)" in done.stdout and "required" in done.stdout
+    assert "method overrides on POST: apply" in done.stdout
+    assert "CORS on the gateway's own answers: http://localhost:3000" in done.stdout
     assert done.stdout.rstrip().endswith("OK")
 
 
