@@ -329,6 +329,18 @@ def test_credentials_and_admin_answers() -> None:
     assert admin.status == 200 and "access-control-allow-origin" not in admin.headers
 
 
+def test_a_clients_path_override_fields_never_reach_the_origin() -> None:
+    # An origin that routes by X-Original-URL would run the login handler, uncounted.
+    h = harness(LOGIN)
+    sneaky = {"X-Original-URL": "/v1/login", "x-rewrite-url": "/v1/login", "x-other": "1"}
+    for _ in range(3):
+        assert h.send(request("/health", "POST", headers=sneaky)).status == 200
+    for sent in h.origin.sent:
+        names = {name.lower() for name, _ in sent.headers}
+        assert "x-original-url" not in names and "x-rewrite-url" not in names
+        assert "x-other" in names
+
+
 def test_an_ambiguous_key_value_is_a_400_naming_it() -> None:
     keyed = {**ROUTE, "key": "query:api_key"}
     h = harness(keyed)

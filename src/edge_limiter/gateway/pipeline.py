@@ -38,6 +38,11 @@ from .upstream import Upstream
 
 #: Methods whose requests the platform's ``fetch`` can only send without a body.
 BODILESS = frozenset(("GET", "HEAD"))
+#: Fields some origins take as the request's path instead of its own (IIS URL Rewrite;
+#: Symfony before 3.4.14 and 4.1.3, CVE-2018-14773): a client's copy would send the
+#: origin to a path that was not matched or counted. Only a proxy in front of the origin
+#: may set them, and the gateway is that proxy: a client's copy is dropped.
+PATH_OVERRIDE_FIELDS = ("x-original-url", "x-rewrite-url")
 
 
 class Gateway:
@@ -101,6 +106,9 @@ class Gateway:
         return response
 
     async def _route(self, request: Request, path: str, background: Background | None) -> Response:
+        headers = request.headers
+        for name in PATH_OVERRIDE_FIELDS:
+            headers.delete(name)
         if request.method == "POST" and self.config.method_override != "pass":
             refused = await self._method_override(request)
             if refused is not None:
