@@ -18,10 +18,8 @@ from ..core.http import problems
 from ..core.http.cors import CorsSettings, exposed, with_vary_origin
 from ..core.http.messages import BytesBody, Request, Response
 from ..core.http.method_override import (
-    FIELDS as OVERRIDE_FIELDS,
-)
-from ..core.http.method_override import (
     MAX_FORM_BYTES,
+    OVERRIDE_FIELDS,
     MethodOverrideError,
     asked_methods,
     is_form,

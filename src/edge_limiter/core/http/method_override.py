@@ -25,7 +25,7 @@ import re
 from urllib.parse import parse_qsl
 
 MODES = ("apply", "refuse", "pass")
-FIELDS = ("x-http-method-override", "x-http-method", "x-method-override")
+OVERRIDE_FIELDS = ("x-http-method-override", "x-http-method", "x-method-override")
 PARAM = "_method"
 FORM_TYPE = "application/x-www-form-urlencoded"
 #: The largest form body read for a ``_method`` parameter; a larger one is refused (413)
