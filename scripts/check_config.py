@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         print("global shadow mode: ON (nothing is blocked)")
     print(f"method overrides on POST: {config.method_override}")
     if config.cors is not None:
-        origins = ", ".join(sorted(config.cors.allow_origins))
+        wildcards = [scheme + "*" + suffix for scheme, suffix in config.cors.wildcards]
+        origins = ", ".join(sorted([*config.cors.allow_origins, *wildcards]))
         credentials = " (with credentials)" if config.cors.allow_credentials else ""
         print(f"CORS on the gateway's own answers: {origins}{credentials}")
     for warning in check.warnings:

@@ -40,6 +40,29 @@ def test_origins_and_credentials() -> None:
     assert anyone is not None and anyone.allowed("https://x.test") == "*"
 
 
+def test_a_wildcard_allows_subdomains_with_the_same_scheme_and_port() -> None:
+    settings, problems = parse(
+        {"allow_origins": ["https://*.preview.example.com", "http://*.local.test:8080"]}
+    )
+    assert problems == [] and settings is not None
+    for origin in (
+        "https://a.preview.example.com",
+        "https://x.y.preview.example.com",
+        "http://a.local.test:8080",
+    ):
+        assert settings.allowed(origin) == origin
+    for origin in (
+        "https://preview.example.com",  # the domain itself
+        "http://a.preview.example.com",  # another scheme
+        "https://a.preview.example.com:8443",  # another port
+        "https://evilpreview.example.com",
+        "https://a.preview.example.com.evil.test",
+        "http://a.local.test",
+        "http://a.local.test:80800",
+    ):
+        assert settings.allowed(origin) is None, origin
+
+
 @pytest.mark.parametrize(
     ("raw", "field"),
     [
@@ -48,6 +71,9 @@ def test_origins_and_credentials() -> None:
         ({"allow_origins": ["https://a.test/path"]}, "config.cors.allow_origins[0]"),
         ({"allow_origins": ["a.test"]}, "config.cors.allow_origins[0]"),
         ({"allow_origins": ["https://u@a.test"]}, "config.cors.allow_origins[0]"),
+        ({"allow_origins": ["https://a.*.test"]}, "config.cors.allow_origins[0]"),
+        ({"allow_origins": ["https://*.com"]}, "config.cors.allow_origins[0]"),
+        ({"allow_origins": ["https://*.*.example.com"]}, "config.cors.allow_origins[0]"),
         ({"allow_origins": [1]}, "config.cors.allow_origins[0]"),
         ({"allow_origins": ["*"], "allow_credentials": True}, "config.cors.allow_credentials"),
         ({"allow_origins": ["*"], "allow_credentials": "yes"}, "config.cors.allow_credentials"),

@@ -11,7 +11,11 @@ every response that allows a page's origin it adds the rate-limit fields to
 The origin's own answers keep its CORS decision: one that does not allow the page's
 origin is not made to.
 
-    cors = { allow_origins = ["https://app.example.com"], allow_credentials = false }
+    cors = { allow_origins = ["https://app.example.com", "https://*.preview.example.com"],
+             allow_credentials = false }
+
+An origin may start its host with ``*.``: any subdomain (one label or more) of the rest,
+with the same scheme and port, not the rest itself.
 """
 
 from __future__ import annotations
@@ -44,11 +48,24 @@ class CorsSettings:
     """Origins as browsers send them (``https://app.example.com``, lower case), or ``*``."""
     allow_credentials: bool = False
     """Whether the answers allow credentials (cookies); needs explicit origins."""
+    wildcards: tuple[tuple[str, str], ...] = ()
+    """``https://*.example.com`` as (``https://``, ``.example.com``): scheme, and what the
+    rest of the origin ends with (the port included)."""
 
     def allowed(self, origin: str) -> str | None:
         """The ``Access-Control-Allow-Origin`` value for a page at ``origin``, if allowed."""
-        if origin.lower() in self.allow_origins:
+        folded = origin.lower()
+        if folded in self.allow_origins:
             return origin
+        for scheme, suffix in self.wildcards:
+            if (
+                folded.startswith(scheme)
+                and folded.endswith(suffix)
+                and len(folded) > len(scheme) + len(suffix)
+                and ":" not in folded[len(scheme) : -len(suffix)]
+                and "/" not in folded[len(scheme) :]
+            ):
+                return origin
         if "*" in self.allow_origins:
             return "*"
         return None
@@ -95,19 +112,25 @@ def parse_cors(raw: object, problems: Problems) -> CorsSettings | None:
         )
         return None
     origins: set[str] = set()
+    wildcards: list[tuple[str, str]] = []
     for index, item in enumerate(listed):
         problem = _origin_problem(item)
         if problem is not None:
             problems.add(f"{where}.allow_origins[{index}]", problem)
             continue
-        origins.add(str(item).lower())
+        text = str(item).lower()
+        scheme, sep, rest = text.partition("://*.")
+        if sep:
+            wildcards.append((scheme + "://", "." + rest))
+        else:
+            origins.add(text)
     if "*" in origins and credentials:
         problems.add(
             f"{where}.allow_credentials",
             "cannot be true with '*' in allow_origins: browsers refuse credentials for any "
             "origin; list the origins",
         )
-    return CorsSettings(frozenset(origins), credentials)
+    return CorsSettings(frozenset(origins), credentials, tuple(wildcards))
 
 
 def _origin_problem(item: object) -> str | None:
@@ -115,7 +138,11 @@ def _origin_problem(item: object) -> str | None:
         return None
     if not isinstance(item, str):
         return f"must be an origin like 'https://app.example.com', got {shown(item)}"
-    parts = urlsplit(item)
+    parts = urlsplit(item.replace("://*.", "://wildcard.", 1))
+    if item.count("*") > (1 if "://*." in item else 0):
+        return f"may hold '*' only as its host's first label ('https://*.example.com'), got {shown(item)}"
+    if "://*." in item and "." not in parts.hostname.partition(".")[2]:  # type: ignore[union-attr]
+        return f"a '*.' must be followed by a domain of two labels or more, got {shown(item)}"
     if (
         parts.scheme not in ("http", "https")
         or not parts.netloc
