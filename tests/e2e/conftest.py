@@ -55,6 +55,7 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             route("multi", "/multi", "4/minute; 6/hour", algorithm="sliding_log", cost=2),
             route("shadow", "/shadow", "2/hour", shadow=True),
             route("keyed", "/keyed", "2/hour", key="header:x-api-key"),
+            route("cookied", "/cookied", "2/hour", key="cookie:sid"),
             {
                 "name": "deletes",
                 "match": {"path": "/del/*", "methods": ["DELETE"]},

@@ -167,6 +167,20 @@ def test_a_key_header_sent_twice_is_refused_not_counted_as_a_new_key(
     assert codes == [200, 200, 429]
 
 
+def test_a_second_cookie_line_does_not_make_a_new_key(gateway: LocalGateway) -> None:
+    # Two Cookie lines reach the Worker as "sid=K, x=<n>"; Rack reads sid=K from it.
+    sid = f"s{time.time_ns()}"
+    for n in range(3):
+        lines = [("cf-connecting-ip", fresh_ip()), ("cookie", f"sid={sid}"), ("cookie", f"x={n}")]
+        answer = httpx.get(gateway.url + "/cookied", headers=lines, timeout=30)
+        assert answer.status_code == 400 and answer.json()["code"] == "ambiguous_key"
+    codes = [
+        get(gateway, "/cookied", fresh_ip(), headers={"cookie": f"a=1; sid={sid}"}).status_code
+        for _ in range(3)
+    ]
+    assert codes == [200, 200, 429]
+
+
 @pytest.mark.parametrize("how", ["header", "query", "form"])
 def test_a_post_asking_to_be_a_delete_is_counted_and_sent_as_one(
     gateway: LocalGateway, how: str
