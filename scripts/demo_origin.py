@@ -4,7 +4,7 @@ Used by ``scripts/dev`` (to have something to put the gateway in front of) and b
 end-to-end tests (to see exactly what the gateway forwarded). Standard library only.
 
 Every request is answered ``200`` with JSON: the origin's name, the method, path, query,
-headers and body size it received (the path exactly as it arrived on the request line),
+headers (and each header line as received, repeated ones included) and body size it received (the path exactly as it arrived on the request line),
 and ``n``, the number of requests this origin has received so far.
 A path ending in ``/status/<code>`` answers with that status instead; one ending in
 ``/slow/<ms>`` (or an ``X-Demo-Delay: <ms>`` header) answers after ``ms`` milliseconds; each ``h=name:value`` query parameter adds that header
@@ -75,6 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
             "path": path,
             "query": query,
             "headers": {k.lower(): v for k, v in self.headers.items()},
+            "header_lines": [[k.lower(), v] for k, v in self.headers.items()],
             "body_bytes": len(body),
         }
         pad = options.get("pad", "")

@@ -132,15 +132,16 @@ def test_a_value_sent_twice_with_different_values_is_ambiguous() -> None:
     # both lines): a comma separates values, so this is the same ambiguity.
     with pytest.raises(AmbiguousRequestError, match="header 'x-api-key' holds 2 different"):
         spec("header:x-api-key").compute(view(headers={"x-api-key": "victim, mine"}), {})
-    with pytest.raises(AmbiguousRequestError, match="header 'authorization'"):
-        spec("header:authorization").compute(
-            view(headers={"authorization": "Bearer a,Bearer b"}), {}
-        )
-    # ... but not in a field whose one value holds commas: it is taken whole.
+    with pytest.raises(AmbiguousRequestError, match="header 'x-tenant'"):
+        spec("header:x-tenant").compute(view(headers=[("x-tenant", "a"), ("x-tenant", "b,c")]), {})
+    # ... but not in a field the runtime forwards as one joined line (the origin sees the
+    # value counted), whose one value may hold commas of its own: it is taken whole.
     agent = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko)"
-    assert spec("header:user-agent").compute(view(headers={"user-agent": agent}), {}) == (
-        "header:user-agent=" + quote(agent, safe="")
-    )
+    signed = "AWS4-HMAC-SHA256 Credential=AK/20261201/us-east-1/s3/aws4_request, Signature=ab"
+    for name, value in (("user-agent", agent), ("Authorization", signed)):
+        assert spec(f"header:{name}").compute(view(headers={name: value}), {}) == (
+            f"header:{name.lower()}=" + quote(value, safe="")
+        )
     # The same value twice is no ambiguity, joined or not; nor are empty list items.
     for joined in ("k1, k1", "k1,", "k1 ,k1,"):
         assert spec("header:x-api-key").compute(view(headers={"x-api-key": joined}), {}) == (

@@ -16,6 +16,8 @@ from build_worker import build
 from demo_origin import DemoOrigin
 from local_gateway import LocalGateway, project_deployment
 
+from edge_limiter.core.http.messages import JOINED_BY_RUNTIME
+
 from .conftest import ROOT, fresh_ip, track
 
 pytestmark = pytest.mark.e2e
@@ -165,6 +167,24 @@ def test_a_key_header_sent_twice_is_refused_not_counted_as_a_new_key(
     codes += [get(gateway, "/keyed", fresh_ip(), headers={"x-api-key": victim}).status_code]
     codes += [get(gateway, "/keyed", fresh_ip(), headers={"x-api-key": victim}).status_code]
     assert codes == [200, 200, 429]
+
+
+def test_which_fields_sent_twice_reach_the_origin_as_one_line(gateway: LocalGateway) -> None:
+    """What ``single_header`` relies on, on this workerd: a field in ``JOINED_BY_RUNTIME``
+    sent twice reaches the origin as one joined line (the value the gateway counts); any
+    other as two lines, of which the origin may read either."""
+    joined = ["authorization", "user-agent", "accept-language", "referer", "from", "via"]
+    apart = ["x-api-key", "x-tenant-id", "x-forwarded-for", "api-key", "x-client-id"]
+    assert set(joined) <= JOINED_BY_RUNTIME and not set(apart) & JOINED_BY_RUNTIME
+    lines = [("cf-connecting-ip", fresh_ip())]
+    for name in joined + apart:
+        lines += [(name, "a1"), (name, "b2")]
+    echo = httpx.get(gateway.url + "/not-limited", headers=lines, timeout=30).json()
+    received = echo["header_lines"]
+    for name in joined:
+        assert [v for k, v in received if k == name] == ["a1, b2"], name
+    for name in apart:
+        assert [v for k, v in received if k == name] == ["a1", "b2"], name
 
 
 def test_a_second_cookie_line_does_not_make_a_new_key(gateway: LocalGateway) -> None:

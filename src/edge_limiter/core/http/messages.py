@@ -100,18 +100,62 @@ class Headers:
         return f"Headers({self._items!r})"
 
 
-#: Fields whose one value may itself hold commas: for these a comma does not separate
-#: values (a field sent twice cannot be told from one value, and is taken whole).
-COMMA_IN_VALUE = frozenset(
-    {
-        "user-agent",
-        "referer",
+#: The fields the runtime forwards as ONE line when a client sends several (it joins them
+#: with ", "; these are the names of HTTP/2's static header table, which workerd keeps as
+#: its common fields: an end-to-end test checks a sample). For them the origin sees the
+#: joined value, the same the gateway counts, so it is taken whole: their values may
+#: hold commas of their own (``user-agent``, an ``authorization`` signature, dates). Any
+#: other field sent twice reaches the origin as two lines, of which it may read either.
+JOINED_BY_RUNTIME = frozenset(
+    [
+        "accept-charset",
+        "accept-encoding",
+        "accept-language",
+        "accept-ranges",
+        "accept",
+        "access-control-allow-origin",
+        "age",
+        "allow",
+        "authorization",
+        "cache-control",
+        "content-disposition",
+        "content-encoding",
+        "content-language",
+        "content-length",
+        "content-location",
+        "content-range",
+        "content-type",
+        "cookie",
         "date",
+        "etag",
+        "expect",
         "expires",
-        "last-modified",
+        "from",
+        "host",
+        "if-match",
         "if-modified-since",
+        "if-none-match",
+        "if-range",
         "if-unmodified-since",
-    }
+        "last-modified",
+        "link",
+        "location",
+        "max-forwards",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "range",
+        "referer",
+        "refresh",
+        "retry-after",
+        "server",
+        "set-cookie",
+        "strict-transport-security",
+        "transfer-encoding",
+        "user-agent",
+        "vary",
+        "via",
+        "www-authenticate",
+    ]
 )
 
 
@@ -188,18 +232,18 @@ class Request:
 
         Raises :class:`AmbiguousRequestError` when the header holds several different
         values: sent more than once, or as a comma-separated list. The runtime hands a
-        field sent more than once over as one value joined with ", " (and may send the
-        origin every line), so a comma separates values here, except in the few fields
-        whose one value may hold commas (:data:`COMMA_IN_VALUE`). Which value an origin
-        reads is up to the origin (the first, the last, all), so a value that decides
-        identity must not be a guess.
+        field sent more than once over as one value joined with ", " while it sends the
+        origin every line, so a comma separates values here; which line an origin reads is
+        up to the origin (the first, the last, all), and a value that decides identity
+        must not be a guess. The fields the runtime forwards joined
+        (:data:`JOINED_BY_RUNTIME`) are taken whole: the origin sees what is counted.
         """
         values = self.headers.get_all(name)
         if not values:
             return None
         if len(values) == 1 and "," not in values[0]:
             return values[0]  # the usual case, checked first
-        if name.lower() in COMMA_IN_VALUE:
+        if name.lower() in JOINED_BY_RUNTIME:
             items = {value.strip() for value in values}
         else:
             items = {item.strip() for value in values for item in value.split(",")}
