@@ -138,7 +138,12 @@ def test_a_value_sent_twice_with_different_values_is_ambiguous() -> None:
     # value counted), whose one value may hold commas of its own: it is taken whole.
     agent = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko)"
     signed = "AWS4-HMAC-SHA256 Credential=AK/20261201/us-east-1/s3/aws4_request, Signature=ab"
-    for name, value in (("user-agent", agent), ("Authorization", signed)):
+    chain = "203.0.113.9, 198.51.100.1"  # a proxy chain: a list by definition
+    for name, value in (
+        ("user-agent", agent),
+        ("Authorization", signed),
+        ("x-forwarded-for", chain),
+    ):
         assert spec(f"header:{name}").compute(view(headers={name: value}), {}) == (
             f"header:{name.lower()}=" + quote(value, safe="")
         )

@@ -157,6 +157,10 @@ JOINED_BY_RUNTIME = frozenset(
         "www-authenticate",
     ]
 )
+#: Fields that are lists by definition, each line a part of one list (a proxy chain):
+#: several lines mean the same as the joined line, and a key on them is the client's own
+#: claim anyway (see the README), so they are taken whole too.
+LISTS_BY_DEFINITION = frozenset(["x-forwarded-for", "forwarded"])
 
 
 class Body(Protocol):
@@ -243,7 +247,8 @@ class Request:
             return None
         if len(values) == 1 and "," not in values[0]:
             return values[0]  # the usual case, checked first
-        if name.lower() in JOINED_BY_RUNTIME:
+        folded = name.lower()
+        if folded in JOINED_BY_RUNTIME or folded in LISTS_BY_DEFINITION:
             items = {value.strip() for value in values}
         else:
             items = {item.strip() for value in values for item in value.split(",")}
