@@ -72,6 +72,23 @@ def boolean(
     return default
 
 
+def choice(
+    raw: Mapping[str, Any],
+    name: str,
+    default: str,
+    where: str,
+    problems: Problems,
+    *,
+    options: tuple[str, ...],
+) -> str:
+    """The field ``name`` of ``raw``, one of ``options``, or ``default``."""
+    value = raw.get(name, default)
+    if isinstance(value, str) and value in options:
+        return value
+    problems.add(f"{where}.{name}", f"must be one of {', '.join(options)}, got {shown(value)}")
+    return default
+
+
 def integer(
     raw: Mapping[str, Any],
     name: str,

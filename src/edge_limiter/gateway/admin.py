@@ -248,7 +248,7 @@ class Admin:
 
     async def _set_override(self, request: Request, now: int) -> Response:
         try:
-            raw = b"" if request.body is None else await request.body.read_at_most(MAX_BODY_BYTES)
+            raw = await request.read_body_at_most(MAX_BODY_BYTES)
         except BodyReadError as exc:
             raise _AdminError(400, f"the body could not be read to its end: {exc}") from exc
         if raw is None:

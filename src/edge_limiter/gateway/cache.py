@@ -23,7 +23,6 @@ from ..core.caching.entry import (
 )
 from ..core.caching.keys import base_key, variant_key
 from ..core.caching.policy import (
-    body_fits,
     kv_expiration_ttl,
     lookup_decision,
     manifest_entry,
@@ -179,7 +178,7 @@ class Cache:
         # A body of unknown length is measured as it is read, never held past max_bytes: a
         # larger one is not stored and goes to the client streamed.
         body = await response.read_body_at_most(self.settings.max_bytes)
-        if body is None or not body_fits(len(body), self.settings):
+        if body is None:
             return
         decision = replace(decision, must_measure=False)
         entry = response_entry(decision, response.status, response_fields, body, now)

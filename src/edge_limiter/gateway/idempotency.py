@@ -30,7 +30,7 @@ from ..core.config import Route
 from ..core.errors import BodyReadError, IdempotencyKeyError, IdempotencyRecordError, ProtocolError
 from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, origin_fields
-from ..core.http.messages import BytesBody, Headers, Response
+from ..core.http.messages import Headers, Response
 from ..core.idempotency.fingerprint import fingerprint
 from ..core.idempotency.keys import parse_idempotency_key, scoped_name
 from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
@@ -99,19 +99,13 @@ class Idempotency:
         if isinstance(identity, Response):
             return identity
         try:
-            read = (
-                b""
-                if request.body is None
-                else await request.body.read_at_most(settings.max_request_bytes)
-            )
+            body = await request.read_body_at_most(settings.max_request_bytes)
         except BodyReadError:
             return problem_response(problems.request_body_broken())
-        if read is None:
+        if body is None:
             return problem_response(
                 problems.request_too_large(self.route.name, settings.max_request_bytes)
             )
-        body = read
-        request.body = BytesBody(body)  # read once; forwarded as these bytes
         present = {
             name: value
             for name in settings.fingerprint_headers

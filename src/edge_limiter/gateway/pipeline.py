@@ -16,8 +16,9 @@ from ..core.config import Config, Forwarding, Route
 from ..core.errors import BodyReadError, ConfigError, PathError
 from ..core.http import problems
 from ..core.http.cors import CorsSettings, exposed, with_vary_origin
-from ..core.http.messages import BytesBody, Request, Response
+from ..core.http.messages import Request, Response
 from ..core.http.method_override import (
+    BODILESS,
     MAX_FORM_BYTES,
     OVERRIDE_FIELDS,
     MethodOverrideError,
@@ -33,14 +34,6 @@ from .operations import Operating
 from .ports import Background, Services
 from .ratelimit import RateLimit
 from .upstream import Upstream
-
-#: Methods whose requests the platform's ``fetch`` can only send without a body.
-BODILESS = frozenset(("GET", "HEAD"))
-#: Fields some origins take as the request's path instead of its own (IIS URL Rewrite;
-#: Symfony before 3.4.14 and 4.1.3, CVE-2018-14773): a client's copy would send the
-#: origin to a path that was not matched or counted. Only a proxy in front of the origin
-#: may set them, and the gateway is that proxy: a client's copy is dropped.
-PATH_OVERRIDE_FIELDS = ("x-original-url", "x-rewrite-url")
 
 
 class Gateway:
@@ -104,9 +97,6 @@ class Gateway:
         return response
 
     async def _route(self, request: Request, path: str, background: Background | None) -> Response:
-        headers = request.headers
-        for name in PATH_OVERRIDE_FIELDS:
-            headers.delete(name)
         if request.method == "POST" and self.config.method_override != "pass":
             refused = await self._method_override(request)
             if refused is not None:
@@ -140,12 +130,11 @@ class Gateway:
         form: bytes | None = None
         if request.body is not None and is_form(headers.get("content-type")):
             try:
-                form = await request.body.read_at_most(MAX_FORM_BYTES)
+                form = await request.read_body_at_most(MAX_FORM_BYTES)
             except BodyReadError:
                 return problem_response(problems.request_body_broken())
             if form is None:
                 return problem_response(problems.form_too_large(MAX_FORM_BYTES))
-            request.body = BytesBody(form)  # read once; forwarded as these bytes
         asked = asked_methods(fields, request.query, form)
         if not asked:
             return None

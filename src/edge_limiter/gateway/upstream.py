@@ -72,6 +72,11 @@ REFRESH_BEFORE_USE_MS = 10_000
 REFRESH_TIMEOUT_S = 0.2
 #: The longest an origin's Retry-After may park it.
 MAX_RETRY_AFTER_MS = 300_000
+#: Fields some origins take as the request's path instead of its own (IIS URL Rewrite;
+#: Symfony before 3.4.14 and 4.1.3, CVE-2018-14773): a client's copy would send the
+#: origin to a path that was not matched or counted. Only a proxy in front of the origin
+#: may set them, and the gateway is that proxy: a client's copy is dropped.
+PATH_OVERRIDE_FIELDS = ("x-original-url", "x-rewrite-url")
 #: A request body is kept in memory for retries up to this size (its Content-Length);
 #: a larger one, or one of unknown length (chunked), is sent once, streamed.
 MAX_REPLAY_BODY_BYTES = 1 << 20
@@ -282,6 +287,8 @@ class Upstream:
         forward = exchange.forward
         pool, retry = forward.pool, forward.retry
         request = exchange.request
+        for name in PATH_OVERRIDE_FIELDS:
+            request.headers.delete(name)
         order = self._order(pool, exchange)
         start = clock.now_ms()
         deadline = start + forward.timeout_ms

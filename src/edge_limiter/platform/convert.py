@@ -14,6 +14,7 @@ from typing import Any
 import js
 from pyodide.ffi import JsException, jsnull, to_js
 
+from ..core.caching.fields import content_length
 from ..core.errors import BodyReadError
 from ..core.http.messages import Body, BytesBody, Client, HeaderMap, Request, Response
 
@@ -104,10 +105,14 @@ class JsBody:
             self._data = b""
             return self._data
         headers = source.headers
-        length = _content_length(headers.get("content-length"))
+        declared = headers.get("content-length")
+        length = None if absent(declared) else content_length({"content-length": str(declared)})
         encoding = headers.get("content-encoding")
         if length is not None and (absent(encoding) or str(encoding).lower() == "identity"):
-            return await self.read() if length <= limit else None
+            if length > limit:
+                return None
+            data = await self.read()  # the declared length is checked, not trusted
+            return data if len(data) <= limit else None
         branches = stream.tee()
         mine, kept = branches[0], branches[1]
         reader = mine.getReader()
@@ -131,14 +136,6 @@ class JsBody:
         kept.cancel()
         self._data = b"".join(chunks)
         return self._data
-
-
-def _content_length(value: Any) -> int | None:
-    """A ``Content-Length`` value as a number, ``None`` when absent or not one number."""
-    if absent(value):
-        return None
-    text = str(value).strip()
-    return int(text) if text.isdigit() and text.isascii() else None
 
 
 class JsHeaders:

@@ -59,6 +59,17 @@ def list_items(value: str | None) -> list[str]:
     return [item.strip(" \t") for item in value.split(",") if item.strip(" \t")]
 
 
+def content_length(fields: Fields) -> int | None:
+    """``Content-Length`` when it is one valid number (repeats must agree), else ``None``."""
+    items = set(list_items(field_value(fields, "content-length")))
+    if len(items) != 1:
+        return None
+    (value,) = items
+    if not value.isascii() or not value.isdigit() or len(value) > 15:
+        return None
+    return int(value)
+
+
 def is_token(text: str) -> bool:
     """Whether ``text`` is an RFC 9110 token (a valid field name or method)."""
     return TOKEN_RE.fullmatch(text) is not None

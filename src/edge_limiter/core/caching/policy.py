@@ -24,7 +24,7 @@ from enum import StrEnum
 
 from .cache_control import delta_seconds, parse_cache_control
 from .entry import Entry, storable_fields, vary_manifest
-from .fields import Fields, field_value, field_values, is_token, list_items
+from .fields import Fields, content_length, field_value, field_values, is_token, list_items
 from .keys import CACHEABLE_METHODS, normalize_vary
 from .limits import KV_MIN_EXPIRATION_TTL_S, MAX_STORED_FIELD_BYTES
 from .settings import CacheSettings
@@ -203,7 +203,7 @@ def store_decision(
         initial_age_s=age_s,
         vary=normalize_vary(vary_items),
     )
-    length = body_length if body_length is not None else _content_length(response_headers)
+    length = body_length if body_length is not None else content_length(response_headers)
     if length is None:
         return replace(decided, reason=StoreReason.MEASURE_BODY, must_measure=True)
     if not body_fits(length, settings):
@@ -297,14 +297,3 @@ def _http_date_ms(value: str) -> int | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return (parsed - _EPOCH) // timedelta(milliseconds=1)
-
-
-def _content_length(headers: Fields) -> int | None:
-    """``Content-Length`` when it is one valid number (repeats must agree), else ``None``."""
-    items = set(list_items(field_value(headers, "content-length")))
-    if len(items) != 1:
-        return None
-    (value,) = items
-    if not value.isascii() or not value.isdigit() or len(value) > 15:
-        return None
-    return int(value)

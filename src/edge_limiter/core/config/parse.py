@@ -47,6 +47,7 @@ from ..routing.origins import Origin, Pool, parse_pools
 from ..validation import (
     Problems,
     boolean,
+    choice,
     duration,
     integer,
     is_int,
@@ -345,12 +346,9 @@ def _parse_route(
     unknown_fields(raw, ROUTE_FIELDS, where, problems)
     match = _parse_match(raw.get("match"), defaults.case_insensitive, where, problems)
 
-    algorithm = raw.get("algorithm", DEFAULT_ALGORITHM)
-    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
-        problems.add(
-            f"{where}.algorithm", f"must be one of {', '.join(ALGORITHMS)}, got {shown(algorithm)}"
-        )
-        algorithm = DEFAULT_ALGORITHM
+    algorithm = choice(
+        raw, "algorithm", DEFAULT_ALGORITHM, where, problems, options=tuple(ALGORITHMS)
+    )
     limits = _parse_limits(raw.get("limits"), f"{where}.limits", problems)
     limits = _apply_route_burst(limits, raw.get("burst"), algorithm, where, problems)
     _check_algorithm_takes(algorithm, limits, where, problems)
@@ -677,20 +675,12 @@ def parse_config(raw: object) -> Config:
     else:
         unknown_fields(paths, PATHS_FIELDS, "config.paths", problems)
         case_insensitive = boolean(paths, "case_insensitive", False, "config.paths", problems)
-        matrix_params = paths.get("matrix_params", "keep")
-        if matrix_params not in MATRIX_MODES:
-            problems.add(
-                "config.paths.matrix_params",
-                f"must be one of {', '.join(MATRIX_MODES)}, got {shown(matrix_params)}",
-            )
-            matrix_params = "keep"
-    method_override = raw.get("method_override", "apply")
-    if method_override not in OVERRIDE_MODES:
-        problems.add(
-            "config.method_override",
-            f"must be one of {', '.join(OVERRIDE_MODES)}, got {shown(method_override)}",
+        matrix_params = choice(
+            paths, "matrix_params", "keep", "config.paths", problems, options=MATRIX_MODES
         )
-        method_override = "apply"
+    method_override = choice(
+        raw, "method_override", "apply", "config", problems, options=OVERRIDE_MODES
+    )
     cors = parse_cors(raw.get("cors"), problems)
     origin_url = (
         check_origin(raw["origin"], "config.origin", Problems())

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ..caching.fields import list_items
 from ..validation import Problems, boolean, shown, table, unknown_fields
 
 #: The fields the gateway adds that browser code may want to read.
@@ -75,7 +76,7 @@ def exposed(current: str | None, credentials: bool) -> str | None:
     """``Access-Control-Expose-Headers`` with the gateway's fields added to ``current``,
     or ``None`` when it already exposes them (``*`` exposes every field, but not when
     credentials are allowed: then it is a field named ``*``)."""
-    names = [item.strip() for item in (current or "").split(",") if item.strip()]
+    names = list_items(current)
     if "*" in names and not credentials:
         return None
     present = {name.lower() for name in names}
@@ -87,7 +88,7 @@ def exposed(current: str | None, credentials: bool) -> str | None:
 
 def with_vary_origin(current: str | None) -> str | None:
     """``Vary`` naming ``Origin`` too (the answer depends on it), or ``None`` if it does."""
-    items = [item.strip() for item in (current or "").split(",") if item.strip()]
+    items = list_items(current)
     if any(item == "*" or item.lower() == "origin" for item in items):
         return None
     return ", ".join([*items, "Origin"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import parse_qsl
 
+from ..caching.fields import list_items
 from ..errors import AmbiguousRequestError
 
 
@@ -231,6 +232,16 @@ class Request:
     body: Body | None = None
     native: object | None = None
 
+    async def read_body_at_most(self, limit: int) -> bytes | None:
+        """The body's bytes if there are at most ``limit`` of them, then kept (the request
+        is forwarded as these bytes), else ``None`` with the body left whole."""
+        if self.body is None:
+            return b""
+        data = await self.body.read_at_most(limit)
+        if data is not None:
+            self.body = BytesBody(data)
+        return data
+
     def single_header(self, name: str) -> str | None:
         """The one value of a header, ``None`` when absent.
 
@@ -251,8 +262,7 @@ class Request:
         if folded in JOINED_BY_RUNTIME or folded in LISTS_BY_DEFINITION:
             items = {value.strip() for value in values}
         else:
-            items = {item.strip() for value in values for item in value.split(",")}
-            items.discard("")
+            items = {item for value in values for item in list_items(value)}
         if len(items) > 1:
             raise AmbiguousRequestError(
                 f"the header {name!r} holds {len(items)} different values (it is sent more "

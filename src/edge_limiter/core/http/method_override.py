@@ -21,8 +21,9 @@ so is a GET or HEAD asked for by a POST with a body (the platform cannot send on
 
 from __future__ import annotations
 
-import re
 from urllib.parse import parse_qsl
+
+from ..caching.fields import is_token, list_items
 
 MODES = ("apply", "refuse", "pass")
 OVERRIDE_FIELDS = ("x-http-method-override", "x-http-method", "x-method-override")
@@ -31,7 +32,7 @@ FORM_TYPE = "application/x-www-form-urlencoded"
 #: The largest form body read for a ``_method`` parameter; a larger one is refused (413)
 #: where overrides are applied or refused, since what it asks for cannot be known.
 MAX_FORM_BYTES = 1 << 20
-METHOD_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+#: Methods whose requests the platform's ``fetch`` can only send without a body.
 BODILESS = frozenset(("GET", "HEAD"))
 
 
@@ -53,10 +54,8 @@ def asked_methods(fields: list[tuple[str, str]], query: str, form: bytes | None)
     raw query, ``form`` the body when it is a URL-encoded form."""
     asked: dict[str, str] = {}
     for name, value in fields:
-        for item in value.split(","):
-            method = item.strip()
-            if method:
-                asked.setdefault(method.upper(), f"the {name} field")
+        for method in list_items(value):
+            asked.setdefault(method.upper(), f"the {name} field")
     if PARAM in query:
         for key, value in parse_qsl(query, keep_blank_values=True):
             if key == PARAM and value.strip():
@@ -91,7 +90,7 @@ def overridden_method(mode: str, asked: dict[str, str], has_body: bool) -> str |
             "gateway counts the method it receives and takes no method overrides "
             f"(method_override = 'refuse'). Send a {wanted} request."
         )
-    if not METHOD_RE.fullmatch(wanted):
+    if not is_token(wanted):
         raise MethodOverrideError(
             f"The request is a POST that asks, in {where}, to be taken as {wanted!r}, "
             "which is not a method."

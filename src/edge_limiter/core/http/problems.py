@@ -214,27 +214,29 @@ def origin_body_broken(route: str | None, origin: str) -> Problem:
     )
 
 
+def content_too_large(detail: str, code: str, limit: int, **members: Any) -> Problem:
+    """413: a body above ``limit`` bytes, the most the gateway reads of it."""
+    return Problem(413, "Content Too Large", detail, code, members={**members, "max_bytes": limit})
+
+
 def request_too_large(route: str, limit: int) -> Problem:
     """413: an idempotent request's body is above what the route reads to fingerprint it."""
-    return Problem(
-        413,
-        "Content Too Large",
+    return content_too_large(
         f"The request body is larger than {limit} bytes, the most route '{route}' accepts "
         "with an Idempotency-Key (its idempotency.max_request_bytes); it was not forwarded.",
         "request_too_large",
-        members={"route": route, "max_bytes": limit},
+        limit,
+        route=route,
     )
 
 
 def form_too_large(limit: int) -> Problem:
     """413: a form POST too large to read for a ``_method`` override."""
-    return Problem(
-        413,
-        "Content Too Large",
+    return content_too_large(
         f"The form body is larger than {limit} bytes, the most the gateway reads to see "
         "whether it asks for another method (_method); it was not forwarded.",
         "form_too_large",
-        members={"max_bytes": limit},
+        limit,
     )
 
 
