@@ -71,6 +71,64 @@ def test_head_is_answered_from_the_get_entry_and_never_stored() -> None:
     assert len(h.origin.sent) == 2
 
 
+TAGGED = [("etag", '"v1"'), ("content-type", "text/plain"), ("cache-control", "max-age=60")]
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_a_hit_matching_the_clients_etag_is_a_304_without_the_body(method: str) -> None:
+    h = cached(FakeOrigin(respond=answering(headers=TAGGED)))
+    h.send(request("/v1/catalog/e"))
+    h.clock.advance(2_000)
+    answer = h.send(request("/v1/catalog/e", method, headers={"if-none-match": 'W/"v1"'}))
+    assert answer.status == 304 and answer.body is None
+    assert answer.headers.get("x-cache") == "HIT" and answer.headers.get("age") == "2"
+    assert answer.headers.get("etag") == '"v1"'
+    assert answer.headers.get("cache-control") == "max-age=60"
+    assert "content-type" not in answer.headers  # a 304 describes the copy, not a body
+    assert len(h.origin.sent) == 1
+    stale_copy = h.send(request("/v1/catalog/e", headers={"if-none-match": '"v0"'}))
+    assert stale_copy.status == 200 and stale_copy.body == b"answer 1"
+    assert stale_copy.headers.get("content-type") == "text/plain"
+
+
+def test_a_hit_unmodified_since_the_clients_date_is_a_304() -> None:
+    modified = "Sun, 06 Nov 2022 08:49:37 GMT"
+    h = cached(FakeOrigin(respond=answering(headers=[("last-modified", modified)])))
+    h.send(request("/v1/catalog/d"))
+    same = h.send(request("/v1/catalog/d", headers={"if-modified-since": modified}))
+    assert same.status == 304 and same.headers.get("last-modified") == modified
+    older = h.send(
+        request("/v1/catalog/d", headers={"if-modified-since": "Sat, 05 Nov 2022 08:49:37 GMT"})
+    )
+    assert older.status == 200 and older.body == b"answer 1"
+    assert len(h.origin.sent) == 1
+
+
+def test_a_304_from_the_cache_counts_like_a_hit() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=TAGGED)), count_hits=True)
+    h.send(request("/v1/catalog/c"))
+    answer = h.send(request("/v1/catalog/c", headers={"if-none-match": '"v1"'}))
+    assert answer.status == 304 and answer.headers.get("x-ratelimit-remaining") == "3"
+
+
+def test_a_conditional_miss_is_the_origins_to_judge() -> None:
+    h = cached(FakeOrigin(respond=answering(status=304, headers=[("etag", '"v1"')])))
+    answer = h.send(request("/v1/catalog/m", headers={"if-none-match": '"v1"'}))
+    assert answer.status == 304 and answer.headers.get("x-cache") == "MISS"
+    assert ("if-none-match", '"v1"') in h.origin.sent[0].headers
+    assert h.kv.puts == []  # a 304 is never a whole response to store
+
+
+@pytest.mark.parametrize("field", ["if-match", "if-unmodified-since"])
+def test_preconditions_that_guard_the_origin_go_to_it(field: str) -> None:
+    h = cached(FakeOrigin(respond=answering(headers=TAGGED)))
+    h.send(request("/v1/catalog/p"))
+    value = '"v1"' if field == "if-match" else "Sun, 06 Nov 2022 08:49:37 GMT"
+    answer = h.send(request("/v1/catalog/p", headers={field: value}))
+    assert answer.headers.get("x-cache") == "BYPASS" and answer.body == b"answer 2"
+    assert (field, value) in h.origin.sent[-1].headers
+
+
 def test_vary_keeps_one_entry_per_variant() -> None:
     h = cached(FakeOrigin(respond=answering(headers=[("vary", "Accept-Language")])))
     de = {"accept-language": "de"}

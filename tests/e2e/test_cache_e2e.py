@@ -62,6 +62,21 @@ def test_head_is_served_from_the_get_entry(gateway: LocalGateway, origin: DemoOr
     assert origin_gets(origin, path) == 1
 
 
+def test_a_hit_answers_a_matching_etag_with_a_304(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    path = unique()
+    tagged = path + "?h=" + quote('etag:"v1"', safe="")
+    get(gateway, tagged)
+    until_hit(gateway, tagged)
+    current = get(gateway, tagged, if_none_match='W/"v1"')
+    assert current.status_code == 304 and current.content == b""
+    assert current.headers["x-cache"] == "HIT" and current.headers["etag"] == '"v1"'
+    changed = get(gateway, tagged, if_none_match='"v0"')
+    assert changed.status_code == 200 and changed.json()["path"] == path
+    assert origin_gets(origin, path) == 1
+
+
 def test_vary_gives_each_variant_its_own_entry(gateway: LocalGateway) -> None:
     path = unique() + "?h=vary:accept-language"
     de = get(gateway, path, accept_language="de").json()

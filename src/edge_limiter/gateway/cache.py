@@ -1,7 +1,8 @@
 """The cache stage: GET and HEAD responses kept in Workers KV and served at the edge.
 
 Before the rate limit (a hit consumes no quota, unless the route says ``count_hits``): a
-fresh entry is answered at once (``X-Cache: HIT`` with its ``Age``). On a miss the request
+fresh entry is answered at once (``X-Cache: HIT`` with its ``Age``; ``304`` when the client's
+``If-None-Match`` or ``If-Modified-Since`` says it holds that copy). On a miss the request
 goes on; if the origin's response may be stored, it is written to KV after the response
 is sent (``waitUntil``), never on the request's critical path. KV failures are misses,
 logged, never errors for the client. The rules (keys, Cache-Control, Vary, lifetimes) are
@@ -13,8 +14,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 
+from ..core.caching.conditional import not_modified, not_modified_fields
 from ..core.caching.entry import (
     Entry,
+    age_seconds,
     decode_entry,
     encode_entry,
     is_fresh,
@@ -118,12 +121,22 @@ class Cache:
             if admission.answer is not None:
                 return admission.answer
             headers = admission.headers
-        out = Headers(replay_headers(entry, exchange.now_ms))
+        now = exchange.now_ms
+        request = exchange.request
+        if not_modified(request.headers.items(), entry.status, entry.headers, entry.stored_at, now):
+            # The client's copy is current: 304, the body not sent again.
+            status = 304
+            out = Headers(not_modified_fields(entry.headers))
+            out.set("Age", str(age_seconds(entry, now)))
+            body = None
+        else:
+            status = entry.status
+            out = Headers(replay_headers(entry, now))
+            body = entry.body if request.method == "GET" and entry.body else None
         for name, value in headers:
             out.set(name, value)
         out.set(CACHE_HEADER, "HIT")
-        body = entry.body if exchange.request.method == "GET" and entry.body else None
-        return Response(entry.status, out, body)
+        return Response(status, out, body)
 
     def _stale(self, exchange: Exchange, entry: Entry, failed: Response) -> Response:
         """The stored copy standing in for origins that all failed (``stale_if_error``)."""

@@ -23,6 +23,7 @@ from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
 from .cache_control import delta_seconds, parse_cache_control
+from .conditional import needs_origin
 from .entry import Entry, storable_fields, vary_manifest
 from .fields import Fields, content_length, field_value, field_values, is_token, list_items
 from .keys import CACHEABLE_METHODS, normalize_vary
@@ -53,6 +54,8 @@ class LookupReason(StrEnum):
     """A request with cookies never meets a public entry."""
     RANGE = "range"
     """Range requests go to the origin: entries are whole responses."""
+    PRECONDITION = "precondition"
+    """``If-Match`` / ``If-Unmodified-Since`` guard the origin's state: the origin judges them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,8 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
             return Lookup(False, False, LookupReason.COOKIE)
     if field_value(request_headers, "range") is not None:
         return Lookup(False, False, LookupReason.RANGE)
+    if needs_origin(request_headers):
+        return Lookup(False, False, LookupReason.PRECONDITION)
     head = method == "HEAD"
     cache_control = field_value(request_headers, "cache-control")
     directives = parse_cache_control(cache_control)
