@@ -158,6 +158,11 @@ def main() -> int:
         help="send origin NAME (URL, host or 'default') to URL; repeatable",
     )
     parser.add_argument("--fresh", action="store_true", help="forget persisted counters first")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="do not print the Worker's logs (one JSON line per denial, origin failure, ...)",
+    )
     args = parser.parse_args()
     mappings = parse_mappings(args.origin)
 
@@ -202,6 +207,7 @@ def main() -> int:
             persist_dir=persist,
             port=args.port,
             trigger_handlers=True,
+            echo_stderr=not args.quiet,
         )
         return serve(gateway, origins, persist, file)
     finally:

@@ -76,7 +76,8 @@ class LocalGateway:
         compatibility_date: default: the deployment's.
         extra_spec: further launch.mjs spec fields (see its header), merged last.
         boot_timeout: seconds to wait for READY.
-        echo_stderr: copy the runtime's stderr (the Worker's console) to this stderr.
+        echo_stderr: copy the Worker's console (the runtime's stdout lines that are not the
+            launcher's own, and its stderr) to this process's stderr.
     """
 
     def __init__(
@@ -337,6 +338,8 @@ class LocalGateway:
                 self._ready.set()
             else:
                 self._stderr.append(f"[stdout] {text}")
+                if self._echo_stderr:
+                    print(text, file=sys.stderr, flush=True)
 
     def _read_stderr(self) -> None:
         assert self._process is not None and self._process.stderr is not None

@@ -74,6 +74,12 @@ def test_dev_serves_the_example_config_and_stops_cleanly(tmp_path: Path) -> None
             for _ in range(6)
         ]
         assert codes == [200] * 5 + [429]
+        # The Worker's logs are printed as they come: the denial is one JSON line.
+        deadline = time.monotonic() + 10
+        denial = re.compile(r'"event":"(limited|cached_denial)","route":"login"')
+        while not any(denial.search(line) for line in lines):
+            assert time.monotonic() < deadline, "".join(lines[-20:])
+            time.sleep(0.05)
         answer = httpx.get(f"{base}/health")
         assert answer.status_code == 200
         assert answer.json()["origin"] == "https://api.example.com"  # the demo stand-in
