@@ -21,6 +21,7 @@ never ships a gateway that could only answer 503. Warnings are printed, not fata
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ OUT = ROOT / "build" / "worker"
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from project_config import (  # noqa: E402
+    EVERY,
     ProjectConfigError,
     bundled_module,
     check_project,
@@ -78,13 +80,24 @@ def main(argv: list[str] | None = None) -> int:
         help="edge-limiter config file (default: edge-limiter.toml beside the wrangler config)",
     )
     args = parser.parse_args(argv)
-    check = check_project(args.config, args.config_file)
+    # Wrangler does not tell a build command which environment it deploys: every one is
+    # checked, unless CLOUDFLARE_ENV (wrangler's own way to pick one) names it.
+    selected = os.environ.get("CLOUDFLARE_ENV")
+    deploying = EVERY if selected is None else (selected or None)
+    check = check_project(args.config, args.config_file, deploying=deploying)
     for warning in check.warnings:
         print(f"build_worker: warning: {warning}", file=sys.stderr)
     if check.problems:
         print(f"build_worker: invalid edge-limiter config ({args.config}):", file=sys.stderr)
         for problem in check.problems:
             print(f"  - {problem}", file=sys.stderr)
+        if deploying == EVERY:
+            print(
+                "  (the build checks every wrangler environment, since it cannot tell which "
+                "one is deployed; CLOUDFLARE_ENV=<name>, or CLOUDFLARE_ENV= for the top level, "
+                "checks only that one)",
+                file=sys.stderr,
+            )
         return 1
     try:
         file = config_file(args.config, args.config_file)

@@ -109,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print --explain as JSON")
     args = parser.parse_args(argv)
 
-    check = check_project(args.wrangler, args.file)
+    # Problems of the wrangler environments not asked for are warnings here (the build,
+    # which cannot tell which one wrangler deploys, refuses them all).
+    check = check_project(args.wrangler, args.file, deploying=args.env)
     if check.problems:
         print(f"{len(check.problems)} problem(s):", file=sys.stderr)
         for problem in check.problems:

@@ -166,7 +166,7 @@ def main() -> int:
     args = parser.parse_args()
     mappings = parse_mappings(args.origin)
 
-    check = check_project(args.wrangler, args.config)
+    check = check_project(args.wrangler, args.config, deploying=args.env)
     for warning in check.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if check.problems:

@@ -35,6 +35,7 @@ __all__ = [
     "CONFIG_VAR",
     "DEFAULT_FILE",
     "ENV_VAR",
+    "EVERY",
     "Check",
     "Deployment",
     "ProjectConfigError",
@@ -141,8 +142,21 @@ class Check:
     configs: dict[str, Config] = field(default_factory=dict)
 
 
-def check_project(wrangler_path: Path, file: Path | None = None) -> Check:
-    """Validate the gateway config of every deployment (and every env table of the file)."""
+#: ``check_project(deploying=EVERY)``: every wrangler environment's problems are problems.
+EVERY = "*"
+
+
+def check_project(
+    wrangler_path: Path, file: Path | None = None, deploying: str | None = EVERY
+) -> Check:
+    """Validate the gateway config of every deployment (and every env table of the file).
+
+    ``deploying`` names the wrangler environment about to run (``None``: the top level):
+    the problems of the other environments are then warnings, since they stop only a
+    ``wrangler deploy --env`` of those (a config of your own beside the example's
+    ``[env.staging]`` must not keep the top level from running). :data:`EVERY` (the
+    default): every environment's problems are problems.
+    """
     result = Check()
     try:
         wrangler = read_toml(wrangler_path)
@@ -159,30 +173,43 @@ def check_project(wrangler_path: Path, file: Path | None = None) -> Check:
             _check_one(label, lambda n=env_name: apply_environment(document, n, source), result)
     for env in environments(wrangler):
         dep = deployment(wrangler, env)
-        var = dep.vars.get(CONFIG_VAR)
-        if var is not None:
-            size = len(json.dumps(var, separators=(",", ":")).encode("utf-8"))
-            if size > VAR_LIMIT_BYTES:
-                result.problems.append(
-                    f"{dep.label} vars.{CONFIG_VAR} is {size} bytes of JSON; a Cloudflare var "
-                    f"holds at most {VAR_LIMIT_BYTES} bytes. Move the table into {DEFAULT_FILE} "
-                    f"beside wrangler.toml (same fields, without the 'vars.{CONFIG_VAR}' prefix) "
-                    f"and delete it from wrangler.toml"
-                )
-        if var is None and document is not None:
-            # The file's tables were parsed above: only check that this deployment's
-            # selection (its EDGE_LIMITER_ENV) exists.
-            try:
-                raw_config(dep, document, source)
-            except ConfigError as exc:
-                result.problems.extend(f"{dep.label}: {problem}" for problem in exc.problems)
+        if deploying in (EVERY, env):
+            _check_deployment(dep, document, source, result)
             continue
-        _check_one(
-            f"{dep.label} vars.{CONFIG_VAR}",
-            lambda d=dep: raw_config(d, document, source),
-            result,
-        )
+        other = Check()
+        _check_deployment(dep, document, source, other)
+        deploy = "npx wrangler deploy" + (f" --env {env}" if env else "")
+        result.warnings.extend(f"`{deploy}` would fail: {problem}" for problem in other.problems)
     return result
+
+
+def _check_deployment(
+    dep: Deployment, document: dict[str, Any] | None, source: str, result: Check
+) -> None:
+    """Add to ``result`` the problems of one deployment's selection of the config."""
+    var = dep.vars.get(CONFIG_VAR)
+    if var is not None:
+        size = len(json.dumps(var, separators=(",", ":")).encode("utf-8"))
+        if size > VAR_LIMIT_BYTES:
+            result.problems.append(
+                f"{dep.label} vars.{CONFIG_VAR} is {size} bytes of JSON; a Cloudflare var "
+                f"holds at most {VAR_LIMIT_BYTES} bytes. Move the table into {DEFAULT_FILE} "
+                f"beside wrangler.toml (same fields, without the 'vars.{CONFIG_VAR}' prefix) "
+                f"and delete it from wrangler.toml"
+            )
+    if var is None and document is not None:
+        # The file's tables were parsed above: only check that this deployment's
+        # selection (its EDGE_LIMITER_ENV) exists.
+        try:
+            raw_config(dep, document, source)
+        except ConfigError as exc:
+            result.problems.extend(f"{dep.label}: {problem}" for problem in exc.problems)
+        return
+    _check_one(
+        f"{dep.label} vars.{CONFIG_VAR}",
+        lambda d=dep: raw_config(d, document, source),
+        result,
+    )
 
 
 def _check_one(label: str, raw: Any, result: Check) -> None:

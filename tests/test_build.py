@@ -4,6 +4,7 @@ with an invalid config, an oversized var, or two configs."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,12 +32,16 @@ origin = "https://staging.example.com"
 """
 
 
-def run(config: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def run(
+    config: Path, out: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "CLOUDFLARE_ENV"}
     return subprocess.run(
         [sys.executable, str(SCRIPT), str(out), "--config", str(config), *extra],
         capture_output=True,
         text=True,
         check=False,
+        env={**environ, **(env or {})},
     )
 
 
@@ -101,6 +106,19 @@ def test_a_deployment_naming_a_missing_environment_fails_the_build(tmp_path: Pat
     done = run(tmp_path / "wrangler.toml", tmp_path / "w")
     assert done.returncode == 1
     assert "EDGE_LIMITER_ENV is 'prod'" in done.stderr and "has no [env.prod]" in done.stderr
+    assert "CLOUDFLARE_ENV=<name>" in done.stderr  # how to build one environment only
+
+
+def test_cloudflare_env_picks_the_environment_the_build_checks(tmp_path: Path) -> None:
+    (tmp_path / "wrangler.toml").write_text(
+        WRANGLER + '[env.prod.vars]\nEDGE_LIMITER_ENV = "prod"\n'
+    )
+    (tmp_path / "edge-limiter.toml").write_text(FILE)
+    top = run(tmp_path / "wrangler.toml", tmp_path / "w", env={"CLOUDFLARE_ENV": ""})
+    assert top.returncode == 0, top.stderr
+    assert "warning: `npx wrangler deploy --env prod` would fail" in top.stderr
+    prod = run(tmp_path / "wrangler.toml", tmp_path / "p", env={"CLOUDFLARE_ENV": "prod"})
+    assert prod.returncode == 1 and "has no [env.prod]" in prod.stderr
 
 
 def test_a_var_over_five_kilobytes_fails_with_the_fix(tmp_path: Path) -> None:

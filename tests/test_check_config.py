@@ -80,3 +80,35 @@ def test_explain_names_route_canonical_path_key_and_durable_object() -> None:
     assert result["origins"] == ["us", "eu"]
     bad = run("--explain", "GET", "https://api.example.com/v1/a%2fb")
     assert bad.returncode == 2 and "bad_path" in bad.stdout
+
+
+def test_another_environments_problem_is_a_warning_unless_it_is_asked_for(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "wrangler.toml").write_text(
+        WRANGLER + '[env.prod.vars]\nEDGE_LIMITER_ENV = "prod"\n'
+    )
+    (tmp_path / "mine.toml").write_text(
+        'origin = "https://a.test"\n[[routes]]\nname = "a"\nmatch = { path = "/a" }\nlimits = "5/s"\n'
+    )
+    wrangler = str(tmp_path / "wrangler.toml")
+    top = run(str(tmp_path / "mine.toml"), "--wrangler", wrangler)
+    assert top.returncode == 0, top.stderr
+    assert "warning: `npx wrangler deploy --env prod` would fail" in top.stdout
+    assert "has no [env.prod] table" in top.stdout and "add one" in top.stdout
+    prod = run(str(tmp_path / "mine.toml"), "--wrangler", wrangler, "--env", "prod")
+    assert prod.returncode == 1 and "has no [env.prod] table" in prod.stderr
+
+
+def test_the_command_reads_a_relative_path_from_where_it_is_run(tmp_path: Path) -> None:
+    (tmp_path / "mine.toml").write_text(
+        'origin = "https://a.test"\n[[routes]]\nname = "a"\nmatch = { path = "/a" }\nlimits = "5/fortnight"\n'
+    )
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "check-config"), "mine.toml"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and "mine.toml: route 'a'.limits" in done.stderr

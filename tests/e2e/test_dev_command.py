@@ -20,12 +20,22 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_dev(tmp_path: Path, *options: str) -> tuple[subprocess.Popen[str], list[str], str]:
-    """Start scripts/dev with ``options``; the process, its output so far and its URL."""
+def start_dev(
+    tmp_path: Path, *options: str, cwd: Path = ROOT, wrapper: bool = False
+) -> tuple[subprocess.Popen[str], list[str], str]:
+    """Start scripts/dev with ``options``; the process, its output so far and its URL.
+
+    ``wrapper``: through the README's ``scripts/dev`` (bootstrap, then dev.py), run in ``cwd``.
+    """
     env = {**os.environ, "EDGE_LIMITER_DEV_STATE": str(tmp_path / "state")}
+    command = (
+        [str(ROOT / "scripts" / "dev")]
+        if wrapper
+        else [sys.executable, str(ROOT / "scripts" / "dev.py")]
+    )
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "dev.py"), "--port", "0", "--fresh", *options],
-        cwd=ROOT,
+        [*command, "--port", "0", "--fresh", *options],
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -127,6 +137,28 @@ def test_dev_runs_your_config_and_env_in_front_of_your_origin(tmp_path: Path) ->
             assert backend.hits == [("GET", "/orders/1"), ("GET", "/orders/1")]
         finally:
             stop_dev(process, lines)
+
+
+def test_dev_runs_a_config_of_your_own_beside_the_examples_environments(tmp_path: Path) -> None:
+    # Your file, named relative to where you are, with no [env.staging] table: the example
+    # wrangler.toml's staging environment (EDGE_LIMITER_ENV = "staging") is then a warning
+    # about `wrangler deploy --env staging`, not a reason to refuse running the top level.
+    (tmp_path / "own.toml").write_text(
+        'origin = "https://api.example.com"\n'
+        '[[routes]]\nname = "own"\nmatch = { path = "/own/*" }\nlimits = "1/minute"\n'
+    )
+    process, lines, base = start_dev(tmp_path, "--config", "own.toml", cwd=tmp_path, wrapper=True)
+    try:
+        output = "".join(lines)
+        assert "config: own.toml" in output
+        assert "warning: `npx wrangler deploy --env staging` would fail" in output
+        codes = [
+            httpx.get(f"{base}/own/1", headers={"cf-connecting-ip": "192.0.2.30"}).status_code
+            for _ in range(2)
+        ]
+        assert codes == [200, 429]
+    finally:
+        stop_dev(process, lines)
 
 
 def test_dev_refuses_an_origin_mapping_the_config_does_not_name(tmp_path: Path) -> None:

@@ -34,7 +34,8 @@ def apply_environment(
         raise ConfigError(
             [
                 f"config: {ENV_VAR} is {env_name!r} but {source} has no [env.{env_name}] "
-                f"table (it has: {known or 'none'})"
+                f"table (it has: {known or 'none'}); add one (an empty table keeps the top "
+                f"level's fields) or remove {ENV_VAR} from that environment's vars"
             ]
         )
     overlay = environments[env_name]
