@@ -18,6 +18,7 @@ Counters persist under ``.local/dev/`` (``--fresh`` forgets them).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import shutil
 import signal
@@ -111,14 +112,27 @@ def parse_mappings(values: list[str]) -> dict[str, str]:
     return mappings
 
 
+def is_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine (``localhost``, ``127.0.0.0/8``, ``[::1]``)."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class OriginMap:
-    """Decides where each configured origin goes locally: a mapping, or a demo origin."""
+    """Decides where each configured origin goes locally: a mapping, the configured URL
+    itself when it is already on this machine, or else a demo origin (never the internet)."""
 
     def __init__(self, mappings: dict[str, str]) -> None:
         self.mappings = mappings
         self.used: set[str] = set()
         self.demos: dict[str, DemoOrigin] = {}
         self.routes: dict[str, str] = {}
+        self.local: set[str] = set()
 
     def __call__(self, url: str, is_default: bool, name: str | None = None) -> str:
         host = urlsplit(url).netloc
@@ -127,6 +141,11 @@ class OriginMap:
                 self.used.add(alias)
                 self.routes[url] = self.mappings[alias]
                 return self.mappings[alias]
+        if is_loopback(url):
+            # Already on this machine (your own server): used as configured.
+            self.routes[url] = url
+            self.local.add(url)
+            return url
         if url not in self.demos:
             self.demos[url] = DemoOrigin(name=url)
         self.routes[url] = self.demos[url].url
@@ -228,6 +247,9 @@ def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path |
             + (f", env {env}" if env else "")
         )
         for original, local in origins.routes.items():
+            if original in origins.local:
+                print(f"  origin {original}: your origin on this machine, as configured")
+                continue
             kind = "demo origin" if original in origins.demos else "your origin"
             print(f"  origin {original} -> {kind} {local}")
         print(f"  counters persist in {persist}/ (--fresh forgets them)")

@@ -1,0 +1,52 @@
+"""scripts/dev's choice of where each configured origin goes (no runtime started)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from dev import OriginMap, is_loopback, rewrite_origins  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://127.0.0.1:9000", True),
+        ("http://127.8.0.1", True),
+        ("http://localhost:8080/api", True),
+        ("http://LOCALHOST.:8080", True),
+        ("http://api.localhost:3000", True),
+        ("http://[::1]:9000", True),
+        ("https://api.example.com", False),
+        ("http://10.0.0.5:8080", False),
+        ("http://localhost.example.com", False),
+        ("http://0.0.0.0:80", False),
+    ],
+)
+def test_loopback_origins(url: str, loopback: bool) -> None:
+    assert is_loopback(url) is loopback
+
+
+def test_an_origin_on_this_machine_is_used_as_configured() -> None:
+    origins = OriginMap({"api.example.com": "http://127.0.0.1:3000"})
+    try:
+        document = rewrite_origins(
+            {
+                "origin": "http://127.0.0.1:9000",
+                "routes": [{"name": "a", "origin": "https://api.example.com"}],
+                "pools": {"p": {"origins": [{"name": "far", "url": "https://far.example.com"}]}},
+            },
+            origins,
+        )
+        assert document["origin"] == "http://127.0.0.1:9000"  # kept
+        assert document["routes"][0]["origin"] == "http://127.0.0.1:3000"  # mapped
+        demo = document["pools"]["p"]["origins"][0]["url"]
+        assert is_loopback(demo) and demo == origins.demos["https://far.example.com"].url
+        assert origins.local == {"http://127.0.0.1:9000"}
+    finally:
+        origins.stop()
