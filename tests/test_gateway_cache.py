@@ -111,11 +111,35 @@ def test_a_304_from_the_cache_counts_like_a_hit() -> None:
     assert answer.status == 304 and answer.headers.get("x-ratelimit-remaining") == "3"
 
 
-def test_a_conditional_miss_is_the_origins_to_judge() -> None:
-    h = cached(FakeOrigin(respond=answering(status=304, headers=[("etag", '"v1"')])))
+def test_a_conditional_miss_fills_the_cache_and_still_answers_304() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=TAGGED)))
     answer = h.send(request("/v1/catalog/m", headers={"if-none-match": '"v1"'}))
-    assert answer.status == 304 and answer.headers.get("x-cache") == "MISS"
-    assert ("if-none-match", '"v1"') in h.origin.sent[0].headers
+    assert answer.status == 304 and answer.body is None
+    assert answer.headers.get("x-cache") == "MISS" and answer.headers.get("etag") == '"v1"'
+    assert answer.headers.get("x-ratelimit-remaining") == "4"  # a miss is counted
+    # The origin was asked for the whole answer, which is now stored.
+    assert not any(name == "if-none-match" for name, _ in h.origin.sent[0].headers)
+    whole = h.send(request("/v1/catalog/m"))
+    assert whole.headers.get("x-cache") == "HIT" and whole.body == b"answer 1"
+    assert len(h.origin.sent) == 1
+
+
+def test_a_conditional_miss_that_does_not_match_gets_the_whole_answer() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=TAGGED)))
+    since = {"if-none-match": '"v0"', "if-modified-since": "Sun, 06 Nov 2022 08:49:37 GMT"}
+    answer = h.send(request("/v1/catalog/n", headers=since))
+    assert answer.status == 200 and answer.body == b"answer 1"
+    assert not any(name.startswith("if-") for name, _ in h.origin.sent[0].headers)
+
+
+def test_a_conditional_miss_that_may_not_be_stored_is_the_origins_to_judge() -> None:
+    h = cached(FakeOrigin(respond=answering(status=304, headers=[("etag", '"v1"')])))
+    head = h.send(request("/v1/catalog/h", "HEAD", headers={"if-none-match": '"v1"'}))
+    assert head.status == 304 and ("if-none-match", '"v1"') in h.origin.sent[0].headers
+    refused = h.send(
+        request("/v1/catalog/h", headers={"if-none-match": '"v1"', "cache-control": "no-store"})
+    )
+    assert refused.status == 304 and ("if-none-match", '"v1"') in h.origin.sent[1].headers
     assert h.kv.puts == []  # a 304 is never a whole response to store
 
 

@@ -77,6 +77,19 @@ def test_a_hit_answers_a_matching_etag_with_a_304(
     assert origin_gets(origin, path) == 1
 
 
+def test_a_conditional_miss_answers_304_and_fills_the_cache(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    path = unique()
+    tagged = path + "?h=" + quote('etag:"v2"', safe="")
+    first = get(gateway, tagged, if_none_match='"v2"')
+    assert first.status_code == 304 and first.headers["x-cache"] == "MISS"
+    assert first.content == b"" and first.headers["etag"] == '"v2"'
+    whole = until_hit(gateway, tagged)
+    assert whole.status_code == 200 and "if-none-match" not in whole.json()["headers"]
+    assert origin_gets(origin, path) == 1
+
+
 def test_vary_gives_each_variant_its_own_entry(gateway: LocalGateway) -> None:
     path = unique() + "?h=vary:accept-language"
     de = get(gateway, path, accept_language="de").json()

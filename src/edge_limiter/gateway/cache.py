@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 
-from ..core.caching.conditional import not_modified, not_modified_fields
+from ..core.caching.conditional import VALIDATORS, not_modified, not_modified_fields
 from ..core.caching.entry import (
     Entry,
     age_seconds,
@@ -99,10 +99,18 @@ class Cache:
                 return await self._hit(exchange, entry)
             if entry is not None and usable_stale(entry, now):
                 stale = entry
+        storing = lookup.write and request.method == "GET"
+        validators: list[tuple[str, str]] = []
+        if storing:
+            # The origin's whole answer fills the cache; the client's condition is judged
+            # here against it (see core.caching.conditional).
+            validators = [(n, v) for n, v in request_fields if n.lower() in VALIDATORS]
+            for name in VALIDATORS:
+                request.headers.delete(name)
         response = await call_next(exchange)
         if stale is not None and exchange.origin_failed:
             return self._stale(exchange, stale, response)
-        if lookup.write and exchange.reached_origin and request.method == "GET":
+        if storing and exchange.reached_origin:
             try:
                 await self._store(exchange, base, request_fields, response)
             except BodyReadError as exc:
@@ -111,6 +119,14 @@ class Cache:
                 self._log_failure("origin_body", exc)
                 origin = response.headers.get("x-origin") or "origin"
                 return problem_response(problems.origin_body_broken(self.route.name, origin))
+            fields = response.headers.items()
+            if validators and not_modified(validators, response.status, fields, now, now):
+                out = Headers(not_modified_fields(origin_fields(fields)))
+                for name, value in gateway_fields(fields):
+                    out.set(name, value)
+                if (origin := response.headers.get("x-origin")) is not None:
+                    out.set("X-Origin", origin)
+                response = Response(304, out, None)
         response.headers.set(CACHE_HEADER, "MISS")
         return response
 

@@ -12,6 +12,10 @@ instead of sending the whole body again. The rules, in RFC 9110 section 13.2.2's
 
 ``If-Match`` and ``If-Unmodified-Since`` are meant for the origin (they guard its state):
 :func:`needs_origin` sends such a request past the cache.
+
+On a miss that may be stored, the :data:`VALIDATORS` are held back: the origin sends its
+whole answer, which fills the cache, and the client still gets its ``304`` when that
+answer matches (else a client that always holds a copy would never let the cache fill).
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ from .fields import FieldPairs, Fields, field_pairs, field_value, field_values
 NOT_MODIFIED_FIELDS = frozenset(
     {"cache-control", "content-location", "date", "etag", "expires", "last-modified", "vary"}
 )
+
+
+#: The client's validators: on a miss that may be stored they are held back from the
+#: origin (its full answer fills the cache) and judged here against that answer.
+VALIDATORS = ("if-none-match", "if-modified-since")
 
 
 def needs_origin(request_fields: Fields) -> bool:
