@@ -96,7 +96,7 @@ class Cache:
         if lookup.read:
             entry = await self._lookup(base, request_fields, now)
             if entry is not None and is_fresh(entry, now):
-                return await self._hit(exchange, entry)
+                return await self._hit(exchange, entry, request_fields)
             if entry is not None and usable_stale(entry, now):
                 stale = entry
         storing = lookup.write and request.method == "GET"
@@ -119,18 +119,28 @@ class Cache:
                 self._log_failure("origin_body", exc)
                 origin = response.headers.get("x-origin") or "origin"
                 return problem_response(problems.origin_body_broken(self.route.name, origin))
-            fields = response.headers.items()
-            if validators and not_modified(validators, response.status, fields, now, now):
-                out = Headers(not_modified_fields(origin_fields(fields)))
-                for name, value in gateway_fields(fields):
-                    out.set(name, value)
-                if (origin := response.headers.get("x-origin")) is not None:
-                    out.set("X-Origin", origin)
-                response = Response(304, out, None)
+            if validators:
+                response = self._judged(validators, response, now)
         response.headers.set(CACHE_HEADER, "MISS")
         return response
 
-    async def _hit(self, exchange: Exchange, entry: Entry) -> Response:
+    @staticmethod
+    def _judged(validators: list[tuple[str, str]], response: Response, now: int) -> Response:
+        """The origin's whole answer, or a ``304`` when it matches the client's validators."""
+        fields = response.headers.items()
+        if not not_modified(validators, response.status, fields, now, now):
+            return response
+        out = Headers(not_modified_fields(origin_fields(fields)))
+        for name, value in gateway_fields(fields):
+            out.set(name, value)
+        origin = response.headers.get("x-origin")
+        if origin is not None:
+            out.set("X-Origin", origin)
+        return Response(304, out, None)
+
+    async def _hit(
+        self, exchange: Exchange, entry: Entry, request_fields: list[tuple[str, str]]
+    ) -> Response:
         headers: list[tuple[str, str]] = []
         if self.settings.count_hits:
             admission = await self.limiter.admit(exchange)
@@ -139,7 +149,7 @@ class Cache:
             headers = admission.headers
         now = exchange.now_ms
         request = exchange.request
-        if not_modified(request.headers.items(), entry.status, entry.headers, entry.stored_at, now):
+        if not_modified(request_fields, entry.status, entry.headers, entry.stored_at, now):
             # The client's copy is current: 304, the body not sent again.
             status = 304
             out = Headers(not_modified_fields(entry.headers))
