@@ -22,6 +22,7 @@ import ipaddress
 import os
 import shutil
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -112,6 +113,18 @@ def parse_mappings(values: list[str]) -> dict[str, str]:
     return mappings
 
 
+def port_free(port: int) -> bool:
+    """Whether a server could listen on ``127.0.0.1:port`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As servers do: a port a stopped server left in TIME_WAIT is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def is_loopback(url: str) -> bool:
     """Whether ``url`` names this machine (``localhost``, ``127.0.0.0/8``, ``[::1]``)."""
     host = (urlsplit(url).hostname or "").rstrip(".").lower()
@@ -184,6 +197,13 @@ def main() -> int:
     )
     args = parser.parse_args()
     mappings = parse_mappings(args.origin)
+    if args.port and not port_free(args.port):
+        print(
+            f"port {args.port} on 127.0.0.1 is in use (another scripts/dev?): stop it, "
+            f"or pick another with --port",
+            file=sys.stderr,
+        )
+        return 2
 
     check = check_project(args.wrangler, args.config, deploying=args.env)
     for warning in check.warnings:

@@ -1,7 +1,9 @@
-"""scripts/dev's choice of where each configured origin goes (no runtime started)."""
+"""scripts/dev before it starts a runtime: where each configured origin goes, a busy port."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -50,3 +52,20 @@ def test_an_origin_on_this_machine_is_used_as_configured() -> None:
         assert origins.local == {"http://127.0.0.1:9000"}
     finally:
         origins.stop()
+
+
+def test_a_busy_port_is_a_clear_error_not_a_traceback() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "dev.py"), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    assert done.returncode == 2
+    assert f"port {port} on 127.0.0.1 is in use" in done.stderr and "--port" in done.stderr
+    assert "Traceback" not in done.stderr
