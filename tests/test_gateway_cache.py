@@ -132,6 +132,14 @@ def test_a_conditional_miss_that_does_not_match_gets_the_whole_answer() -> None:
     assert not any(name.startswith("if-") for name, _ in h.origin.sent[0].headers)
 
 
+def test_a_conditional_miss_whose_answer_is_not_stored_gets_it_whole() -> None:
+    private = [("etag", '"v1"'), ("set-cookie", "s=1"), ("cache-control", "no-store")]
+    h = cached(FakeOrigin(respond=answering(headers=private)))
+    answer = h.send(request("/v1/catalog/s", headers={"if-none-match": '"v1"'}))
+    assert answer.status == 200 and answer.body == b"answer 1"
+    assert answer.headers.get("set-cookie") == "s=1" and h.kv.puts == []
+
+
 def test_a_conditional_miss_that_may_not_be_stored_is_the_origins_to_judge() -> None:
     h = cached(FakeOrigin(respond=answering(status=304, headers=[("etag", '"v1"')])))
     head = h.send(request("/v1/catalog/h", "HEAD", headers={"if-none-match": '"v1"'}))

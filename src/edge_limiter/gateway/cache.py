@@ -92,19 +92,20 @@ class Cache:
             scope_key=scope_key,
         )
         now = exchange.now_ms
+        # The client's If-None-Match / If-Modified-Since, judged here on a hit, and on a
+        # miss that may be stored (see core.caching.conditional).
+        validators = [(n, v) for n, v in request_fields if n.lower() in VALIDATORS]
         stale: Entry | None = None
         if lookup.read:
             entry = await self._lookup(base, request_fields, now)
             if entry is not None and is_fresh(entry, now):
-                return await self._hit(exchange, entry, request_fields)
+                return await self._hit(exchange, entry, validators)
             if entry is not None and usable_stale(entry, now):
                 stale = entry
         storing = lookup.write and request.method == "GET"
-        validators: list[tuple[str, str]] = []
-        if storing:
+        if storing and validators:
             # The origin's whole answer fills the cache; the client's condition is judged
-            # here against it (see core.caching.conditional).
-            validators = [(n, v) for n, v in request_fields if n.lower() in VALIDATORS]
+            # here against it.
             for name in VALIDATORS:
                 request.headers.delete(name)
         response = await call_next(exchange)
@@ -112,26 +113,27 @@ class Cache:
             return self._stale(exchange, stale, response)
         if storing and exchange.reached_origin:
             try:
-                await self._store(exchange, base, request_fields, response)
+                stored = await self._store(exchange, base, request_fields, response)
             except BodyReadError as exc:
                 # Cut off mid-body: nothing is stored, and the client is told, not sent a
                 # truncated copy as if it were whole.
                 self._log_failure("origin_body", exc)
                 origin = response.headers.get("x-origin") or "origin"
                 return problem_response(problems.origin_body_broken(self.route.name, origin))
-            if validators:
-                response = self._judged(validators, response, now)
+            if validators and stored is not None:
+                response = self._judged(validators, stored, response, now)
         response.headers.set(CACHE_HEADER, "MISS")
         return response
 
     @staticmethod
-    def _judged(validators: list[tuple[str, str]], response: Response, now: int) -> Response:
-        """The origin's whole answer, or a ``304`` when it matches the client's validators."""
-        fields = response.headers.items()
-        if not not_modified(validators, response.status, fields, now, now):
+    def _judged(
+        validators: list[tuple[str, str]], stored: Entry, response: Response, now: int
+    ) -> Response:
+        """The origin's answer, or a ``304`` when the copy just stored matches the validators."""
+        if not not_modified(validators, stored.status, stored.headers, now, now):
             return response
-        out = Headers(not_modified_fields(origin_fields(fields)))
-        for name, value in gateway_fields(fields):
+        out = Headers(not_modified_fields(stored.headers))
+        for name, value in gateway_fields(response.headers.items()):
             out.set(name, value)
         origin = response.headers.get("x-origin")
         if origin is not None:
@@ -139,7 +141,7 @@ class Cache:
         return Response(304, out, None)
 
     async def _hit(
-        self, exchange: Exchange, entry: Entry, request_fields: list[tuple[str, str]]
+        self, exchange: Exchange, entry: Entry, validators: list[tuple[str, str]]
     ) -> Response:
         headers: list[tuple[str, str]] = []
         if self.settings.count_hits:
@@ -149,7 +151,9 @@ class Cache:
             headers = admission.headers
         now = exchange.now_ms
         request = exchange.request
-        if not_modified(request_fields, entry.status, entry.headers, entry.stored_at, now):
+        if validators and not_modified(
+            validators, entry.status, entry.headers, entry.stored_at, now
+        ):
             # The client's copy is current: 304, the body not sent again.
             status = 304
             out = Headers(not_modified_fields(entry.headers))
@@ -208,17 +212,18 @@ class Cache:
         base: str,
         request_fields: list[tuple[str, str]],
         response: Response,
-    ) -> None:
+    ) -> Entry | None:
+        """Store ``response`` if it may be (written after the response); the entry, if any."""
         now = exchange.now_ms
         response_fields = origin_fields(response.headers.items())
         decision = store_decision(response.status, response_fields, None, self.settings, now)
         if not decision.store:
-            return
+            return None
         # A body of unknown length is measured as it is read, never held past max_bytes: a
         # larger one is not stored and goes to the client streamed.
         body = await response.read_body_at_most(self.settings.max_bytes)
         if body is None:
-            return
+            return None
         decision = replace(decision, must_measure=False)
         entry = response_entry(decision, response.status, response_fields, body, now)
         writes: list[tuple[str, bytes]] = []
@@ -231,11 +236,12 @@ class Cache:
             writes.append((target, encode_entry(entry)))
         except CacheEntryError as exc:
             self._log_failure("encode", exc)
-            return
+            return None
         writes = [(key, value) for key, value in writes if self._may_write(key, now)]
         if writes:
             ttl = kv_expiration_ttl(decision.stale_until, now)
             exchange.background.defer(self._write(writes, ttl))
+        return entry
 
     def _may_write(self, key: str, now: int) -> bool:
         """Whether this isolate may write ``key`` now (KV: one write per second per key)."""
