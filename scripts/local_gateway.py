@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 from project_config import Deployment, deployment, read_toml  # noqa: E402
 
 LAUNCHER = REPO / "scripts" / "local_runtime" / "launch.mjs"
+#: Console lines held for the echo when this process's stderr is not being read.
+ECHO_BACKLOG = 10_000
 DEFAULT_WORKER_DIR = REPO / "build" / "worker"
 
 BrokenMode = Literal["throw", "hang"]
@@ -136,6 +139,13 @@ class LocalGateway:
         self._spec.update(extra_spec or {})
         self._boot_timeout = boot_timeout
         self._echo_stderr = echo_stderr
+        # Echoed lines go through a bounded queue to a writer thread: if nobody reads this
+        # process's stderr, lines are dropped rather than the readers (and then the
+        # runtime, writing its console into a full pipe) blocked.
+        self._echo: queue.Queue[str] = queue.Queue(maxsize=ECHO_BACKLOG)
+        self.echo_dropped = 0
+        if echo_stderr:
+            threading.Thread(target=self._write_echo, daemon=True).start()
         self._node = node or os.environ.get("NODE") or shutil.which("node") or "node"
         self._process: subprocess.Popen[str] | None = None
         self._url: str | None = None
@@ -339,7 +349,7 @@ class LocalGateway:
             else:
                 self._stderr.append(f"[stdout] {text}")
                 if self._echo_stderr:
-                    print(text, file=sys.stderr, flush=True)
+                    self._echo_line(text)
 
     def _read_stderr(self) -> None:
         assert self._process is not None and self._process.stderr is not None
@@ -347,6 +357,18 @@ class LocalGateway:
             text = line.rstrip("\n")
             self._stderr.append(text)
             if self._echo_stderr:
+                self._echo_line(text)
+
+    def _echo_line(self, text: str) -> None:
+        try:
+            self._echo.put_nowait(text)
+        except queue.Full:
+            self.echo_dropped += 1
+
+    def _write_echo(self) -> None:
+        while True:
+            text = self._echo.get()
+            with contextlib.suppress(OSError, ValueError):
                 print(text, file=sys.stderr, flush=True)
 
     def _failure(self, message: str) -> LocalGatewayError:

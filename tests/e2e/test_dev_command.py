@@ -161,6 +161,42 @@ def test_dev_runs_a_config_of_your_own_beside_the_examples_environments(tmp_path
         stop_dev(process, lines)
 
 
+def test_dev_keeps_serving_when_nobody_reads_its_logs(tmp_path: Path) -> None:
+    # A parent that starts scripts/dev with its stderr on a pipe it never reads: the logs
+    # (one line per denial) fill the pipe, and must never stall the gateway.
+    (tmp_path / "tight.toml").write_text(
+        'origin = "https://api.example.com"\n'
+        '[[routes]]\nname = "tight"\nmatch = { path = "/t/*" }\nlimits = "1/hour"\n'
+    )
+    env = {**os.environ, "EDGE_LIMITER_DEV_STATE": str(tmp_path / "state")}
+    command = [sys.executable, str(ROOT / "scripts" / "dev.py"), "--port", "0", "--fresh"]
+    process = subprocess.Popen(
+        [*command, "--config", str(tmp_path / "tight.toml")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,  # never read
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if "Ctrl-C" in line:
+                break
+        base = re.search(r"running on (http://127\.0\.0\.1:\d+)", "".join(lines))
+        assert base, "".join(lines)
+        with httpx.Client(base_url=base.group(1)) as client:
+            ip = {"cf-connecting-ip": "192.0.2.40"}
+            codes = [client.get("/t/x", headers=ip).status_code for _ in range(1500)]
+        assert codes == [200] + [429] * 1499  # about 300 KB of log lines, nobody reading
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+
 def test_dev_refuses_an_origin_mapping_the_config_does_not_name(tmp_path: Path) -> None:
     done = subprocess.run(
         [
