@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from edge_limiter.core.http.messages import Response
+from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.gateway import OriginRequest
 
 from .fakes import FakeOrigin, answering, body_json, cut_off, harness, request, streaming
@@ -159,6 +159,74 @@ def test_preconditions_that_guard_the_origin_go_to_it(field: str) -> None:
     answer = h.send(request("/v1/catalog/p", headers={field: value}))
     assert answer.headers.get("x-cache") == "BYPASS" and answer.body == b"answer 2"
     assert (field, value) in h.origin.sent[-1].headers
+
+
+SHORT = [("cache-control", "max-age=2")]
+
+
+def test_a_stale_copy_is_served_while_a_fresh_one_is_fetched() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="30s")
+    h.send(request("/v1/catalog/r"))
+    h.clock.advance(2_500)
+    updating = h.send(request("/v1/catalog/r"), flush=False)
+    assert updating.headers.get("x-cache") == "UPDATING" and updating.body == b"answer 1"
+    assert updating.headers.get("age") == "2"
+    assert len(h.origin.sent) == 1  # the refresh runs after the response
+    again = h.send(request("/v1/catalog/r"), flush=False)  # one refresh at a time
+    assert again.headers.get("x-cache") == "UPDATING"
+    h.flush()
+    assert len(h.origin.sent) == 2
+    fresh = h.send(request("/v1/catalog/r"))
+    assert fresh.headers.get("x-cache") == "HIT" and fresh.body == b"answer 2"
+
+
+def test_the_refresh_is_rate_limited_like_any_request_to_the_origin() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="30s")
+    h.send(request("/v1/catalog/l"))  # 1 of 5
+    for _ in range(4):
+        h.clock.advance(2_100)
+        h.send(request("/v1/catalog/l"))  # each refreshes: 5 of 5
+    assert len(h.origin.sent) == 5
+    h.clock.advance(2_100)
+    stale = h.send(request("/v1/catalog/l"))
+    assert stale.headers.get("x-cache") == "UPDATING" and stale.body == b"answer 5"
+    assert len(h.origin.sent) == 5  # the sixth refresh was denied, never sent
+    assert h.events("limited") or h.events("cached_denial")
+
+
+def test_past_the_window_a_stale_copy_is_a_miss() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="10s")
+    h.send(request("/v1/catalog/w"))
+    h.clock.advance(12_000)
+    late = h.send(request("/v1/catalog/w"))
+    assert late.headers.get("x-cache") == "MISS" and late.body == b"answer 2"
+
+
+def test_a_head_is_served_the_stale_copy_without_a_refresh() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="30s")
+    h.send(request("/v1/catalog/x"))
+    h.clock.advance(2_500)
+    head = h.send(request("/v1/catalog/x", "HEAD"))
+    assert head.headers.get("x-cache") == "UPDATING" and head.body is None
+    assert len(h.origin.sent) == 1
+
+
+def test_a_failed_refresh_keeps_the_stale_copy() -> None:
+    status = [200]
+
+    async def respond(_: OriginRequest) -> Response:
+        return Response(status[0], Headers(SHORT), f"status {status[0]}".encode())
+
+    h = cached(FakeOrigin(respond=respond), stale_while_revalidate="30s")
+    h.send(request("/v1/catalog/f"))
+    h.clock.advance(2_500)
+    status[0] = 503
+    assert h.send(request("/v1/catalog/f")).body == b"status 200"  # its refresh got 503s
+    after = h.send(request("/v1/catalog/f"), flush=False)
+    assert after.headers.get("x-cache") == "UPDATING" and after.body == b"status 200"
+    status[0] = 200
+    h.flush()
+    assert h.send(request("/v1/catalog/f")).headers.get("x-cache") == "HIT"
 
 
 def test_vary_keeps_one_entry_per_variant() -> None:

@@ -17,6 +17,7 @@ from edge_limiter.core.caching.entry import (
     encode_entry,
     is_fresh,
     replay_headers,
+    revalidating,
     storable_fields,
     usable_stale,
     vary_manifest,
@@ -153,6 +154,7 @@ entries = st.builds(
     initial_age_s=st.integers(0, 2**31),
     vary=st.lists(field_text, max_size=3).map(tuple),
     manifest=st.booleans(),
+    revalidate_until=st.integers(0, 2**53),
 )
 
 
@@ -183,3 +185,16 @@ def test_damaged_data_decodes_or_raises_the_specific_error(
     assert isinstance(decoded, Entry)
     # Growing or cutting the data is always caught by the body length.
     assert mode == "flip"
+
+
+def test_an_entry_stored_before_stale_while_revalidate_has_no_such_window() -> None:
+    made = Entry(200, (), b"x", 1_000, 2_000, 3_000, revalidate_until=9_000)
+    encoded = encode_entry(made)
+    size = struct.unpack_from(">4sI", encoded)[1]
+    header = json.loads(encoded[8 : 8 + size])
+    assert header.pop("r") == 9_000  # what an older version wrote had no "r"
+    older = json.dumps(header, separators=(",", ":")).encode()
+    decoded = decode_entry(struct.pack(">4sI", b"ELC1", len(older)) + older + b"x")
+    assert decoded.revalidate_until == 0 and decoded.expires == 3_000
+    assert not revalidating(decoded, 2_500) and revalidating(made, 2_500)
+    assert not revalidating(made, 1_999) and not revalidating(made, 9_000)

@@ -26,6 +26,7 @@ PUBLIC = CacheSettings(ttl_ms=300_000)
 KEYED = CacheSettings(ttl_ms=300_000, scope="key")
 ALLOWING = CacheSettings(ttl_ms=300_000, allow_client_no_cache=True)
 STALE = CacheSettings(ttl_ms=300_000, stale_if_error_ms=600_000)
+UPDATING = CacheSettings(ttl_ms=300_000, stale_while_revalidate_ms=30_000)
 
 
 # --- lookup ------------------------------------------------------------------------------
@@ -223,6 +224,24 @@ def test_stale_if_error_window() -> None:
         assert store.stale_until == store.fresh_until == NOW + 60_000
     allowed = decide({"cache-control": "s-maxage=60, stale-if-error=100"}, cache=STALE)
     assert allowed.stale_until == NOW + 160_000
+
+
+def test_stale_while_revalidate_window() -> None:
+    store = decide({}, cache=UPDATING)
+    assert (store.fresh_until, store.revalidate_until) == (NOW + 300_000, NOW + 330_000)
+    assert decide({}).revalidate_until == 0  # the route's window is 0 by default
+    narrowed = decide({"cache-control": "max-age=60, stale-while-revalidate=10"}, cache=UPDATING)
+    assert narrowed.revalidate_until == NOW + 70_000
+    capped = decide({"cache-control": "max-age=60, stale-while-revalidate=999"}, cache=UPDATING)
+    assert capped.revalidate_until == NOW + 90_000  # the route's window caps the origin's
+    for forbids in ("max-age=60, must-revalidate", "max-age=60, proxy-revalidate", "s-maxage=60"):
+        assert decide({"cache-control": forbids}, cache=UPDATING).revalidate_until == 0
+    assert (
+        decide(
+            {"cache-control": "max-age=9, stale-while-revalidate=0"}, cache=UPDATING
+        ).revalidate_until
+        == 0
+    )
 
 
 def test_vary_names_are_normalised() -> None:

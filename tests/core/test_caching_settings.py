@@ -98,6 +98,8 @@ def test_missing_ttl_is_a_problem_but_settings_come_back() -> None:
         ("allow_client_no_cache", 1),
         ("stale_if_error", 10),
         ("stale_if_error", "31d"),
+        ("stale_while_revalidate", 30),
+        ("stale_while_revalidate", "2d"),
     ],
 )
 def test_bad_field_is_a_problem_naming_it(field: str, value: object) -> None:
@@ -160,3 +162,11 @@ def test_max_bytes_leaves_room_for_the_entry_header_in_a_kv_value() -> None:
     assert not problems.items
     _, problems = parse({"ttl": "5m", "max_bytes": 25 * 1024 * 1024})
     assert problems.items
+
+
+def test_stale_while_revalidate_is_a_duration() -> None:
+    settings, problems = parse({"ttl": "5m", "stale_while_revalidate": "30s"})
+    assert settings is not None and not problems.items
+    assert settings.stale_while_revalidate_ms == 30_000
+    default, _ = parse({"ttl": "5m"})
+    assert default is not None and default.stale_while_revalidate_ms == 0

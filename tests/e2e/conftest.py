@@ -108,6 +108,12 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
                 cache={"ttl": "5m", "scope": "key"},
             ),
             route(
+                "cached-swr",
+                "/swr/*",
+                "1000/hour",
+                cache={"ttl": "5m", "stale_while_revalidate": "30s"},
+            ),
+            route(
                 "cached-small",
                 "/cached-small/*",
                 "1000/hour",

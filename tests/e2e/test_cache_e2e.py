@@ -124,6 +124,25 @@ def test_a_max_age_shorter_than_the_ttl_expires_the_entry(gateway: LocalGateway)
     assert answer.json()["n"] != first  # KV kept it 60 s; the entry's own expiry said no
 
 
+def test_a_stale_copy_is_served_while_the_runtime_fetches_a_fresh_one(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    path = unique("/swr")
+    short = path + "?h=" + quote("cache-control:max-age=1", safe="")
+    first = get(gateway, short).json()["n"]
+    assert until_hit(gateway, short).json()["n"] == first
+    deadline = time.monotonic() + 15
+    while (answer := get(gateway, short)).headers["x-cache"] == "HIT":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert answer.headers["x-cache"] == "UPDATING" and answer.json()["n"] == first
+    # The refresh ran after that response (waitUntil): a fresh copy replaces the old.
+    while (fresh := get(gateway, short)).headers["x-cache"] != "HIT" or fresh.json()["n"] == first:
+        assert time.monotonic() < deadline, fresh.headers
+        time.sleep(0.1)
+    assert origin_gets(origin, path) >= 2
+
+
 def test_per_key_entries_never_cross_clients(gateway: LocalGateway) -> None:
     path = unique("/mine")
     alice = get(gateway, path, x_api_key="alice").json()["n"]

@@ -58,6 +58,7 @@ def describe_route(route: Route) -> dict[str, Any]:
             "ttl_ms": route.cache.ttl_ms,
             "scope": route.cache.scope,
             "stale_if_error_ms": route.cache.stale_if_error_ms,
+            "stale_while_revalidate_ms": route.cache.stale_while_revalidate_ms,
         }
     if route.idempotency is not None:
         out["idempotency"] = {

@@ -2,7 +2,9 @@
 
 Before the rate limit (a hit consumes no quota, unless the route says ``count_hits``): a
 fresh entry is answered at once (``X-Cache: HIT`` with its ``Age``; ``304`` when the client's
-``If-None-Match`` or ``If-Modified-Since`` says it holds that copy). On a miss the request
+``If-None-Match`` or ``If-Modified-Since`` says it holds that copy; within the route's
+stale-while-revalidate window a stale copy is answered the same way, ``X-Cache:
+UPDATING``, and a fresh one fetched after the response). On a miss the request
 goes on; if the origin's response may be stored, it is written to KV after the response
 is sent (``waitUntil``), never on the request's critical path. KV failures are misses,
 logged, never errors for the client. The rules (keys, Cache-Control, Vary, lifetimes) are
@@ -22,6 +24,7 @@ from ..core.caching.entry import (
     encode_entry,
     is_fresh,
     replay_headers,
+    revalidating,
     usable_stale,
 )
 from ..core.caching.keys import base_key, variant_key
@@ -43,6 +46,8 @@ from .ports import KeyValueStore, Services
 from .ratelimit import RateLimit, request_key
 
 CACHE_HEADER = "X-Cache"
+#: ``X-Cache`` of a stale copy served while a fresh one is fetched (stale-while-revalidate).
+UPDATING = "UPDATING"
 #: KV takes one write per second per key: this isolate skips rewriting a key sooner.
 REWRITE_AFTER_MS = 1_000
 _RECENT_WRITES = 1_024
@@ -65,6 +70,7 @@ class Cache:
         self.limiter = limiter
         self.services = services
         self._written: OrderedDict[str, int] = OrderedDict()
+        self._refreshing: set[str] = set()
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         request = exchange.request
@@ -100,6 +106,10 @@ class Cache:
             entry = await self._lookup(base, request_fields, now)
             if entry is not None and is_fresh(entry, now):
                 return await self._hit(exchange, entry, validators)
+            if entry is not None and revalidating(entry, now):
+                if lookup.write and request.method == "GET":
+                    self._revalidate(exchange, base, entry, request_fields, call_next)
+                return await self._hit(exchange, entry, validators, UPDATING)
             if entry is not None and usable_stale(entry, now):
                 stale = entry
         storing = lookup.write and request.method == "GET"
@@ -140,8 +150,50 @@ class Cache:
             out.set("X-Origin", origin)
         return Response(304, out, None)
 
+    def _revalidate(
+        self,
+        exchange: Exchange,
+        base: str,
+        entry: Entry,
+        request_fields: list[tuple[str, str]],
+        call_next: Handler,
+    ) -> None:
+        """Fetch a fresh copy of ``entry`` after the response (once at a time per entry)."""
+        mark = variant_key(base, entry.vary, request_fields) if entry.vary else base
+        if mark in self._refreshing:
+            return
+        self._refreshing.add(mark)
+        exchange.background.defer(self._refresh(exchange, base, request_fields, call_next, mark))
+
+    async def _refresh(
+        self,
+        exchange: Exchange,
+        base: str,
+        request_fields: list[tuple[str, str]],
+        call_next: Handler,
+        mark: str,
+    ) -> None:
+        # The rest of the pipeline, as for a miss: the refresh is rate limited (it is a
+        # request to the origin) and goes through the pools, breakers and retries.
+        try:
+            for name in VALIDATORS:
+                exchange.request.headers.delete(name)
+            again = replace(exchange, reached_origin=False, origin_failed=False)
+            response = await call_next(again)
+            if again.reached_origin:
+                again.now_ms = self.services.clock.now_ms()
+                await self._store(again, base, request_fields, response, defer=False)
+        except Exception as exc:  # the client already has its answer
+            self._log_failure("revalidate", exc)
+        finally:
+            self._refreshing.discard(mark)
+
     async def _hit(
-        self, exchange: Exchange, entry: Entry, validators: list[tuple[str, str]]
+        self,
+        exchange: Exchange,
+        entry: Entry,
+        validators: list[tuple[str, str]],
+        label: str = "HIT",
     ) -> Response:
         headers: list[tuple[str, str]] = []
         if self.settings.count_hits:
@@ -165,7 +217,7 @@ class Cache:
             body = entry.body if request.method == "GET" and entry.body else None
         for name, value in headers:
             out.set(name, value)
-        out.set(CACHE_HEADER, "HIT")
+        out.set(CACHE_HEADER, label)
         return Response(status, out, body)
 
     def _stale(self, exchange: Exchange, entry: Entry, failed: Response) -> Response:
@@ -185,7 +237,7 @@ class Cache:
     ) -> Entry | None:
         entry = await self._read(base)
         if entry is not None and entry.manifest:
-            if now >= entry.stale_until:
+            if now >= entry.expires:
                 return None
             entry = await self._read(variant_key(base, entry.vary, request_fields))
         if entry is not None and entry.manifest:
@@ -212,8 +264,11 @@ class Cache:
         base: str,
         request_fields: list[tuple[str, str]],
         response: Response,
+        *,
+        defer: bool = True,
     ) -> Entry | None:
-        """Store ``response`` if it may be (written after the response); the entry, if any."""
+        """Store ``response`` if it may be (written after the response, unless not
+        ``defer``: already there); the entry, if any."""
         now = exchange.now_ms
         response_fields = origin_fields(response.headers.items())
         decision = store_decision(response.status, response_fields, None, self.settings, now)
@@ -239,8 +294,11 @@ class Cache:
             return None
         writes = [(key, value) for key, value in writes if self._may_write(key, now)]
         if writes:
-            ttl = kv_expiration_ttl(decision.stale_until, now)
-            exchange.background.defer(self._write(writes, ttl))
+            ttl = kv_expiration_ttl(entry.expires, now)
+            if defer:
+                exchange.background.defer(self._write(writes, ttl))
+            else:
+                await self._write(writes, ttl)
         return entry
 
     def _may_write(self, key: str, now: int) -> bool:

@@ -11,7 +11,9 @@ it does not fully understand (another version's framing included): the caller tr
 that as a miss and the next store overwrites the value.
 
 Times are integer milliseconds. ``fresh_until`` ends the time a copy is served as a hit;
-``stale_until`` ends the time it may stand in for an origin that fails (stale-if-error).
+``stale_until`` ends the time it may stand in for an origin that fails (stale-if-error);
+``revalidate_until`` the time it is still served while a fresh copy is fetched
+(stale-while-revalidate). An entry stored before that field existed has none.
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ class Entry:
     vary: tuple[str, ...] = ()
     """The request fields the response varies on (lower case, sorted)."""
     manifest: bool = False
+    revalidate_until: int = 0
+    """Past ``fresh_until`` and before this, served while a fresh copy is fetched."""
+
+    @property
+    def expires(self) -> int:
+        """When the entry stops mattering: past freshness and both stale windows."""
+        return max(self.fresh_until, self.stale_until, self.revalidate_until)
 
 
 def storable_fields(headers: Fields) -> FieldPairs:
@@ -60,10 +69,25 @@ def storable_fields(headers: Fields) -> FieldPairs:
 
 
 def vary_manifest(
-    vary: tuple[str, ...], stored_at: int, fresh_until: int, stale_until: int
+    vary: tuple[str, ...],
+    stored_at: int,
+    fresh_until: int,
+    stale_until: int,
+    revalidate_until: int = 0,
 ) -> Entry:
     """The entry stored at a base key to say which request fields pick the variant."""
-    return Entry(0, (), b"", stored_at, fresh_until, stale_until, 0, vary, manifest=True)
+    return Entry(
+        0,
+        (),
+        b"",
+        stored_at,
+        fresh_until,
+        stale_until,
+        0,
+        vary,
+        manifest=True,
+        revalidate_until=revalidate_until,
+    )
 
 
 def encode_entry(entry: Entry) -> bytes:
@@ -78,6 +102,7 @@ def encode_entry(entry: Entry) -> bytes:
             "a": entry.initial_age_s,
             "v": list(entry.vary),
             "m": entry.manifest,
+            "r": entry.revalidate_until,
             "n": len(entry.body),
         },
         ensure_ascii=True,
@@ -119,6 +144,7 @@ def decode_entry(data: bytes) -> Entry:
         initial_age_s=_int(header, "a"),
         vary=_names(header.get("v")),
         manifest=_bool(header, "m"),
+        revalidate_until=_int(header, "r") if "r" in header else 0,
     )
 
 
@@ -130,6 +156,11 @@ def age_seconds(entry: Entry, now: int) -> int:
 def is_fresh(entry: Entry, now: int) -> bool:
     """Whether ``entry`` may be served as a hit at ``now``."""
     return now < entry.fresh_until
+
+
+def revalidating(entry: Entry, now: int) -> bool:
+    """Whether ``entry``, no longer fresh, is still served while a fresh copy is fetched."""
+    return entry.fresh_until <= now < entry.revalidate_until
 
 
 def usable_stale(entry: Entry, now: int) -> bool:

@@ -5,7 +5,8 @@ hit consumes no quota unless ``count_hits``), then :func:`store_decision` when t
 has answered a request that may be stored. Both only decide; the gateway does the I/O.
 
 This is a shared cache in front of one origin (RFC 9111) with two deliberate limits: it
-never revalidates (a response that must be revalidated is simply not stored) and it
+never revalidates with a conditional request (a response that must be revalidated is
+simply not stored; stale-while-revalidate fetches the whole response again) and it
 stores whole responses only (Range requests pass through). The route's ``ttl`` caps every
 lifetime: an origin can shorten how long a response is served, never lengthen it.
 
@@ -142,6 +143,8 @@ class Store:
     """Request fields the response varies on: store a manifest and a variant."""
     must_measure: bool = False
     """The body's length is not known yet: store only if :func:`body_fits`."""
+    revalidate_until: int = 0
+    """The end of the stale-while-revalidate window (0: none)."""
 
 
 def store_decision(
@@ -194,6 +197,14 @@ def store_decision(
     elif directives.s_maxage is not None:
         # RFC 9111 section 5.2.2.10: s-maxage means proxy-revalidate for a shared cache.
         stale_ms = 0
+    revalidate_ms = settings.stale_while_revalidate_ms
+    if directives.must_revalidate or directives.proxy_revalidate:
+        revalidate_ms = 0
+    elif directives.stale_while_revalidate is not None:
+        # The origin's own stale-while-revalidate (RFC 5861) narrows the route's window.
+        revalidate_ms = min(revalidate_ms, directives.stale_while_revalidate * 1000)
+    elif directives.s_maxage is not None:
+        revalidate_ms = 0
 
     fields = storable_fields(response_headers)
     if len(json.dumps([list(pair) for pair in fields])) > MAX_STORED_FIELD_BYTES:
@@ -205,6 +216,7 @@ def store_decision(
         StoreReason.STORED,
         fresh_until=fresh_until,
         stale_until=fresh_until + stale_ms,
+        revalidate_until=fresh_until + revalidate_ms if revalidate_ms > 0 else 0,
         initial_age_s=age_s,
         vary=normalize_vary(vary_items),
     )
@@ -221,13 +233,13 @@ def body_fits(length: int, settings: CacheSettings) -> bool:
     return 0 <= length <= settings.max_bytes
 
 
-def kv_expiration_ttl(stale_until: int, now_ms: int) -> int:
-    """The ``expirationTtl`` (seconds) to store an entry with.
+def kv_expiration_ttl(expires: int, now_ms: int) -> int:
+    """The ``expirationTtl`` (seconds) to store an entry that stops mattering at ``expires``.
 
-    It covers the fresh lifetime and the stale-if-error window, and is never below KV's
-    60 s minimum: a shorter freshness is enforced by the entry's own ``fresh_until``.
+    It covers the fresh lifetime and both stale windows (:attr:`Entry.expires`), and is
+    never below KV's 60 s minimum: a shorter freshness is enforced by the entry itself.
     """
-    remaining_s = -(-(stale_until - now_ms) // 1000)
+    remaining_s = -(-(expires - now_ms) // 1000)
     return max(KV_MIN_EXPIRATION_TTL_S, remaining_s)
 
 
@@ -246,6 +258,7 @@ def response_entry(
         stale_until=store.stale_until,
         initial_age_s=store.initial_age_s,
         vary=store.vary,
+        revalidate_until=store.revalidate_until,
     )
 
 
@@ -257,7 +270,9 @@ def manifest_entry(store: Store, now_ms: int) -> Entry:
     """
     if not store.vary:
         raise ValueError("a response without Vary needs no manifest")
-    return vary_manifest(store.vary, now_ms, store.fresh_until, store.stale_until)
+    return vary_manifest(
+        store.vary, now_ms, store.fresh_until, store.stale_until, store.revalidate_until
+    )
 
 
 def _pragma_no_cache(headers: Fields) -> bool:

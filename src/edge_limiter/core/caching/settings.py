@@ -4,7 +4,7 @@ In the config a route caches its GET and HEAD responses with a table::
 
     cache = { ttl = "5m", scope = "key", ignore_query = ["utm_source"], max_bytes = 262144,
               statuses = [200, 404], count_hits = false, allow_client_no_cache = false,
-              stale_if_error = "10m" }
+              stale_if_error = "10m", stale_while_revalidate = "30s" }
 
 Only ``ttl`` is required. The parser records every problem in a
 :class:`~edge_limiter.core.validation.Problems` and never raises; a bad field takes its
@@ -29,6 +29,7 @@ UNSTORABLE_STATUSES = (206, 304)
 MIN_TTL_MS = 1_000
 MAX_TTL_MS = 365 * 86_400_000
 MAX_STALE_IF_ERROR_MS = 30 * 86_400_000
+MAX_STALE_WHILE_REVALIDATE_MS = 86_400_000
 #: ``ignore_query`` entry meaning "leave the whole query out of the key".
 ALL_PARAMS = "*"
 
@@ -41,6 +42,7 @@ _FIELDS = (
     "count_hits",
     "allow_client_no_cache",
     "stale_if_error",
+    "stale_while_revalidate",
 )
 # Only used to hand back a whole settings object after a missing or bad ttl was recorded.
 _FALLBACK_TTL_MS = 60_000
@@ -66,6 +68,9 @@ class CacheSettings:
     """Whether a client's ``no-cache`` (or ``max-age=0``) skips the cache."""
     stale_if_error_ms: int = 0
     """How long past its freshness a stored copy may stand in for a failing origin."""
+    stale_while_revalidate_ms: int = 0
+    """How long past its freshness a stored copy is still served while a fresh one is
+    fetched after the response (RFC 5861)."""
 
     @property
     def ignores_whole_query(self) -> bool:
@@ -129,6 +134,14 @@ def parse_cache(raw: object, where: str, problems: Problems) -> CacheSettings | 
         allow_client_no_cache=boolean(data, "allow_client_no_cache", False, where, problems),
         stale_if_error_ms=duration(
             data, "stale_if_error", 0, where, problems, maximum_ms=MAX_STALE_IF_ERROR_MS
+        ),
+        stale_while_revalidate_ms=duration(
+            data,
+            "stale_while_revalidate",
+            0,
+            where,
+            problems,
+            maximum_ms=MAX_STALE_WHILE_REVALIDATE_MS,
         ),
     )
 
