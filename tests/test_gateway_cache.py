@@ -180,6 +180,25 @@ def test_a_stale_copy_is_served_while_a_fresh_one_is_fetched() -> None:
     assert fresh.headers.get("x-cache") == "HIT" and fresh.body == b"answer 2"
 
 
+def test_a_refresh_whose_work_was_dropped_does_not_block_the_next() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="5m")
+    h.send(request("/v1/catalog/d"))
+    h.clock.advance(2_500)
+    h.send(request("/v1/catalog/d"), flush=False)
+    assert len(h.background.pending) == 1
+    for dropped in h.background.pending:
+        dropped.close()  # type: ignore[attr-defined]
+    h.background.pending.clear()
+    h.clock.advance(10_000)
+    h.send(request("/v1/catalog/d"), flush=False)
+    assert h.background.pending == []  # within the request timeout: taken as still running
+    h.clock.advance(30_000)
+    h.send(request("/v1/catalog/d"), flush=False)
+    assert len(h.background.pending) == 1
+    h.flush()
+    assert len(h.origin.sent) == 2
+
+
 def test_the_refresh_is_rate_limited_like_any_request_to_the_origin() -> None:
     h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="30s")
     h.send(request("/v1/catalog/l"))  # 1 of 5

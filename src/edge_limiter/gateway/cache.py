@@ -70,7 +70,8 @@ class Cache:
         self.limiter = limiter
         self.services = services
         self._written: OrderedDict[str, int] = OrderedDict()
-        self._refreshing: set[str] = set()
+        self._refreshing: dict[str, int] = {}
+        """Entries being fetched again (stale-while-revalidate), with when it started."""
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         request = exchange.request
@@ -160,9 +161,15 @@ class Cache:
     ) -> None:
         """Fetch a fresh copy of ``entry`` after the response (once at a time per entry)."""
         mark = variant_key(base, entry.vary, request_fields) if entry.vary else base
-        if mark in self._refreshing:
+        now = exchange.now_ms
+        started = self._refreshing.get(mark)
+        # A refresh still running is not doubled; one that never ended (its work dropped)
+        # stops counting once the request would have timed out anyway.
+        if started is not None and now - started < exchange.forward.timeout_ms + 1_000:
             return
-        self._refreshing.add(mark)
+        if len(self._refreshing) >= _RECENT_WRITES:
+            self._refreshing.clear()
+        self._refreshing[mark] = now
         exchange.background.defer(self._refresh(exchange, base, request_fields, call_next, mark))
 
     async def _refresh(
@@ -186,7 +193,7 @@ class Cache:
         except Exception as exc:  # the client already has its answer
             self._log_failure("revalidate", exc)
         finally:
-            self._refreshing.discard(mark)
+            self._refreshing.pop(mark, None)
 
     async def _hit(
         self,
