@@ -260,6 +260,17 @@ def test_vary_keeps_one_entry_per_variant() -> None:
     assert len(h.origin.sent) == 3
 
 
+def test_vary_accept_encoding_keeps_one_entry_for_every_client() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=[("vary", "Accept-Encoding")])))
+    h.send(request("/v1/catalog/ae", headers={"accept-encoding": "gzip, deflate, br"}))
+    for spelling in ("br, gzip", "identity", None):
+        headers = {"accept-encoding": spelling} if spelling else {}
+        hit = h.send(request("/v1/catalog/ae", headers=headers))
+        assert hit.headers.get("x-cache") == "HIT" and hit.body == b"answer 1"
+        assert hit.headers.get("vary") == "Accept-Encoding"  # still said to the client
+    assert len(h.origin.sent) == 1
+
+
 @pytest.mark.parametrize(
     "headers",
     [

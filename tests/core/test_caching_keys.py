@@ -223,10 +223,14 @@ def test_non_ascii_and_control_characters_are_escaped() -> None:
 
 
 def test_vary_names_normalise() -> None:
-    assert normalize_vary([" Accept ", "accept-encoding", "ACCEPT", ""]) == (
-        "accept",
-        "accept-encoding",
-    )
+    assert normalize_vary([" Accept ", "x-tenant", "ACCEPT", ""]) == ("accept", "x-tenant")
+
+
+def test_accept_encoding_never_picks_a_variant() -> None:
+    # The runtime asks every origin with its own Accept-Encoding and encodes for each
+    # client itself: the client's field changes nothing in the answer.
+    assert normalize_vary(["Accept-Encoding", "accept"]) == ("accept",)
+    assert normalize_vary(["Accept-Encoding"]) == ()
 
 
 def test_variant_keys_follow_the_named_fields_only() -> None:

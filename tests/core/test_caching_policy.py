@@ -245,8 +245,10 @@ def test_stale_while_revalidate_window() -> None:
 
 
 def test_vary_names_are_normalised() -> None:
-    store = decide({"vary": "Accept-Language, accept-encoding,ACCEPT-LANGUAGE"})
-    assert store.store and store.vary == ("accept-encoding", "accept-language")
+    store = decide({"vary": "Accept-Language, x-tenant,ACCEPT-LANGUAGE"})
+    assert store.store and store.vary == ("accept-language", "x-tenant")
+    # Accept-Encoding alone: one entry for every client (see keys.VARY_IGNORED).
+    assert decide({"vary": "Accept-Encoding"}).vary == ()
 
 
 def test_body_length_decides_then_content_length_then_measuring() -> None:

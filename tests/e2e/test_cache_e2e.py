@@ -99,6 +99,23 @@ def test_vary_gives_each_variant_its_own_entry(gateway: LocalGateway) -> None:
     assert until_hit(gateway, path, accept_language="fr").json()["n"] == fr["n"]
 
 
+def test_vary_accept_encoding_is_one_entry_since_the_runtime_picks_the_encoding(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    path = unique()
+    varying = path + "?h=" + quote("vary:accept-encoding", safe="")
+    first = get(gateway, varying, accept_encoding="identity").json()
+    other = until_hit(gateway, varying, accept_encoding="gzip, deflate")
+    assert other.json()["n"] == first["n"] and origin_gets(origin, path) == 1
+    # Why that is right: the origin is asked with the runtime's own Accept-Encoding,
+    # whatever the client sent (if this changes, keys.VARY_IGNORED must too).
+    seen = {
+        get(gateway, unique("/free"), accept_encoding=sent).json()["headers"].get("accept-encoding")
+        for sent in ("identity", "gzip", "zstd")
+    }
+    assert len(seen) == 1 and first["headers"].get("accept-encoding") in seen
+
+
 @pytest.mark.parametrize(
     "header",
     ["cache-control:no-store", "cache-control:private", "set-cookie:session=1", "vary:*"],

@@ -93,9 +93,17 @@ def base_key(
     return _bounded(plain, _readable(encoded[0], encoded[2], encoded[3]))
 
 
+#: ``Vary`` names that never pick a variant. The runtime sends every origin request with
+#: its own ``Accept-Encoding`` (whatever the client's says), decodes the answer, and
+#: encodes what it sends each client itself: no answer depends on the client's field, and
+#: keying on it would only split one entry per browser's spelling of it.
+VARY_IGNORED = frozenset({"accept-encoding", ""})
+
+
 def normalize_vary(names: Iterable[str]) -> tuple[str, ...]:
-    """Field names from ``Vary``: lower-cased, trimmed, sorted, each once, blanks dropped."""
-    return tuple(sorted({name.strip(_OWS).lower() for name in names} - {""}))
+    """Field names from ``Vary``: lower-cased, trimmed, sorted, each once, blanks and
+    :data:`VARY_IGNORED` dropped."""
+    return tuple(sorted({name.strip(_OWS).lower() for name in names} - VARY_IGNORED))
 
 
 def variant_key(base: str, vary_names: Iterable[str], request_headers: Fields) -> str:
