@@ -133,6 +133,21 @@ def test_burst_per_limit_and_route_burst_on_the_shortest_window() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"limits": [{"rate": "10/s", "burst": 10**9 + 1}]}, "route 'r'.limits[0].burst"),
+        ({"limits": "10/s", "burst": 10**9 + 1}, "route 'r'.burst"),
+        ({"limits": [{"rate": "10/s", "burst": 0}]}, "route 'r'.limits[0].burst"),
+    ],
+)
+def test_a_burst_out_of_range_is_a_named_problem_not_a_crash(
+    fields: dict[str, object], field: str
+) -> None:
+    problems = problems_of(config(route(name="r", algorithm="token_bucket", **fields)))
+    assert any(p.startswith(f"{field}: must be an integer from 1 to 1000000000") for p in problems)
+
+
 def test_duplicate_names_are_reported_even_with_other_errors() -> None:
     problems = problems_of(config(route(name="a"), route(name="a", limits="10/fortnight")))
     assert any("route 'a'.name: is used by an earlier route" in p for p in problems)

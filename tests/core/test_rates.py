@@ -26,6 +26,7 @@ UNITS = {
     MINUTE_MS: ("m", "min", "mins", "minute", "minutes"),
     HOUR_MS: ("h", "hr", "hrs", "hour", "hours"),
     DAY_MS: ("d", "day", "days"),
+    7 * DAY_MS: ("w", "wk", "wks", "week", "weeks"),
 }
 
 
@@ -61,6 +62,17 @@ def test_parse_rates_splits_on_semicolons() -> None:
     assert parse_rates("1000/hour; 10000/day") == (Rate(1000, HOUR_MS), Rate(10_000, DAY_MS))
     assert parse_rates("10/second;1000/hour") == (Rate(10, SECOND_MS), Rate(1000, HOUR_MS))
     assert parse_rates("5/minute") == (Rate(5, MINUTE_MS),)
+
+
+@pytest.mark.parametrize("text", ["10/second, 1000/hour", "10/second|1000/hour", "10/s ,1000/h"])
+def test_commas_and_bars_separate_limits_as_in_the_limits_library(text: str) -> None:
+    assert parse_rates(text) == (Rate(10, SECOND_MS), Rate(1000, HOUR_MS))
+
+
+@pytest.mark.parametrize("text", ["10000/month", "10000 per month", "100/year", "5/yr", "1/mo"])
+def test_a_calendar_month_or_year_says_to_give_days(text: str) -> None:
+    with pytest.raises(RateParseError, match="per 30 days"):
+        parse_rate(text)
 
 
 def test_names_and_descriptions() -> None:
@@ -118,6 +130,8 @@ def test_bad_rates_are_refused_with_the_input_quoted(text: str) -> None:
         " ; ",
         "10/s;",
         "10/s;;5/m",
+        "10/s,",
+        "10/s,|5/m",
         "10/s; 20/second",
         "10/s; 5/fortnight",
         "10/s; 0/m",

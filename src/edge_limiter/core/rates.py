@@ -1,4 +1,9 @@
-"""Rate strings: ``"5/minute"``, ``"100 per 10 seconds"``, ``"10/s"``, ``"1000/hour; 10000/day"``."""
+"""Rate strings: ``"5/minute"``, ``"100 per 10 seconds"``, ``"10/s"``, ``"1000/hour; 10000/day"``.
+
+Several limits are separated by ``;`` (or ``,`` or ``|``, as the ``limits`` library
+writes them). Units: second, minute, hour, day, week; a calendar month or year has no
+fixed length, so ``"10000 per 30 days"`` says which one is meant.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ for _names, _ms in (
     (("m", "min", "mins", "minute", "minutes"), MINUTE_MS),
     (("h", "hr", "hrs", "hour", "hours"), HOUR_MS),
     (("d", "day", "days"), DAY_MS),
+    (("w", "wk", "wks", "week", "weeks"), 7 * DAY_MS),
 ):
     for _name in _names:
         _UNITS[_name] = _ms
@@ -30,6 +36,9 @@ _RATE_RE = re.compile(
     # ASCII only: otherwise \d takes fullwidth or Arabic-Indic digits, which int() accepts.
     re.IGNORECASE | re.ASCII,
 )
+
+#: Between the limits of one string: ``;``, or ``,`` and ``|`` as the ``limits`` library has it.
+_SEPARATORS = re.compile(r"[;,|]")
 
 # Longer than any valid number, far shorter than the digits int() refuses to convert.
 _MAX_DIGITS = 15
@@ -139,10 +148,15 @@ def parse_rate(text: str) -> Rate:
         )
     unit = match.group("unit").lower()
     unit_ms = _UNITS.get(unit)
+    if unit_ms is None and unit.rstrip("s") in ("month", "mo", "year", "yr", "y"):
+        raise RateParseError(
+            f"cannot parse rate {text!r}: a calendar {match.group('unit')!r} has no fixed "
+            "length; give the window in days, e.g. '10000 per 30 days'"
+        )
     if unit_ms is None:
         raise RateParseError(
             f"cannot parse rate {text!r}: unknown unit {match.group('unit')!r} "
-            "(use second, minute, hour or day)"
+            "(use second, minute, hour, day or week)"
         )
     for digits in (match.group("quota"), match.group("count") or ""):
         if len(digits) > _MAX_DIGITS:
@@ -162,20 +176,20 @@ def parse_rate(text: str) -> Rate:
 
 
 def parse_rates(text: str) -> tuple[Rate, ...]:
-    """Parse ``"10/second; 1000/hour"`` into one :class:`Rate` per limit.
+    """Parse ``"10/second; 1000/hour"`` (or ``","``, ``"|"``) into one :class:`Rate` per limit.
 
     Duplicate windows are refused: two limits over the same window would make one of
     them meaningless and their policy names collide.
     """
     if not isinstance(text, str):
         raise RateParseError(f"limits must be a string like '10/second; 1000/hour', got {text!r}")
-    parts = list(text.split(";"))
+    parts = _SEPARATORS.split(text)
     if not text.strip():
         raise RateParseError(f"cannot parse rates {text!r}: no limit given")
     rates: list[Rate] = []
     for part in parts:
         if not part.strip():
-            raise RateParseError(f"cannot parse rates {text!r}: empty limit between ';'")
+            raise RateParseError(f"cannot parse rates {text!r}: an empty limit between separators")
         try:
             rates.append(parse_rate(part.strip()))
         except RateParseError as exc:

@@ -41,7 +41,7 @@ from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
-from ..rates import Limit, parse_rate, parse_rates
+from ..rates import MAX_QUOTA, Limit, parse_rate, parse_rates
 from ..resilience.retry import RetrySettings, parse_retry
 from ..routing.origins import Origin, Pool, parse_pools
 from ..validation import (
@@ -154,8 +154,10 @@ def _limit_table(item: Mapping[str, Any], where: str, problems: Problems) -> Lim
     if name != "" and (not isinstance(name, str) or not POLICY_NAME_RE.fullmatch(name)):
         problems.add(f"{where}.name", f"must match {POLICY_NAME_RE.pattern}, got {shown(name)}")
     burst = item.get("burst")
-    if burst is not None and (not is_int(burst) or burst < 1):
-        problems.add(f"{where}.burst", f"must be a positive integer, got {shown(burst)}")
+    if burst is not None and (not is_int(burst) or not 1 <= burst <= MAX_QUOTA):
+        problems.add(
+            f"{where}.burst", f"must be an integer from 1 to {MAX_QUOTA}, got {shown(burst)}"
+        )
     if len(problems) != before:
         return None
     return Limit(rate, burst, name if isinstance(name, str) else "")
@@ -211,8 +213,10 @@ def _apply_route_burst(
     """
     if burst is None or not limits:
         return limits
-    if not is_int(burst) or burst < 1:
-        problems.add(f"{where}.burst", f"must be a positive integer, got {shown(burst)}")
+    if not is_int(burst) or not 1 <= burst <= MAX_QUOTA:
+        problems.add(
+            f"{where}.burst", f"must be an integer from 1 to {MAX_QUOTA}, got {shown(burst)}"
+        )
         return limits
     shortest = min(range(len(limits)), key=lambda i: limits[i].rate.window_ms)
     target = limits[shortest]
