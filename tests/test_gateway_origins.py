@@ -142,6 +142,19 @@ def test_an_outage_seen_by_one_isolate_protects_the_others() -> None:
     assert origins.hits.count("eu") == 4
 
 
+def test_a_trip_is_reported_at_once_even_if_no_request_follows() -> None:
+    origins = Origins()
+    origins.down.add("eu")
+    a = pooled(origins)
+    for _ in range(4):
+        a.send(from_("DE", "EU"))  # all within a second; the 4th trips a's breaker
+    # No more traffic in a: the trip still reached the shared breaker.
+    b = pooled(origins)
+    b.gateway = Gateway(b.gateway.config, Services(**{**_services(b), "breakers": a.breakers}))
+    assert b.send(from_("DE", "EU")).headers.get("x-origin") == "us"
+    assert origins.hits.count("eu") == 4  # b never tried it
+
+
 def _services(h: Harness) -> dict[str, Any]:
     services = h.gateway.services
     return {name: getattr(services, name) for name in services.__dataclass_fields__}

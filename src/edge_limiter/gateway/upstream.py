@@ -90,6 +90,9 @@ class _Copy:
     pending: list[Report] = field(default_factory=list)
     synced_at: int = -SYNC_EVERY_MS
     syncing: bool = False
+    urgent: bool = False
+    """The copy changed phase (tripped open, or closed again): report it at once, not
+    within the second, since no request may come to carry the report later."""
 
 
 class BreakerBoard:
@@ -129,11 +132,14 @@ class BreakerBoard:
         overloaded_until: int = 0,
     ) -> None:
         copy = self._copy(origin)
+        before = current_phase(copy.state, now)
         if outcome is Outcome.OVERLOAD and overloaded_until > now:
             copy.state = overloaded(copy.state, now, overloaded_until)
         copy.state = record(copy.state, settings, now, outcome, permit)
         copy.pending.append(Report(now, outcome, permit, overloaded_until))
         del copy.pending[:-MAX_PENDING_REPORTS]
+        if current_phase(copy.state, now) != before:
+            copy.urgent = True
 
     def sync_soon(
         self, origin: str, settings: BreakerSettings, now: int, background: Background
@@ -142,7 +148,7 @@ class BreakerBoard:
         if self.services.breakers is None:
             return
         copy = self._copy(origin)
-        if copy.syncing or now - copy.synced_at < SYNC_EVERY_MS:
+        if copy.syncing or (not copy.urgent and now - copy.synced_at < SYNC_EVERY_MS):
             return
         copy.syncing = True
         copy.synced_at = now
@@ -164,17 +170,25 @@ class BreakerBoard:
 
     async def _sync(self, origin: str, settings: BreakerSettings, copy: _Copy) -> None:
         assert self.services.breakers is not None
-        reports, copy.pending = copy.pending, []
         try:
-            answer = await self.services.breakers.sync(
-                origin, SyncCall(settings, tuple(reports)).to_json()
-            )
-            copy.state = adopt(copy.state, state_from_json(answer))
-        except Exception as exc:  # the isolate's own breaker goes on deciding alone
-            copy.pending = (reports + copy.pending)[-MAX_PENDING_REPORTS:]
-            self.services.log(
-                {"event": "breaker_sync_error", "origin": origin, "error": repr(exc)[:200]}
-            )
+            while True:
+                # A phase change recorded while a report was on its way goes out at once
+                # too (the loop), not with some later request's report.
+                copy.urgent = False
+                reports, copy.pending = copy.pending, []
+                try:
+                    answer = await self.services.breakers.sync(
+                        origin, SyncCall(settings, tuple(reports)).to_json()
+                    )
+                    copy.state = adopt(copy.state, state_from_json(answer))
+                except Exception as exc:  # the isolate's own breaker goes on deciding alone
+                    copy.pending = (reports + copy.pending)[-MAX_PENDING_REPORTS:]
+                    self.services.log(
+                        {"event": "breaker_sync_error", "origin": origin, "error": repr(exc)[:200]}
+                    )
+                    return
+                if not (copy.urgent and copy.pending):
+                    return
         finally:
             copy.syncing = False
 
