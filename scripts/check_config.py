@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     if config.ops.shadow:
         print("global shadow mode: ON (nothing is blocked)")
     print(f"method overrides on POST: {config.method_override}")
+    if config.client_ip_header is not None:
+        print(f"the client's address goes to origins in: {config.client_ip_header}")
+    else:
+        print("the client's address goes to origins in: no field (client_ip_header unset)")
     if config.cors is not None:
         wildcards = [scheme + "*" + suffix for scheme, suffix in config.cors.wildcards]
         origins = ", ".join(sorted([*config.cors.allow_origins, *wildcards]))

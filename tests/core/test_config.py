@@ -347,3 +347,15 @@ def test_explain_says_which_leased_routes_are_planned() -> None:
     assert planned(limits="100/s", algorithm="fixed_window") is False
     no_leases = parse_config(config(route()))
     assert describe_route(no_leases.routes[0])["leases"] is None
+
+
+def test_client_ip_header_is_a_field_name() -> None:
+    assert parse_config(config(route())).client_ip_header is None
+    named = parse_config(config(route(), client_ip_header="X-Forwarded-For"))
+    assert named.client_ip_header == "x-forwarded-for"
+
+
+@pytest.mark.parametrize("value", ["", "X Forwarded", 5, "Host", "content-length", "Forwarded"])
+def test_client_ip_header_refuses_what_cannot_carry_an_address(value: object) -> None:
+    problems = problems_of(config(route(), client_ip_header=value))
+    assert any(p.startswith("config.client_ip_header") for p in problems)

@@ -64,6 +64,7 @@ def pool_config(origins: dict[str, DemoOrigin]) -> dict[str, Any]:
 
     return {
         "pools": pools,
+        "client_ip_header": "X-Forwarded-For",
         "routes": [
             route("geo", "geo"),
             route("fo", "fo"),
@@ -127,6 +128,20 @@ def test_clients_reach_their_regions_origin(pools_gateway: LocalGateway) -> None
         assert answer.status_code == 200
         assert answer.headers["x-origin"] == expected
         assert answer.json()["origin"] == expected
+
+
+def test_the_origin_learns_the_clients_address_from_the_gateway_only(
+    pools_gateway: LocalGateway,
+) -> None:
+    ip = fresh_ip()
+    answer = get(
+        pools_gateway.url,
+        "/geo/ip",
+        "DE",
+        "EU",
+        headers={"cf-connecting-ip": ip, "x-forwarded-for": "6.6.6.6"},
+    )
+    assert answer.json()["headers"]["x-forwarded-for"] == ip  # the client's copy replaced
 
 
 def test_a_stopped_origin_fails_over_with_no_failed_idempotent_request(

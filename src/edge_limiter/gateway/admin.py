@@ -152,6 +152,7 @@ class Admin:
                 "overrides_refresh_ms": ops.overrides_refresh_ms,
                 "matrix_params": self.config.matrix_params,
                 "method_override": self.config.method_override,
+                "client_ip_header": self.config.client_ip_header,
                 "warnings": list(self.config.warnings),
             },
         )

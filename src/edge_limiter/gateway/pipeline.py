@@ -44,7 +44,7 @@ class Gateway:
         self.services = services
         self.operating = Operating(config, services)
         self.admin = Admin(config, services, self.operating)
-        forward = Upstream(services)
+        forward = Upstream(services, config.client_ip_header)
         self.upstream = forward
         self._routes: dict[str, Handler] = {}
         self.limiters: dict[str, RateLimit] = {}

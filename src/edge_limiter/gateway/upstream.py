@@ -212,8 +212,9 @@ class _Tried:
 class Upstream:
     """Sends requests to their pool's origins; see the module docstring."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, client_ip_header: str | None = None) -> None:
         self.services = services
+        self.client_ip_header = client_ip_header
         self.breakers = BreakerBoard(services)
         self.bulkheads: dict[str, Bulkhead] = {}
         self.budgets: dict[tuple[str, RetrySettings], RetryBudgetState] = {}
@@ -303,6 +304,14 @@ class Upstream:
         request = exchange.request
         for name in PATH_OVERRIDE_FIELDS:
             request.headers.delete(name)
+        if self.client_ip_header is not None:
+            # The origin learns the client's address from the gateway, never from the
+            # client: whatever the client put in this field is replaced.
+            ip = request.client.ip
+            if ip:
+                request.headers.set(self.client_ip_header, ip)
+            else:
+                request.headers.delete(self.client_ip_header)
         order = self._order(pool, exchange)
         start = clock.now_ms()
         deadline = start + forward.timeout_ms

@@ -137,6 +137,9 @@ class Config:
     :mod:`edge_limiter.core.http.method_override`): ``apply``, ``refuse`` or ``pass``."""
     cors: CorsSettings | None = None
     """Which page origins the gateway's own answers allow (:mod:`..http.cors`)."""
+    client_ip_header: str | None = None
+    """The request field (lower case) that tells origins the client's address, set by the
+    gateway on every request it forwards (whatever the client put in it); None: none."""
     folds_case: bool = field(init=False, compare=False)
     """Whether any route matches paths case-insensitively (then paths are folded once)."""
 

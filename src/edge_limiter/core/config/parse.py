@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..algorithms import ALGORITHMS, make_algorithm
+from ..caching.fields import is_token
 from ..caching.settings import parse_cache
 from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
@@ -91,6 +92,7 @@ TOP_FIELDS = (
     "store_timeout_ms",
     "paths",
     "method_override",
+    "client_ip_header",
     "cors",
     "routes",
 )
@@ -686,6 +688,7 @@ def parse_config(raw: object) -> Config:
         raw, "method_override", "apply", "config", problems, options=OVERRIDE_MODES
     )
     cors = parse_cors(raw.get("cors"), problems)
+    client_ip_header = _client_ip_header(raw.get("client_ip_header"), problems)
     origin_url = (
         check_origin(raw["origin"], "config.origin", Problems())
         if raw.get("origin") is not None and raw.get("pool") is None
@@ -733,4 +736,45 @@ def parse_config(raw: object) -> Config:
         tuple(problems.warnings),
         method_override=method_override,
         cors=cors,
+        client_ip_header=client_ip_header,
     )
+
+
+#: Fields that describe the message or the connection: never a place for the client's
+#: address (and the platform would not forward some of them as set).
+_NOT_CLIENT_IP_FIELDS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "cookie",
+        "authorization",
+        "forwarded",
+    }
+)
+
+
+def _client_ip_header(value: object, problems: Problems) -> str | None:
+    """``client_ip_header``: a field name such as ``"X-Forwarded-For"``, or absent."""
+    if value is None:
+        return None
+    where = "config.client_ip_header"
+    if not isinstance(value, str) or not is_token(value):
+        problems.add(where, f"must be a header name such as 'X-Forwarded-For', got {shown(value)}")
+        return None
+    if value.lower() in _NOT_CLIENT_IP_FIELDS:
+        hint = (
+            " ('forwarded' takes 'for=' syntax: use X-Forwarded-For)"
+            if value.lower() == "forwarded"
+            else ""
+        )
+        problems.add(where, f"{value!r} is not a field for the client's address{hint}")
+        return None
+    return value.lower()
