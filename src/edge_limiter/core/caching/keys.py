@@ -93,10 +93,10 @@ def base_key(
     return _bounded(plain, _readable(encoded[0], encoded[2], encoded[3]))
 
 
-#: ``Vary`` names that never pick a variant. The runtime sends every origin request with
-#: its own ``Accept-Encoding`` (whatever the client's says), decodes the answer, and
-#: encodes what it sends each client itself: no answer depends on the client's field, and
-#: keying on it would only split one entry per browser's spelling of it.
+#: ``Vary`` names that never pick a variant. Cloudflare sets every incoming request's
+#: ``Accept-Encoding`` to ``br, gzip`` (the client's is in ``request.cf``), local workerd
+#: sends origins its own, and the runtime encodes what each client gets itself: no answer
+#: depends on the client's field, and keying on it would only split entries.
 VARY_IGNORED = frozenset({"accept-encoding", ""})
 
 
