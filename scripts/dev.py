@@ -34,17 +34,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from build_worker import BUNDLED_MODULE, build  # noqa: E402
+from check_config import table  # noqa: E402
 from demo_origin import DemoOrigin  # noqa: E402
 from local_gateway import LocalGateway  # noqa: E402
 from project_config import (  # noqa: E402
     CONFIG_VAR,
+    DEFAULT_FILE,
     ProjectConfigError,
     bundled_module,
     check_project,
     config_file,
     deployment,
+    raw_config,
     read_toml,
 )
+
+from edge_limiter.core.config import parse_config  # noqa: E402
 
 
 def rewrite_origins(document: Any, local: Callable[..., str]) -> Any:
@@ -248,12 +253,26 @@ def main() -> int:
             trigger_handlers=True,
             echo_stderr=not args.quiet,
         )
-        return serve(gateway, origins, persist, file)
+        example = file is not None and file.resolve() == (ROOT / DEFAULT_FILE).resolve()
+        routes = None
+        if not example or args.env:
+            raw = read_toml(file) if file is not None else None
+            source = file.name if file is not None else ""
+            routes = table(parse_config(raw_config(dep, raw, source)))
+        return serve(gateway, origins, persist, file, routes)
     finally:
         origins.stop()
 
 
-def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path | None) -> int:
+def serve(
+    gateway: LocalGateway,
+    origins: OriginMap,
+    persist: Path,
+    file: Path | None,
+    routes: str | None = None,
+) -> int:
+    """Run until interrupted. ``routes``: the config's route table, printed instead of the
+    example's curl commands when the config is not the example."""
     try:
         gateway.start()
         url = gateway.url
@@ -278,24 +297,11 @@ def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path |
         else:
             print("  admin API: off (put EDGE_LIMITER_ADMIN_TOKEN=... in .dev.vars to enable it)")
         print()
-        print("Try (with the example config):")
-        print(
-            f"  curl -i -X POST {url}/v1/login            # 5/minute per IP (sliding_log); 6th is 429"
-        )
-        print(f"  curl -i -X POST {url}//v1/%6cogin         # the same route: paths are canonical")
-        print(f"  curl -i -H 'x-api-key: k1' {url}/v1/search   # token bucket: 20 at once, 10/s")
-        print(f"  curl -i {url}/v1/tenants/acme/items         # gcra keyed on tenant + IP")
-        print(f"  curl -i -X POST {url}/v1/reports          # cost 10 of 60/minute")
-        print(
-            f"  curl -i {url}/v1/catalog/shoes             # cached in KV: the 2nd is X-Cache: HIT"
-        )
-        print(
-            f"  curl -i -X POST -H 'x-api-key: k1' -H 'Idempotency-Key: order-1' -d '{{}}' "
-            f"{url}/v1/payments   # again: replayed"
-        )
-        print(f"  curl -i {url}/health                       # no route: forwarded untouched")
-        print(f"  curl -i {url}/cdn-cgi/handler/scheduled    # run the health checks (cron)")
-        print(f'  curl -i -H \'MF-CF-Blob: {{"country":"DE","continent":"EU"}}\' {url}/v1/anything')
+        if routes is not None:
+            print("Routes, tried in order (scripts/check-config --explain shows one request):")
+            print(routes)
+        else:
+            _print_example_requests(url)
         print("\nCtrl-C stops the gateway and the demo origins.", flush=True)
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGINT, _interrupt)
@@ -305,6 +311,26 @@ def serve(gateway: LocalGateway, origins: OriginMap, persist: Path, file: Path |
     finally:
         gateway.stop()
     return 0
+
+
+def _print_example_requests(url: str) -> None:
+    """What to try against the example config."""
+    print("Try (with the example config):")
+    print(
+        f"  curl -i -X POST {url}/v1/login            # 5/minute per IP (sliding_log); 6th is 429"
+    )
+    print(f"  curl -i -X POST {url}//v1/%6cogin         # the same route: paths are canonical")
+    print(f"  curl -i -H 'x-api-key: k1' {url}/v1/search   # token bucket: 20 at once, 10/s")
+    print(f"  curl -i {url}/v1/tenants/acme/items         # gcra keyed on tenant + IP")
+    print(f"  curl -i -X POST {url}/v1/reports          # cost 10 of 60/minute")
+    print(f"  curl -i {url}/v1/catalog/shoes             # cached in KV: the 2nd is X-Cache: HIT")
+    print(
+        f"  curl -i -X POST -H 'x-api-key: k1' -H 'Idempotency-Key: order-1' -d '{{}}' "
+        f"{url}/v1/payments   # again: replayed"
+    )
+    print(f"  curl -i {url}/health                       # no route: forwarded untouched")
+    print(f"  curl -i {url}/cdn-cgi/handler/scheduled    # run the health checks (cron)")
+    print(f'  curl -i -H \'MF-CF-Blob: {{"country":"DE","continent":"EU"}}\' {url}/v1/anything')
 
 
 def watch(gateway: LocalGateway, every_s: float = 1.0) -> None:

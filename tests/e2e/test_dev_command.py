@@ -152,6 +152,9 @@ def test_dev_runs_a_config_of_your_own_beside_the_examples_environments(tmp_path
         output = "".join(lines)
         assert "config: own.toml" in output
         assert "warning: `npx wrangler deploy --env staging` would fail" in output
+        # Your routes, not the example's curl commands.
+        assert "Routes, tried in order" in output and "Try (with the example" not in output
+        assert any(line.startswith("own ") and "1 per minute" in line for line in lines)
         codes = [
             httpx.get(f"{base}/own/1", headers={"cf-connecting-ip": "192.0.2.30"}).status_code
             for _ in range(2)
