@@ -117,3 +117,16 @@ def test_stats_keep_an_hour_of_minutes_and_the_busiest_keys() -> None:
     gone = summary(merge(stored, StatsBatch().to_json(NOW + 61 * 60_000)), NOW + 61 * 60_000)
     assert gone["routes"] == {} and gone["top_limited"] == []
     assert apply_stats_call('{"op":"get"}', None, NOW)[0].startswith("{")
+
+
+def test_an_override_is_described_with_its_rates_as_a_person_writes_them() -> None:
+    override = make(limits="100/minute; 5000/day")
+    described = override.describe()
+    assert described["rates"] == "100 per minute; 5000 per day"
+    assert (
+        parse_override(
+            {"route": "api", "key": "k", "limits": described["rates"]}, NOW, ALGORITHMS
+        ).limits
+        == override.limits
+    )  # what it says can be given back as it is
+    assert decode_overrides(encode_overrides([override]))[0].limits == override.limits

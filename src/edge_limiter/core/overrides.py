@@ -64,6 +64,8 @@ class Override:
             "route": self.route,
             "key": self.key,
             "limits": [[lim.rate.quota, lim.rate.window_ms] for lim in self.limits],
+            # As a person reads (and the API takes) them: "100 per minute; 5000 per day".
+            "rates": "; ".join(str(lim.rate) for lim in self.limits),
             "exempt": self.exempt,
             "reason": self.reason,
             "created_at": self.created_at,
