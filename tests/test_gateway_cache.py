@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.gateway import OriginRequest
@@ -429,3 +431,38 @@ def test_an_origin_body_cut_off_is_a_502_and_never_stored() -> None:
     assert body_json(answer)["code"] == "origin_body_broken"
     h.flush()
     assert h.kv.values == {}
+
+
+_FIELD_TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=60)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["etag", "last-modified", "date", "cache-control", "vary", "age"]),
+            _FIELD_TEXT,
+        ),
+        max_size=4,
+    ),
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["if-none-match", "if-modified-since", "if-match", "cache-control", "range"]
+            ),
+            _FIELD_TEXT,
+        ),
+        max_size=4,
+    ),
+    st.integers(0, 400_000),
+)
+def test_any_validators_and_origin_fields_give_an_answer_never_an_error(
+    origin_fields: list[tuple[str, str]], request_fields: list[tuple[str, str]], advance: int
+) -> None:
+    h = cached(FakeOrigin(respond=answering(headers=origin_fields)), stale_while_revalidate="30s")
+    for method in ("GET", "GET", "HEAD"):
+        answer = h.send(request("/v1/catalog/z", method, headers=request_fields))
+        assert answer.status in (200, 304) or answer.status == 429
+        if answer.status == 304:
+            assert answer.body is None
+        h.clock.advance(advance)
