@@ -141,7 +141,7 @@ class Cache:
         validators: list[tuple[str, str]], stored: Entry, response: Response, now: int
     ) -> Response:
         """The origin's answer, or a ``304`` when the copy just stored matches the validators."""
-        if not not_modified(validators, stored.status, stored.headers, now, now):
+        if not not_modified(validators, stored.status, stored.headers, stored.stored_at, now):
             return response
         out = Headers(not_modified_fields(stored.headers))
         for name, value in gateway_fields(response.headers.items()):

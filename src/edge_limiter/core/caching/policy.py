@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-from .cache_control import delta_seconds, parse_cache_control
+from .cache_control import CacheControl, delta_seconds, parse_cache_control
 from .conditional import needs_origin
 from .entry import Entry, storable_fields, vary_manifest
 from .fields import Fields, content_length, field_value, field_values, is_token, list_items
@@ -188,23 +188,10 @@ def store_decision(
     if lifetime_ms <= 0:
         return Store(False, StoreReason.NOT_FRESH)
 
-    stale_ms = settings.stale_if_error_ms
-    if directives.must_revalidate or directives.proxy_revalidate:
-        stale_ms = 0
-    elif directives.stale_if_error is not None:
-        # The origin's own stale-if-error (RFC 5861) narrows the route's window.
-        stale_ms = min(stale_ms, directives.stale_if_error * 1000)
-    elif directives.s_maxage is not None:
-        # RFC 9111 section 5.2.2.10: s-maxage means proxy-revalidate for a shared cache.
-        stale_ms = 0
-    revalidate_ms = settings.stale_while_revalidate_ms
-    if directives.must_revalidate or directives.proxy_revalidate:
-        revalidate_ms = 0
-    elif directives.stale_while_revalidate is not None:
-        # The origin's own stale-while-revalidate (RFC 5861) narrows the route's window.
-        revalidate_ms = min(revalidate_ms, directives.stale_while_revalidate * 1000)
-    elif directives.s_maxage is not None:
-        revalidate_ms = 0
+    stale_ms = _stale_window_ms(settings.stale_if_error_ms, directives.stale_if_error, directives)
+    revalidate_ms = _stale_window_ms(
+        settings.stale_while_revalidate_ms, directives.stale_while_revalidate, directives
+    )
 
     fields = storable_fields(response_headers)
     if len(json.dumps([list(pair) for pair in fields])) > MAX_STORED_FIELD_BYTES:
@@ -273,6 +260,21 @@ def manifest_entry(store: Store, now_ms: int) -> Entry:
     return vary_manifest(
         store.vary, now_ms, store.fresh_until, store.stale_until, store.revalidate_until
     )
+
+
+def _stale_window_ms(route_ms: int, origin_s: int | None, directives: CacheControl) -> int:
+    """How long past freshness a copy may still be used (stale-if-error or
+    stale-while-revalidate): the route's window, narrowed by the origin's own directive
+    (RFC 5861); none after ``must-revalidate`` or ``proxy-revalidate``, nor after an
+    ``s-maxage`` without that directive (RFC 9111 section 5.2.2.10: for a shared cache it
+    means proxy-revalidate)."""
+    if directives.must_revalidate or directives.proxy_revalidate:
+        return 0
+    if origin_s is not None:
+        return min(route_ms, origin_s * 1000)
+    if directives.s_maxage is not None:
+        return 0
+    return route_ms
 
 
 def _pragma_no_cache(headers: Fields) -> bool:

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..algorithms import ALGORITHMS, make_algorithm
-from ..caching.fields import is_token
+from ..caching.fields import HOP_BY_HOP, is_token
 from ..caching.settings import parse_cache
 from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
@@ -742,23 +742,15 @@ def parse_config(raw: object) -> Config:
 
 #: Fields that describe the message or the connection: never a place for the client's
 #: address (and the platform would not forward some of them as set).
-_NOT_CLIENT_IP_FIELDS = frozenset(
-    {
-        "host",
-        "content-length",
-        "content-type",
-        "content-encoding",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "upgrade",
-        "te",
-        "trailer",
-        "cookie",
-        "authorization",
-        "forwarded",
-    }
-)
+_NOT_CLIENT_IP_FIELDS = HOP_BY_HOP | {
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "cookie",
+    "authorization",
+    "forwarded",
+}
 
 
 def _client_ip_header(value: object, problems: Problems) -> str | None:
