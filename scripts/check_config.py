@@ -32,7 +32,7 @@ from project_config import (  # noqa: E402
 )
 
 from edge_limiter.core.config import Config, parse_config  # noqa: E402
-from edge_limiter.core.errors import ConfigError  # noqa: E402
+from edge_limiter.core.errors import ConfigError, ExplainError  # noqa: E402
 from edge_limiter.core.explain import describe_route, explain  # noqa: E402
 from edge_limiter.core.http.messages import Client  # noqa: E402
 
@@ -133,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--header {header!r}: expected 'Name: value'")
             headers.append((name.strip(), value.strip()))
         client = Client(ip=args.ip, country=args.country.upper(), continent=args.continent.upper())
-        result = explain(config, args.explain[0], args.explain[1], headers, client)
+        try:
+            result = explain(config, args.explain[0], args.explain[1], headers, client)
+        except ExplainError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         if args.json:
             print(json.dumps(result, indent=2))
         else:

@@ -80,6 +80,9 @@ def test_explain_names_route_canonical_path_key_and_durable_object() -> None:
     assert result["origins"] == ["us", "eu"]
     bad = run("--explain", "GET", "https://api.example.com/v1/a%2fb")
     assert bad.returncode == 2 and "bad_path" in bad.stdout
+    relative = run("--explain", "GET", "/v1/login")
+    assert relative.returncode == 2 and "not an absolute URL" in relative.stderr
+    assert relative.stdout == ""
 
 
 def test_another_environments_problem_is_a_warning_unless_it_is_asked_for(

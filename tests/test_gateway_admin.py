@@ -94,6 +94,15 @@ def test_config_and_explain() -> None:
     explained = body_json(admin(h, "/api/explain?method=GET&url=https://a.test//v1/%78"))
     assert explained["route"] == "api" and explained["canonical_path"] == "/v1/x"
     assert admin(h, "/api/explain").status == 400
+    # Not a request to explain: a problem for the admin call itself, never a 200.
+    for url in ["%ff", "/v1/x", "ftp://a.test/v1/x", "https:///v1/x"]:
+        refused = admin(h, f"/api/explain?url={url}")
+        assert refused.status == 400, url
+        assert "absolute URL" in body_json(refused)["detail"]
+    assert admin(h, "/api/explain?method=G%20T&url=https://a.test/v1/x").status == 400
+    # Query and fragment right after the host are read as such, not as the host.
+    explained = body_json(admin(h, "/api/explain?url=https://a.test%3Fq=1"))
+    assert explained["canonical_host"] == "a.test" and explained["canonical_path"] == "/"
 
 
 def test_a_keys_state_peek_reset_and_refund() -> None:

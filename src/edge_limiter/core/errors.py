@@ -61,6 +61,10 @@ class BodyReadError(EdgeLimiterError, OSError):
     """A message body could not be read to its end (cut off, reset, or a broken stream)."""
 
 
+class ExplainError(EdgeLimiterError, ValueError):
+    """What was asked to be explained is not a request: a URL that is not absolute http(s)."""
+
+
 class CacheEntryError(EdgeLimiterError, ValueError):
     """A cached entry could not be encoded or decoded; the caller treats it as a miss."""
 

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .algorithms import ALGORITHMS
 from .canonical import canonical_host, canonical_path
 from .config import Config, Route
-from .errors import AmbiguousRequestError, PathError
+from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
 from .keys import object_name
 from .lease_plan import plans
 from .routing.geo import ClientLocation, order_origins
+
+#: RFC 9110's token: what a method name may hold.
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Where an absolute URL's authority ends.
+_AUTHORITY_END = re.compile(r"[/?#]")
 
 
 def _leases(route: Route) -> dict[str, Any] | None:
@@ -76,12 +82,20 @@ def explain(
     headers: list[tuple[str, str]] | None = None,
     client: Client | None = None,
 ) -> dict[str, Any]:
-    """Which route ``method url`` hits, its canonical path, key and Durable Object."""
+    """Which route ``method url`` hits, its canonical path, key and Durable Object.
+
+    Raises :class:`ExplainError` when ``url`` is not an absolute http(s) URL with a host
+    or ``method`` is not a method name: there is no request to explain. A request the
+    gateway would refuse (a bad path, an ambiguous key) is explained with its status.
+    """
     scheme, _, rest = url.partition("://")
-    if not rest:
-        return {"error": f"{url!r} is not an absolute URL like https://api.example.com/v1/x"}
-    authority, slash, target = rest.partition("/")
-    raw_path, _, query = (slash + target).partition("?")
+    authority = _AUTHORITY_END.split(rest, maxsplit=1)[0]
+    target = rest[len(authority) :]
+    if scheme.lower() not in ("http", "https") or not authority:
+        raise ExplainError(f"{url!r} is not an absolute URL like https://api.example.com/v1/x")
+    if not _METHOD.fullmatch(method):
+        raise ExplainError(f"{method!r} is not an HTTP method name (GET, POST, ...)")
+    raw_path, _, query = target.partition("#")[0].partition("?")
     raw_path = raw_path or "/"
     out: dict[str, Any] = {"method": method.upper(), "url": url}
     try:

@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from ..core.config import Config
-from ..core.errors import BodyReadError
+from ..core.errors import BodyReadError, ExplainError
 from ..core.explain import describe_route, explain
 from ..core.http import problems
 from ..core.http.fields import rate_limit_headers
@@ -160,7 +160,11 @@ class Admin:
     def _explain(self, params: dict[str, str]) -> Response:
         if not params.get("url"):
             raise _AdminError(400, "the url parameter is required")
-        return _json(200, explain(self.config, params.get("method", "GET"), params["url"]))
+        try:
+            explained = explain(self.config, params.get("method") or "GET", params["url"])
+        except ExplainError as exc:
+            raise _AdminError(400, str(exc)) from None
+        return _json(200, explained)
 
     def _route_and_key(self, params: dict[str, str]) -> tuple[Any, str]:
         route = self.config.route(params.get("route", ""))
