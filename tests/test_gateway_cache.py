@@ -67,9 +67,11 @@ def test_head_is_answered_from_the_get_entry_and_never_stored() -> None:
     h = cached()
     assert h.send(request("/v1/catalog/h", "HEAD")).headers.get("x-cache") == "MISS"
     assert h.kv.puts == []
-    h.send(request("/v1/catalog/h"))
+    got = h.send(request("/v1/catalog/h"))
     head = h.send(request("/v1/catalog/h", "HEAD"))
     assert head.headers.get("x-cache") == "HIT" and head.body is None
+    # The length a GET's body has, as an origin says it for a HEAD (never stored itself).
+    assert got.body and head.headers.get("content-length") == str(len(got.body))
     assert len(h.origin.sent) == 2
 
 

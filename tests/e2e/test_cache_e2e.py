@@ -56,9 +56,10 @@ def test_miss_then_hit_and_the_origin_counts_one(gateway: LocalGateway, origin: 
 def test_head_is_served_from_the_get_entry(gateway: LocalGateway, origin: DemoOrigin) -> None:
     path = unique()
     get(gateway, path)
-    until_hit(gateway, path)
+    hit = until_hit(gateway, path)
     head = get(gateway, path, method="HEAD")
     assert head.status_code == 200 and head.headers["x-cache"] == "HIT" and head.content == b""
+    assert head.headers["content-length"] == str(len(hit.content))
     assert origin_gets(origin, path) == 1
 
 

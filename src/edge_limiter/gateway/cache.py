@@ -221,7 +221,7 @@ class Cache:
         else:
             status = entry.status
             out = Headers(replay_headers(entry, now))
-            body = entry.body if request.method == "GET" and entry.body else None
+            body = _body_for(request.method, entry, out)
         for name, value in headers:
             out.set(name, value)
         out.set(CACHE_HEADER, label)
@@ -236,7 +236,7 @@ class Cache:
         self.services.log(
             {"event": "stale_served", "route": self.route.name, "failed_status": failed.status}
         )
-        body = entry.body if exchange.request.method == "GET" and entry.body else None
+        body = _body_for(exchange.request.method, entry, out)
         return Response(entry.status, out, body)
 
     async def _lookup(
@@ -335,3 +335,13 @@ class Cache:
                 "error": f"{type(exc).__name__}: {str(exc)[:200]}",
             }
         )
+
+
+def _body_for(method: str, entry: Entry, fields: Headers) -> bytes | None:
+    """The stored body for a GET; for a HEAD none, and the length a GET's body would have
+    (as the origin says it for a HEAD), since ``Content-Length`` is never stored."""
+    if method == "GET":
+        return entry.body or None
+    if entry.status != 204:
+        fields.set("Content-Length", str(len(entry.body)))
+    return None
