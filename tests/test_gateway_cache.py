@@ -468,3 +468,22 @@ def test_any_validators_and_origin_fields_give_an_answer_never_an_error(
         if answer.status == 304:
             assert answer.body is None
         h.clock.advance(advance)
+
+
+def test_only_if_cached_is_a_stored_copy_or_a_504_never_the_origin() -> None:
+    h = cached(stale_if_error="1h")
+    only = {"cache-control": "only-if-cached"}
+    miss = h.send(request("/v1/catalog/o", headers=only))
+    assert miss.status == 504 and body_json(miss)["code"] == "not_cached"
+    assert miss.headers.get("x-cache") == "MISS"
+    assert h.origin.sent == [] and h.kv.puts == [] and h.store.calls == []
+    h.send(request("/v1/catalog/o"))
+    hit = h.send(request("/v1/catalog/o", headers=only))
+    assert hit.status == 200 and hit.headers.get("x-cache") == "HIT"
+    # A copy that may not be read for this request (credentials) is not one it can get.
+    private = h.send(request("/v1/catalog/o", headers={**only, "authorization": "Bearer t"}))
+    assert private.status == 504
+    # Past its freshness, the copy is only for an origin failing (stale-if-error).
+    h.clock.advance(5 * 60_000 + 1)
+    assert h.send(request("/v1/catalog/o", headers=only)).status == 504
+    assert len(h.origin.sent) == 1

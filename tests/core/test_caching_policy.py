@@ -93,6 +93,14 @@ def test_client_no_cache_is_ignored_unless_allowed(headers: dict[str, str]) -> N
     )
 
 
+def test_only_if_cached_is_carried_whatever_the_lookup() -> None:
+    only = {"cache-control": "max-age=10, ONLY-IF-CACHED"}
+    assert lookup_decision("GET", only, PUBLIC) == Lookup(True, True, LookupReason.CACHEABLE, True)
+    refused = lookup_decision("GET", {**only, "range": "bytes=0-1"}, PUBLIC)
+    assert refused.bypass and refused.only_if_cached
+    assert not lookup_decision("GET", {}, PUBLIC).only_if_cached
+
+
 def test_pragma_counts_only_without_cache_control() -> None:
     headers = {"pragma": "no-cache", "cache-control": "max-age=60"}
     assert lookup_decision("GET", headers, ALLOWING).reason == LookupReason.CACHEABLE

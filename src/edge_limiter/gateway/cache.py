@@ -79,6 +79,8 @@ class Cache:
             return await call_next(exchange)
         request_fields = request.headers.items()
         lookup = lookup_decision(request.method, request_fields, self.settings)
+        if lookup.only_if_cached and not lookup.read:
+            return self._not_cached()
         if lookup.bypass:
             response = await call_next(exchange)
             response.headers.set(CACHE_HEADER, "BYPASS")
@@ -111,6 +113,9 @@ class Cache:
                 if lookup.write and request.method == "GET":
                     self._revalidate(exchange, base, entry, request_fields, call_next)
                 return await self._hit(exchange, entry, validators, UPDATING)
+            if lookup.only_if_cached:
+                # A stale copy is no answer to it: that is for an origin failing.
+                return self._not_cached()
             if entry is not None and usable_stale(entry, now):
                 stale = entry
         storing = lookup.write and request.method == "GET"
@@ -226,6 +231,12 @@ class Cache:
             out.set(name, value)
         out.set(CACHE_HEADER, label)
         return Response(status, out, body)
+
+    def _not_cached(self) -> Response:
+        """``504`` for ``only-if-cached`` without a fresh copy (RFC 9111 section 5.2.1.7)."""
+        response = problem_response(problems.not_cached(self.route.name))
+        response.headers.set(CACHE_HEADER, "MISS")
+        return response
 
     def _stale(self, exchange: Exchange, entry: Entry, failed: Response) -> Response:
         """The stored copy standing in for origins that all failed (``stale_if_error``)."""

@@ -40,6 +40,7 @@ class CacheControl:
     public: bool = False
     must_revalidate: bool = False
     proxy_revalidate: bool = False
+    only_if_cached: bool = False
     max_age: int | None = None
     s_maxage: int | None = None
     stale_if_error: int | None = None
@@ -69,6 +70,7 @@ def parse_cache_control(value: str | None) -> CacheControl:
         public="public" in names,
         must_revalidate="must-revalidate" in names,
         proxy_revalidate="proxy-revalidate" in names,
+        only_if_cached="only-if-cached" in names,
         max_age=seconds["max-age"],
         s_maxage=seconds["s-maxage"],
         stale_if_error=seconds["stale-if-error"],

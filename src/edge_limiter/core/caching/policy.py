@@ -68,6 +68,9 @@ class Lookup:
     write: bool
     """A response to it may be stored (subject to :func:`store_decision`)."""
     reason: LookupReason
+    only_if_cached: bool = False
+    """The client wants a stored response or nothing (RFC 9111 section 5.2.1.7): without a
+    fresh copy it gets ``504``, and the origin is not asked."""
 
     @property
     def bypass(self) -> bool:
@@ -80,19 +83,20 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
     method = method.upper()
     if method not in CACHEABLE_METHODS:
         return Lookup(False, False, LookupReason.METHOD)
+    cache_control = field_value(request_headers, "cache-control")
+    directives = parse_cache_control(cache_control)
+    only = directives.only_if_cached
     if settings.scope == "public":
         # A shared entry must never carry, or be handed to, one user's credentials.
         if field_value(request_headers, "authorization") is not None:
-            return Lookup(False, False, LookupReason.AUTHORIZATION)
+            return Lookup(False, False, LookupReason.AUTHORIZATION, only)
         if field_value(request_headers, "cookie") is not None:
-            return Lookup(False, False, LookupReason.COOKIE)
+            return Lookup(False, False, LookupReason.COOKIE, only)
     if field_value(request_headers, "range") is not None:
-        return Lookup(False, False, LookupReason.RANGE)
+        return Lookup(False, False, LookupReason.RANGE, only)
     if needs_origin(request_headers):
-        return Lookup(False, False, LookupReason.PRECONDITION)
+        return Lookup(False, False, LookupReason.PRECONDITION, only)
     head = method == "HEAD"
-    cache_control = field_value(request_headers, "cache-control")
-    directives = parse_cache_control(cache_control)
     no_store = directives.no_store
     wants_fresh = directives.no_cache or directives.max_age == 0
     if cache_control is None:
@@ -100,14 +104,14 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
         pragma = field_value(request_headers, "pragma")
         wants_fresh = any(item.lower() == "no-cache" for item in list_items(pragma))
     if wants_fresh and settings.allow_client_no_cache:
-        return Lookup(False, not head and not no_store, LookupReason.CLIENT_NO_CACHE)
+        return Lookup(False, not head and not no_store, LookupReason.CLIENT_NO_CACHE, only)
     if no_store:
-        return Lookup(True, False, LookupReason.CLIENT_NO_STORE)
+        return Lookup(True, False, LookupReason.CLIENT_NO_STORE, only)
     if head:
-        return Lookup(True, False, LookupReason.HEAD)
+        return Lookup(True, False, LookupReason.HEAD, only)
     if wants_fresh:
-        return Lookup(True, True, LookupReason.CLIENT_NO_CACHE_IGNORED)
-    return Lookup(True, True, LookupReason.CACHEABLE)
+        return Lookup(True, True, LookupReason.CLIENT_NO_CACHE_IGNORED, only)
+    return Lookup(True, True, LookupReason.CACHEABLE, only)
 
 
 class StoreReason(StrEnum):

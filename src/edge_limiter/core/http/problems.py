@@ -214,6 +214,18 @@ def origin_body_broken(route: str | None, origin: str) -> Problem:
     )
 
 
+def not_cached(route: str) -> Problem:
+    """504: the client asked for a stored response only (``only-if-cached``) and none is fresh."""
+    return Problem(
+        504,
+        "Gateway Timeout",
+        f"The request asks for a stored response only (Cache-Control: only-if-cached), and "
+        f"route '{route}' holds no fresh copy it may serve to it; the origin was not asked.",
+        "not_cached",
+        members={"route": route},
+    )
+
+
 def content_too_large(detail: str, code: str, limit: int, **members: Any) -> Problem:
     """413: a body above ``limit`` bytes, the most the gateway reads of it."""
     return Problem(413, "Content Too Large", detail, code, members={**members, "max_bytes": limit})
