@@ -359,3 +359,23 @@ def test_client_ip_header_is_a_field_name() -> None:
 def test_client_ip_header_refuses_what_cannot_carry_an_address(value: object) -> None:
     problems = problems_of(config(route(), client_ip_header=value))
     assert any(p.startswith("config.client_ip_header") for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("written", "advice"),
+    [
+        ("Token-Bucket", "(write 'token_bucket')"),
+        ("sliding window", "(write 'sliding_window')"),
+        ("leaky_bucket", "is 'gcra'"),
+        ("leaky-bucket", "is 'gcra'"),
+        ("moving_window", "is 'sliding_log'"),
+    ],
+)
+def test_an_algorithm_by_another_name_says_what_to_write(written: str, advice: str) -> None:
+    [problem] = problems_of(config(route(algorithm=written)))
+    assert "'r'.algorithm: must be one of" in problem and advice in problem
+
+
+def test_any_choice_spelt_in_another_case_says_what_to_write() -> None:
+    [problem] = problems_of(config(route(on_store_error="Closed")))
+    assert "must be one of open, closed, got 'Closed' (write 'closed')" in problem

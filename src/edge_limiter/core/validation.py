@@ -80,12 +80,26 @@ def choice(
     problems: Problems,
     *,
     options: tuple[str, ...],
+    hints: Mapping[str, str] | None = None,
 ) -> str:
-    """The field ``name`` of ``raw``, one of ``options``, or ``default``."""
+    """The field ``name`` of ``raw``, one of ``options``, or ``default``.
+
+    A value that is an option but for case, ``-`` or spaces is refused with the option to
+    write; ``hints`` maps other names people use (normalised the same way) to advice.
+    """
     value = raw.get(name, default)
     if isinstance(value, str) and value in options:
         return value
-    problems.add(f"{where}.{name}", f"must be one of {', '.join(options)}, got {shown(value)}")
+    hint = ""
+    if isinstance(value, str):
+        normal = "_".join(value.strip().lower().replace("-", " ").split())
+        if normal in options:
+            hint = f" (write {normal!r})"
+        elif hints and normal in hints:
+            hint = f" ({hints[normal]})"
+    problems.add(
+        f"{where}.{name}", f"must be one of {', '.join(options)}, got {shown(value)}{hint}"
+    )
     return default
 
 

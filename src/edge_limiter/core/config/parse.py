@@ -233,6 +233,19 @@ def _apply_route_burst(
     return [updated if i == shortest else limit for i, limit in enumerate(limits)]
 
 
+#: Other names of the algorithms, and what to write instead.
+ALGORITHM_HINTS = {
+    "leaky_bucket": "a leaky bucket as a meter, as nginx's limit_req with nodelay, is 'gcra'",
+    "moving_window": "the limits library's moving window is 'sliding_log'",
+    "sliding_window_log": "write 'sliding_log'",
+    "sliding_window_counter": "write 'sliding_window'",
+    "fixed_window_counter": "write 'fixed_window'",
+    "fixed": "write 'fixed_window'",
+    "sliding": "write 'sliding_window' (a weighted counter) or 'sliding_log' (exact)",
+    "token": "write 'token_bucket'",
+}
+
+
 def _check_algorithm_takes(
     algorithm: str, limits: list[Limit], where: str, problems: Problems
 ) -> None:
@@ -353,7 +366,13 @@ def _parse_route(
     match = _parse_match(raw.get("match"), defaults.case_insensitive, where, problems)
 
     algorithm = choice(
-        raw, "algorithm", DEFAULT_ALGORITHM, where, problems, options=tuple(ALGORITHMS)
+        raw,
+        "algorithm",
+        DEFAULT_ALGORITHM,
+        where,
+        problems,
+        options=tuple(ALGORITHMS),
+        hints=ALGORITHM_HINTS,
     )
     limits = _parse_limits(raw.get("limits"), f"{where}.limits", problems)
     limits = _apply_route_burst(limits, raw.get("burst"), algorithm, where, problems)
@@ -382,11 +401,9 @@ def _parse_route(
             maximum_ms=MAX_WRITE_BEHIND_MS,
         )
     lease_ttl = _parse_leases(raw.get("leases"), algorithm, limits, where, problems)
-    on_store_error = raw.get("on_store_error", "open")
-    if on_store_error not in ("open", "closed"):
-        problems.add(
-            f"{where}.on_store_error", f"must be 'open' or 'closed', got {shown(on_store_error)}"
-        )
+    on_store_error = choice(
+        raw, "on_store_error", "open", where, problems, options=("open", "closed")
+    )
     params = match.path.params if match is not None else ()
     key = _parse_key(raw, params, where, problems)
 
