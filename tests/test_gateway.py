@@ -264,6 +264,41 @@ def test_method_override_that_cannot_be_sent_is_a_400() -> None:
     assert h.send(put).status == 200 and h.origin.sent[-1].method == "PUT"
 
 
+FORM = {"content-type": "application/x-www-form-urlencoded"}
+
+
+def test_a_form_is_read_for_its_method_only_where_the_method_decides_the_route() -> None:
+    # /v1/items/* : a DELETE route first, so the method decides; /v1/other: one route for
+    # every method; /elsewhere: no route at all.
+    h = harness(DELETES, ITEMS)
+    big = b"a=" + b"x" * (2 << 20)
+    refused = h.send(request("/v1/items/1", "POST", headers=FORM, body=big))
+    assert refused.status == 413 and h.origin.sent == []
+    assert "its own Content-Type" in body_json(refused)["detail"]
+    for path in ("/v1/other", "/elsewhere"):
+        answer = h.send(request(path, "POST", headers=FORM, body=big))
+        assert answer.status == 200, path
+        assert h.origin.sent[-1].method == "POST" and h.origin.sent[-1].body == big
+    # Where every method is counted alike, a small form asking for DELETE goes on as it
+    # came: counted on the same route either way, its body untouched.
+    asking = b"id=1&_method=DELETE"
+    assert h.send(request("/v1/other", "POST", headers=FORM, body=asking)).status == 200
+    assert h.origin.sent[-1].method == "POST" and h.origin.sent[-1].body == asking
+    assert len(h.store.calls) == 2  # the two POSTs to /v1/other; /elsewhere is unlimited
+    # To refuse overrides, every form is read.
+    refusing = harness(DELETES, ITEMS, method_override="refuse")
+    answer = refusing.send(request("/v1/other", "POST", headers=FORM, body=asking))
+    assert answer.status == 400 and refusing.origin.sent == []
+
+
+def test_a_form_is_read_on_a_route_that_protects_some_methods_with_idempotency() -> None:
+    protected = {**ITEMS, "idempotency": {"mode": "optional"}}
+    h = harness(protected)
+    asking = b"id=1&_method=DELETE"
+    assert h.send(request("/v1/items/1", "POST", headers=FORM, body=asking)).status == 200
+    assert h.origin.sent[-1].method == "DELETE"
+
+
 CORS = {"allow_origins": ["https://app.test"]}
 
 

@@ -379,3 +379,20 @@ def test_an_algorithm_by_another_name_says_what_to_write(written: str, advice: s
 def test_any_choice_spelt_in_another_case_says_what_to_write() -> None:
     [problem] = problems_of(config(route(on_store_error="Closed")))
     assert "must be one of open, closed, got 'Closed' (write 'closed')" in problem
+
+
+def test_method_decides_where_the_first_route_a_path_fits_names_methods() -> None:
+    parsed = parse_config(
+        config(
+            route(name="posts", match={"path": "/v1/posts", "methods": ["POST"]}),
+            route(name="pay", match={"path": "/v1/pay"}, idempotency={"mode": "optional"}),
+            route(name="host", match={"path": "/v1/h", "host": "a.test", "methods": ["GET"]}),
+            route(name="all", match={"path": "/v1/*"}),
+        )
+    )
+    assert parsed.method_decides("api.example.com", "/v1/posts")
+    assert parsed.method_decides("api.example.com", "/v1/pay")  # idempotency: POST, PATCH
+    assert parsed.method_decides("a.test", "/v1/h")
+    assert not parsed.method_decides("b.test", "/v1/h")  # only 'all' fits it there
+    assert not parsed.method_decides("api.example.com", "/v1/other")
+    assert not parsed.method_decides("api.example.com", "/elsewhere")

@@ -97,8 +97,9 @@ class Gateway:
         return response
 
     async def _route(self, request: Request, path: str, background: Background | None) -> Response:
+        host = canonical_host(request.host, request.scheme)
         if request.method == "POST" and self.config.method_override != "pass":
-            refused = await self._method_override(request)
+            refused = await self._method_override(request, host, path)
             if refused is not None:
                 return refused
         if request.body is not None and request.method in BODILESS:
@@ -110,7 +111,6 @@ class Gateway:
                     "body_not_allowed",
                 )
             )
-        host = canonical_host(request.host, request.scheme)
         matched = self.config.match(request.method, host, path)
         if matched is None:
             if self.config.forward is None:
@@ -123,12 +123,21 @@ class Gateway:
         exchange.params = params
         return await self._routes[route.name](exchange)
 
-    async def _method_override(self, request: Request) -> Response | None:
-        """Apply (or refuse) what a POST asks to be taken as; ``None`` to go on."""
+    async def _method_override(self, request: Request, host: str, path: str) -> Response | None:
+        """Apply (or refuse) what a POST asks to be taken as; ``None`` to go on.
+
+        A form body is read for its ``_method`` only where it could matter: to refuse it,
+        or where the method decides the route. Elsewhere the POST goes on as it came,
+        counted as any method would be, and its body is streamed, whatever its size.
+        """
         headers = request.headers
         fields = [(name, value) for name in OVERRIDE_FIELDS for value in headers.get_all(name)]
         form: bytes | None = None
-        if request.body is not None and is_form(headers.get("content-type")):
+        if (
+            request.body is not None
+            and is_form(headers.get("content-type"))
+            and (self.config.method_override == "refuse" or self.config.method_decides(host, path))
+        ):
             try:
                 form = await request.read_body_at_most(MAX_FORM_BYTES)
             except BodyReadError:

@@ -26,14 +26,15 @@ class Match:
     host: str | None = None
 
     def params(
-        self, method: str, host: str, segments: list[str], folded: list[str] | None
+        self, method: str | None, host: str, segments: list[str], folded: list[str] | None
     ) -> dict[str, str] | None:
         """The captured path parameters when the request matches, else ``None``.
 
         ``segments`` are the canonical path's; ``folded`` the same lower-cased (used when
         the pattern is case-insensitive; computed once per request by the caller).
+        ``method`` None: whatever the method.
         """
-        if self.methods is not None and method not in self.methods:
+        if self.methods is not None and method is not None and method not in self.methods:
             return None
         if self.host is not None and not host_matches(self.host, host):
             return None
@@ -153,6 +154,18 @@ class Config:
             if route.name == name:
                 return route
         return None
+
+    def method_decides(self, host: str, path: str) -> bool:
+        """Whether the method of a request to this canonical host and path can change what
+        the gateway does with it: which route it gets, or (idempotency) whether it is
+        protected. False when the first route the path fits takes every method alike, or
+        none does (every method is forwarded unlimited)."""
+        segments = path_segments(path)
+        folded = [segment.lower() for segment in segments] if self.folds_case else None
+        for route in self.routes:
+            if route.match.params(None, host, segments, folded) is not None:
+                return route.match.methods is not None or route.idempotency is not None
+        return False
 
     def match(self, method: str, host: str, path: str) -> tuple[Route, dict[str, str]] | None:
         """The first route matching a request (canonical host and path), with its parameters."""

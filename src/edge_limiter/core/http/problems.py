@@ -246,7 +246,9 @@ def form_too_large(limit: int) -> Problem:
     """413: a form POST too large to read for a ``_method`` override."""
     return content_too_large(
         f"The form body is larger than {limit} bytes, the most the gateway reads to see "
-        "whether it asks for another method (_method); it was not forwarded.",
+        "whether it asks for another method (_method); it was not forwarded. If it is not "
+        "a form, send its own Content-Type (curl's -d and --data-binary label any body "
+        "application/x-www-form-urlencoded unless told otherwise).",
         "form_too_large",
         limit,
     )
