@@ -9,7 +9,8 @@ and ``n``, the number of requests this origin has received so far.
 A path ending in ``/status/<code>`` answers with that status instead; one ending in
 ``/slow/<ms>`` (or an ``X-Demo-Delay: <ms>`` header) answers after ``ms`` milliseconds; each ``h=name:value`` query parameter adds that header
 to the response (for cache tests: ``?h=cache-control:max-age%3D1``), ``reason=text``
-sets the status line's reason phrase, ``pad=N`` adds N bytes to the JSON (a ``"pad"``
+sets the status line's reason phrase, ``interim=103`` (or ``102``) sends that interim
+answer before the final one, ``pad=N`` adds N bytes to the JSON (a ``"pad"``
 member), and ``chunked=1`` sends the answer chunked (no ``Content-Length``). Request
 bodies are read whether they come with a length or chunked.
 """
@@ -83,6 +84,12 @@ class _Handler(BaseHTTPRequestHandler):
             answer["pad"] = "x" * min(int(pad), 64 << 20)
         payload = json.dumps(answer).encode()
         chunked = options.get("chunked") == "1"
+        interim = options.get("interim", "")
+        if interim in ("102", "103"):
+            # An interim answer first (103 Early Hints, 102 Processing), then the final one.
+            self.send_response_only(int(interim))
+            self.send_header("link", "</style.css>; rel=preload; as=style")
+            self.end_headers()
         self.send_response(status, options.get("reason"))
         self.send_header("content-type", "application/json")
         if chunked:

@@ -376,6 +376,26 @@ def test_a_clients_path_override_fields_never_reach_the_origin() -> None:
         assert "x-other" in names
 
 
+def test_a_clients_expect_field_never_reaches_the_origin() -> None:
+    # The origin's interim 100 Continue would come back from the runtime's fetch as the answer.
+    h = harness(ROUTE)
+    asking = {"expect": "100-continue", "content-type": "application/octet-stream"}
+    assert h.send(request("/v1/a", "POST", headers=asking, body=b"x" * 2000)).status == 200
+    names = {name.lower() for name, _ in h.origin.sent[0].headers}
+    assert "expect" not in names and "content-type" in names
+
+
+@pytest.mark.parametrize("interim", [100, 102, 103])
+def test_an_interim_answer_handed_back_as_final_is_a_502_not_a_crash(interim: int) -> None:
+    h = harness(ROUTE, upstream=FakeOrigin(respond=answering(interim, body=b"")))
+    answer = h.send(request("/v1/a"))
+    assert answer.status == 502
+    problem = body_json(answer)
+    assert problem["code"] == "origin_unreachable"
+    attempts = h.events("origin_attempt")
+    assert attempts and all(f"an interim {interim} answer" in a["detail"] for a in attempts)
+
+
 def test_an_ambiguous_key_value_is_a_400_naming_it() -> None:
     keyed = {**ROUTE, "key": "query:api_key"}
     h = harness(keyed)

@@ -270,6 +270,21 @@ def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
     assert answers[-1].json()["origin"] == "e2e-origin"
 
 
+def test_an_upload_expecting_100_continue_gets_the_origins_final_answer(
+    gateway: LocalGateway,
+) -> None:
+    # curl sends `Expect: 100-continue` with large bodies; the origin's interim 100 came
+    # back from the runtime's fetch as the answer (a 500) until the field was dropped.
+    asking = {"expect": "100-continue", "content-type": "application/octet-stream"}
+    answer = get(gateway, "/not/limited", fresh_ip(), "POST", headers=asking, content=b"x" * 5000)
+    assert answer.status_code == 200
+    echo = answer.json()
+    assert echo["body_bytes"] == 5000 and "expect" not in echo["headers"]
+    # An interim answer the origin volunteers (103 Early Hints) is not a crash either.
+    early = get(gateway, "/not/limited?interim=103", fresh_ip())
+    assert early.status_code == 502 and early.json()["code"] == "origin_unreachable"
+
+
 def test_unmatched_routes_pass_untouched(gateway: LocalGateway, origin) -> None:  # type: ignore[no-untyped-def]
     answer = get(gateway, "/not/limited?q=1", fresh_ip(), method="POST", content=b"hello")
     assert answer.status_code == 200

@@ -77,6 +77,11 @@ MAX_RETRY_AFTER_MS = 300_000
 #: origin to a path that was not matched or counted. Only a proxy in front of the origin
 #: may set them, and the gateway is that proxy: a client's copy is dropped.
 PATH_OVERRIDE_FIELDS = ("x-original-url", "x-rewrite-url")
+#: Fields dropped from every forwarded request besides those: ``Expect: 100-continue``
+#: asks the origin for an interim ``100 Continue``, which the runtime's fetch takes as the
+#: final answer (local workerd hands it back as the response); the client's own
+#: expectation is the runtime's to answer, and the body is sent whole either way.
+DROPPED_FIELDS = (*PATH_OVERRIDE_FIELDS, "expect")
 #: A request body is kept in memory for retries up to this size (its Content-Length);
 #: a larger one, or one of unknown length (chunked), is sent once, streamed.
 MAX_REPLAY_BODY_BYTES = 1 << 20
@@ -302,7 +307,7 @@ class Upstream:
         forward = exchange.forward
         pool, retry = forward.pool, forward.retry
         request = exchange.request
-        for name in PATH_OVERRIDE_FIELDS:
+        for name in DROPPED_FIELDS:
             request.headers.delete(name)
         if self.client_ip_header is not None:
             # The origin learns the client's address from the gateway, never from the
@@ -404,6 +409,12 @@ class Upstream:
             error = "timeout"
         except OriginUnreachableError as exc:
             error = f"unreachable: {exc}"[:200]
+        if response is not None and 100 <= response.status < 200 and response.status != 101:
+            # An interim answer (100 Continue, 102, 103 Early Hints) handed back as if it
+            # were the final one (local workerd's fetch does this): there is no answer to
+            # pass on, and a response cannot even be built with that status.
+            error = f"unreachable: an interim {response.status} answer came instead of a final one"
+            response = None
         ended = clock.now_ms()
         status = response.status if response is not None else None
         outcome = classify(status, error, ended - started, pool.breaker)
