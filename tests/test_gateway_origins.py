@@ -209,11 +209,31 @@ def test_backoff_is_full_jitter_within_the_cap_and_the_deadline_holds() -> None:
     assert sum(short.sleep.waits) < 0.05  # never waits past the deadline
 
 
-def test_a_429_parks_the_origin_until_its_retry_after() -> None:
+def test_a_429_is_the_origins_answer_to_that_client_and_holds_no_one_else_back() -> None:
+    # APIs limit their clients themselves: one client's 429 must not become everyone's 503.
     origins = Origins()
     origins.status["eu"] = 429
     origins.headers["eu"] = [("retry-after", "30")]
     h = pooled(origins)
+    limited = h.send(from_("DE", "EU"))
+    assert limited.status == 429 and limited.headers.get("x-origin") == "eu"
+    assert limited.body == b"from eu" and origins.hits == ["eu"]  # not retried elsewhere
+    assert h.sleep.waits == []
+    origins.status.pop("eu")
+    for _ in range(25):  # more than the breaker's window: a 429 is no failure
+        origins.status["eu"] = 429
+        assert h.send(from_("DE", "EU")).status == 429
+        origins.status.pop("eu")
+        assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
+
+
+def test_a_429_parks_the_origin_until_its_retry_after_where_the_pool_says_so() -> None:
+    origins = Origins()
+    origins.status["eu"] = 429
+    origins.headers["eu"] = [("retry-after", "30")]
+    breaker = {**POOLS["api"]["breaker"], "pause_on_429": True}
+    pools = {"api": {**POOLS["api"], "breaker": breaker}}
+    h = pooled(origins, pools=pools)
     first = h.send(from_("DE", "EU"))
     assert first.headers.get("x-origin") == "us"
     origins.status.pop("eu")

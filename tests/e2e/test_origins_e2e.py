@@ -144,6 +144,16 @@ def test_the_origin_learns_the_clients_address_from_the_gateway_only(
     assert answer.json()["headers"]["x-forwarded-for"] == ip  # the client's copy replaced
 
 
+def test_an_origins_429_goes_to_that_client_and_the_next_client_is_served(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    limited = get(pools_gateway.url, "/geo/status/429", "DE", "EU")
+    assert limited.status_code == 429 and limited.headers["x-origin"] == "eu"
+    assert limited.json()["origin"] == "eu"  # the origin's own answer, not retried elsewhere
+    served = get(pools_gateway.url, "/geo/next", "DE", "EU")
+    assert served.status_code == 200 and served.headers["x-origin"] == "eu"
+
+
 def test_a_stopped_origin_fails_over_with_no_failed_idempotent_request(
     pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
 ) -> None:

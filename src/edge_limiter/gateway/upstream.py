@@ -7,8 +7,9 @@ For each request:
 2. an attempt goes to the first origin whose circuit breaker allows a call and whose
    bulkhead (at most ``max_in_flight`` per origin in this isolate) has room; the others are
    skipped, never queued for;
-3. a failure (timeout, connection error, a failure status such as 502/503/504, or a 429,
-   which parks the origin until its ``Retry-After``) is recorded on the breaker, and an
+3. a failure (timeout, connection error, a failure status such as 502/503/504, or a 429
+   where the pool says ``pause_on_429``, which parks the origin until its ``Retry-After``)
+   is recorded on the breaker, and an
    idempotent request (GET, HEAD, OPTIONS, PUT, DELETE, or one holding an Idempotency-Key
    claim) is retried on the next origin in the order after a full-jitter backoff,
    within the route's deadline and the pool's retry budget; a POST without a claim never is;
@@ -368,7 +369,12 @@ class Upstream:
                 )
             finally:
                 self._bulkhead(origin).release()
-            if response is not None and outcome in (Outcome.SUCCESS, Outcome.SLOW):
+            if response is not None and (
+                outcome in (Outcome.SUCCESS, Outcome.SLOW)
+                or (outcome is Outcome.OVERLOAD and not pool.breaker.pause_on_429)
+            ):
+                # A 429 is the origin's answer to this client unless the pool says it
+                # means the whole origin is overloaded: passed on, never retried.
                 return response
             if response is not None:
                 last = response
@@ -409,11 +415,12 @@ class Upstream:
             error = "timeout"
         except OriginUnreachableError as exc:
             error = f"unreachable: {exc}"[:200]
-        if response is not None and 100 <= response.status < 200 and response.status != 101:
+        if response is not None and not 200 <= response.status <= 599 and response.status != 101:
             # An interim answer (100 Continue, 102, 103 Early Hints) handed back as if it
-            # were the final one (local workerd's fetch does this): there is no answer to
-            # pass on, and a response cannot even be built with that status.
-            error = f"unreachable: an interim {response.status} answer came instead of a final one"
+            # were the final one (local workerd's fetch does this), or a status HTTP does
+            # not have (600 and up): there is no answer to pass on, and the runtime cannot
+            # even build a response with that status.
+            error = f"unreachable: {_not_final(response.status)} came instead of an answer"
             response = None
         ended = clock.now_ms()
         status = response.status if response is not None else None
@@ -423,11 +430,12 @@ class Upstream:
         if response is not None:
             exchange.reached_origin = True
             response.headers.set(ORIGIN_HEADER, origin.name)
-            if outcome is not Outcome.SUCCESS and outcome is not Outcome.SLOW:
-                # Only a failure is retried or parks the origin: a success is passed on
-                # without reading the field (one platform call fewer per request).
+            overload = outcome is Outcome.OVERLOAD and pool.breaker.pause_on_429
+            if outcome is Outcome.FAILURE or overload:
+                # Only a failure is retried or parks the origin: any other answer is passed
+                # on without reading the field (one platform call fewer per request).
                 retry_after_ms = parse_retry_after(response.headers.get("retry-after"), ended)
-            if outcome is Outcome.OVERLOAD:
+            if overload:
                 pause = min(retry_after_ms or 1_000, MAX_RETRY_AFTER_MS)
                 overloaded_until = ended + pause
         self.breakers.record(
@@ -494,6 +502,13 @@ class Upstream:
         if attempted[-1].outcome == "timeout":
             return problems.origin_timeout(route, pool, described, exchange.forward.timeout_ms)
         return problems.origin_unreachable(route, pool, described)
+
+
+def _not_final(status: int) -> str:
+    """What an origin's status that is no final answer is, for the log."""
+    if 100 <= status < 200:
+        return f"an interim {status} answer"
+    return f"status {status} (final statuses are 200 to 599)"
 
 
 async def _replayable(request: Request) -> bool:

@@ -45,7 +45,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import StateError
-from ..validation import Problems, integer, is_int, shown, table, unknown_fields
+from ..validation import Problems, boolean, integer, is_int, shown, table, unknown_fields
 from ..validation import duration as duration_field
 
 STATE_VERSION = 1
@@ -78,6 +78,7 @@ _FIELDS = (
     "success_threshold",
     "trial_timeout",
     "failure_statuses",
+    "pause_on_429",
 )
 
 
@@ -130,6 +131,10 @@ class BreakerSettings:
     success_threshold: int = DEFAULT_SUCCESS_THRESHOLD
     trial_timeout_ms: int = DEFAULT_TRIAL_TIMEOUT_MS
     failure_statuses: tuple[int, ...] = DEFAULT_FAILURE_STATUSES
+    pause_on_429: bool = False
+    """A 429 means the whole origin is overloaded: skip it (every isolate) until its
+    ``Retry-After`` and retry elsewhere. Off: a 429 is the origin's answer to that client
+    (its own per-client limits), passed on, and it holds no other client back."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.failure_rate <= 100:
@@ -296,6 +301,7 @@ def parse_breaker(raw: object, where: str, problems: Problems) -> BreakerSetting
     statuses = _parse_statuses(
         fields.get("failure_statuses"), f"{where}.failure_statuses", problems
     )
+    pause_on_429 = boolean(fields, "pause_on_429", False, where, problems)
     return BreakerSettings(
         failure_rate=failure_rate,
         window=window,
@@ -307,6 +313,7 @@ def parse_breaker(raw: object, where: str, problems: Problems) -> BreakerSetting
         success_threshold=success_threshold,
         trial_timeout_ms=trial_timeout,
         failure_statuses=statuses,
+        pause_on_429=pause_on_429,
     )
 
 
