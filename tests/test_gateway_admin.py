@@ -100,6 +100,12 @@ def test_config_and_explain() -> None:
         assert refused.status == 400, url
         assert "absolute URL" in body_json(refused)["detail"]
     assert admin(h, "/api/explain?method=G%20T&url=https://a.test/v1/x").status == 400
+    # The explained request's own fields and client, as the config check takes them.
+    keyed = body_json(
+        admin(h, "/api/explain?url=https://a.test/v1/x&header=X-Api-Key:%20alice&ip=203.0.113.9")
+    )
+    assert keyed["key"] == "header:x-api-key=alice"
+    assert admin(h, "/api/explain?url=https://a.test/v1/x&header=nocolon").status == 400
     # Query and fragment right after the host are read as such, not as the host.
     explained = body_json(admin(h, "/api/explain?url=https://a.test%3Fq=1"))
     assert explained["canonical_host"] == "a.test" and explained["canonical_path"] == "/"
@@ -116,6 +122,9 @@ def test_a_keys_state_peek_reset_and_refund() -> None:
     assert peek["next_request"]["headers"]["Retry-After"]
     calls = len(h.store.calls)
     assert body_json(admin(h, f"/api/keys?route=api&key={key}"))["done"] == "peek"
+    # The value alone names the same counter (it used to peek at one no request uses).
+    bare = body_json(admin(h, "/api/keys?route=api&key=alice"))
+    assert bare["key"] == key and bare["limits"] == peek["limits"]
     assert h.send(request("/v1/x", headers={"x-api-key": "alice"})).status == 429
     refunded = body_json(admin(h, f"/api/keys/refund?route=api&key={key}&cost=1", "POST"))
     assert refunded["next_request"]["allowed"] is True

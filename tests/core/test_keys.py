@@ -14,6 +14,7 @@ from edge_limiter.core.keys import (
     KeyPart,
     KeySpec,
     aggregate_ip,
+    given_key,
     object_name,
     parse_key_part,
 )
@@ -231,3 +232,29 @@ def test_object_names_never_collide(a: str, b: str) -> None:
     if a != b:
         assert object_name("r", a) != object_name("r", b)
     assert len(object_name("r", a)) <= len("r#") + 128 + 64
+
+
+def test_a_key_given_by_an_operator_is_put_in_the_form_requests_get() -> None:
+    one = KeySpec((KeyPart("header", "x-api-key"),))
+    assert given_key(one, "premium_1") == "header:x-api-key=premium_1"
+    assert given_key(one, "header:x-api-key=premium_1") == "header:x-api-key=premium_1"
+    assert given_key(one, "a b=") == "header:x-api-key=a%20b%3D"  # encoded as computed
+    ip = KeySpec((KeyPart("ip"),))
+    v6 = "ip=" + quote("2001:db8::/64", safe="")
+    assert given_key(ip, "2001:db8::1") == given_key(ip, "ip=2001:db8::7") == v6
+    two = KeySpec((KeyPart("path", "tenant"), KeyPart("ip")))
+    full = "path:tenant=acme|ip=203.0.113.9"
+    assert given_key(two, full) == full
+    with pytest.raises(KeySpecError, match=r"path:tenant=VALUE\|ip=VALUE"):
+        given_key(two, "acme")
+
+
+@given(st.text(max_size=30), st.sampled_from(["1.2.3.4", "2001:db8::1", "", "x"]))
+def test_the_key_a_request_gets_is_its_own_given_form(value: str, ip: str) -> None:
+    spec = KeySpec((KeyPart("header", "x-api-key"), KeyPart("ip")))
+    req = Request("GET", "/", "", "a.test", "https", Headers([("x-api-key", value)]), Client(ip=ip))
+    try:
+        key = spec.compute(req, {})
+    except AmbiguousRequestError:
+        return
+    assert given_key(spec, key) == key

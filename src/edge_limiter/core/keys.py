@@ -25,7 +25,7 @@ import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from .errors import KeySpecError
 from .http.messages import Request
@@ -99,6 +99,37 @@ class KeySpec:
         if part.kind == "asn":
             return request.client.asn
         return ""  # global
+
+
+def given_key(spec: KeySpec, given: str) -> str:
+    """A key as an operator gives it, in the form the gateway computes for ``spec``.
+
+    Either as ``--explain`` prints it (``header:x-api-key=premium_1``,
+    ``path:tenant=acme|ip=203.0.113.9``), or, for a one-part key, its value alone
+    (``premium_1``; an ``ip`` value is aggregated as a request's would be). Raises
+    :class:`KeySpecError` saying the expected form when it is neither, so no admin call
+    silently reads or resets a counter no request uses.
+    """
+    labels = [str(part) for part in spec.parts]
+    items = [item.partition("=") for item in given.split("|")]
+    if len(items) == len(labels) and all(
+        label == written and sep for (written, sep, _), label in zip(items, labels, strict=True)
+    ):
+        values = [unquote(value) for _, _, value in items]
+    elif len(labels) == 1:
+        values = [given]
+    else:
+        example = "|".join(f"{label}=VALUE" for label in labels)
+        raise KeySpecError(f"this route's keys are written {example}, got {given!r}")
+    out = []
+    for part, label, value in zip(spec.parts, labels, values, strict=True):
+        if part.kind == "ip":
+            out.append(
+                f"{label}={quote(aggregate_ip(value, spec.ipv4_prefix, spec.ipv6_prefix), safe='')}"
+            )
+        else:
+            out.append(f"{label}={quote(value, safe='')}")
+    return "|".join(out)
 
 
 def parse_key_part(text: object) -> KeyPart:

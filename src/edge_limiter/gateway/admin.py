@@ -9,6 +9,8 @@ paths are never forwarded and never rate limited by the routes.
 ``GET  {prefix}/``                         the status page (HTML)
 ``GET  {prefix}/api/config``               the effective config
 ``GET  {prefix}/api/explain?method=&url=`` which route, key and Durable Object a request gets
+                                           (also ``header=Name: value``, repeated, and
+                                           ``ip``, ``country``, ``continent``, ``asn``)
 ``GET  {prefix}/api/keys?route=&key=``     a key's state, and what its next request would get
 ``POST {prefix}/api/keys/reset?route=&key=``          forget a key's counters
 ``POST {prefix}/api/keys/refund?route=&key=&cost=``   give a key ``cost`` units back
@@ -31,12 +33,12 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from ..core.config import Config
-from ..core.errors import BodyReadError, ExplainError
+from ..core.errors import BodyReadError, ExplainError, KeySpecError
 from ..core.explain import describe_route, explain
 from ..core.http import problems
 from ..core.http.fields import rate_limit_headers
-from ..core.http.messages import Headers, Request, Response
-from ..core.keys import object_name
+from ..core.http.messages import Client, Headers, Request, Response
+from ..core.keys import given_key, object_name
 from ..core.limiter import combine
 from ..core.overrides import OverrideError, decode_overrides, parse_override
 from ..core.protocol import StoreRequest, StoreResponse
@@ -109,7 +111,8 @@ class Admin:
             response.headers.set("www-authenticate", challenge)
             self.services.log({"event": "admin_unauthorized", "path": path})
             return response
-        params = dict(parse_qsl(request.query, keep_blank_values=True))
+        pairs = parse_qsl(request.query, keep_blank_values=True)
+        params = dict(pairs)
         action = path[len(self.prefix) :].rstrip("/") or "/"
         method = request.method
         try:
@@ -118,7 +121,7 @@ class Admin:
             if action == "/api/config" and method == "GET":
                 return self._config()
             if action == "/api/explain" and method == "GET":
-                return self._explain(params)
+                return self._explain(params, [v for n, v in pairs if n == "header"])
             if action == "/api/keys" and method == "GET":
                 return await self._key(params, "peek")
             if action in ("/api/keys/reset", "/api/keys/refund") and method == "POST":
@@ -157,11 +160,25 @@ class Admin:
             },
         )
 
-    def _explain(self, params: dict[str, str]) -> Response:
+    def _explain(self, params: dict[str, str], header_params: list[str]) -> Response:
         if not params.get("url"):
             raise _AdminError(400, "the url parameter is required")
+        headers = []
+        for item in header_params:
+            name, sep, value = item.partition(":")
+            if not sep or not name.strip():
+                raise _AdminError(400, f"header must be 'Name: value', got {item!r}")
+            headers.append((name.strip(), value.strip()))
+        client = Client(
+            ip=params.get("ip", ""),
+            country=params.get("country", "").upper(),
+            continent=params.get("continent", "").upper(),
+            asn=params.get("asn", ""),
+        )
         try:
-            explained = explain(self.config, params.get("method") or "GET", params["url"])
+            explained = explain(
+                self.config, params.get("method") or "GET", params["url"], headers, client
+            )
         except ExplainError as exc:
             raise _AdminError(400, str(exc)) from None
         return _json(200, explained)
@@ -174,7 +191,10 @@ class Admin:
         key = params.get("key")
         if not key:
             raise _AdminError(400, "key is required (as the config check's --explain prints it)")
-        return route, key
+        try:
+            return route, given_key(route.limits.key, key)
+        except KeySpecError as exc:
+            raise _AdminError(400, f"key: {exc}") from None
 
     async def _key(self, params: dict[str, str], op: str) -> Response:
         route, key = self._route_and_key(params)
