@@ -213,6 +213,18 @@ def test_a_5xx_is_released_unless_the_route_stores_them() -> None:
     assert replay.status == 500 and replay.headers.get("idempotent-replayed") == "true"
 
 
+def test_the_origins_429_releases_the_key_so_the_retry_goes_through() -> None:
+    # The origin's own rate limit: nothing was done, and the retry is what it asks for.
+    upstream = FakeOrigin(respond=answering(429, [("retry-after", "1")]))
+    h = paying(upstream)
+    assert h.send(post()).status == 429
+    assert len(upstream.sent) == 1  # the origin's answer to this client: not retried
+    upstream.respond = answering(201)
+    retried = h.send(post())
+    assert retried.status == 201 and "idempotent-replayed" not in retried.headers
+    assert h.send(post()).headers.get("idempotent-replayed") == "true"
+
+
 def test_a_stale_lock_is_taken_over_and_the_old_holders_late_result_is_refused() -> None:
     gates = [asyncio.Event(), asyncio.Event()]
     numbers = iter(range(1, 10))

@@ -121,3 +121,9 @@ def test_5xx_releases_unless_stored() -> None:
     assert IdempotencySettings().stores_status(422)
     assert not IdempotencySettings().stores_status(503)
     assert IdempotencySettings(store_5xx=True).stores_status(503)
+
+
+@pytest.mark.parametrize("status", [408, 425, 429])
+def test_an_answer_saying_the_request_was_not_processed_is_never_stored(status: int) -> None:
+    assert not IdempotencySettings().stores_status(status)
+    assert not IdempotencySettings(store_5xx=True).stores_status(status)

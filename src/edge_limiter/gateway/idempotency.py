@@ -9,7 +9,8 @@ For the methods a route names (POST and PATCH by default), a request carrying an
    record is replayed (``Idempotent-Replayed: true``), a claim in flight is a 409 with
    ``Retry-After``, a different request under the same key is a 422;
 3. holding the claim, goes through the rate limit and to the origin. A request that is
-   not forwarded (rate limited, or the origin failed before answering) releases the claim,
+   not forwarded (rate limited, or the origin failed before answering), or answered with a
+   status saying it was not processed (408, 425, the origin's own 429), releases the claim,
    so its retry is forwarded; so does a 5xx unless the route stores them;
 4. the origin's response is stored in the record (fenced by the claim's token: a holder
    whose lock ran out cannot overwrite its successor's result) before the client gets it,
@@ -145,10 +146,9 @@ class Idempotency:
         token = answer.token
         exchange.idempotency_token = token
         response = await call_next(exchange)
-        if not exchange.reached_origin or (
-            response.status >= 500 and not settings.stores_status(response.status)
-        ):
-            # Not forwarded, or the origin failed: give the key back for the retry.
+        if not exchange.reached_origin or not settings.stores_status(response.status):
+            # Not forwarded, the origin failed, or it says it did not process the request
+            # (its own 429): give the key back for the retry.
             await self._release(name, token)
             return response
         try:

@@ -51,6 +51,12 @@ _FIELDS = (
 )
 
 
+#: Answers that say the origin did not process the request, so a retry is due: 408 (the
+#: request did not arrive in time), 425 (too early, it might be a replay), 429 (the
+#: origin's own rate limit).
+NOT_PROCESSED = frozenset({408, 425, 429})
+
+
 @dataclass(frozen=True, slots=True)
 class IdempotencySettings:
     """How one route treats ``Idempotency-Key``."""
@@ -87,7 +93,15 @@ class IdempotencySettings:
         return method.upper() in self.methods
 
     def stores_status(self, status: int) -> bool:
-        """Whether a response with ``status`` completes the record (else: release the claim)."""
+        """Whether a response with ``status`` completes the record (else: release the claim).
+
+        An answer saying the origin did not process the request (:data:`NOT_PROCESSED`) is
+        never stored, whatever ``store_5xx`` says: replaying it would refuse every retry
+        with that key, though the retry is what it asks for (Stripe saves no result for a
+        request that never began executing either).
+        """
+        if status in NOT_PROCESSED:
+            return False
         return self.store_5xx or not 500 <= status <= 599
 
 
