@@ -166,6 +166,7 @@ class MemoryKV:
         self.values: dict[str, tuple[bytes, int]] = {}
         self.gets: list[str] = []
         self.puts: list[tuple[str, int]] = []
+        self.deletes: list[str] = []
         self.failing = False
 
     async def get(self, key: str) -> bytes | None:
@@ -184,6 +185,12 @@ class MemoryKV:
         assert len(key.encode()) <= 512, "KV refuses keys over 512 bytes"
         self.puts.append((key, ttl_s))
         self.values[key] = (value, self.clock.now + ttl_s * 1000)
+
+    async def delete(self, key: str) -> None:
+        if self.failing:
+            raise RuntimeError("KV DELETE failed: 500")
+        self.deletes.append(key)
+        self.values.pop(key, None)
 
 
 class MemoryIdempotency:

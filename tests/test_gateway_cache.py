@@ -487,3 +487,73 @@ def test_only_if_cached_is_a_stored_copy_or_a_504_never_the_origin() -> None:
     h.clock.advance(5 * 60_000 + 1)
     assert h.send(request("/v1/catalog/o", headers=only)).status == 504
     assert len(h.origin.sent) == 1
+
+
+GETS_ONLY = {**CATALOG, "match": {"path": "/v1/catalog/*", "methods": ["GET", "HEAD"]}}
+WRITES = {"name": "writes", "match": {"path": "/v1/*"}, "limits": "100/minute"}
+
+
+@pytest.mark.parametrize("method", ["DELETE", "PUT", "POST", "PATCH"])
+def test_a_successful_unsafe_request_invalidates_the_stored_get(method: str) -> None:
+    # RFC 9111 section 4.4, whichever route takes the write.
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()))
+    h.send(request("/v1/catalog/a"))
+    h.send(request("/v1/catalog/b"))
+    assert h.send(request("/v1/catalog/a")).headers.get("x-cache") == "HIT"
+    assert h.send(request("/v1/catalog/a", method, body=b"{}")).status == 200
+    assert h.send(request("/v1/catalog/a")).headers.get("x-cache") == "MISS"
+    assert h.send(request("/v1/catalog/b")).headers.get("x-cache") == "HIT"  # only its URI
+    assert len(h.events("cache_invalidated")) == 1
+
+
+def test_a_failed_or_unforwarded_write_leaves_the_stored_get() -> None:
+    status = [200]
+
+    async def respond(_: OriginRequest) -> Response:
+        return Response(status[0], Headers(), b"x")
+
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=respond))
+    h.send(request("/v1/catalog/a"))
+    status[0] = 500
+    assert h.send(request("/v1/catalog/a", "DELETE")).status == 500
+    assert h.send(request("/v1/catalog/a")).headers.get("x-cache") == "HIT"
+    assert h.kv.deletes == []
+    # A query is part of the URI: another query's write leaves this one's copy.
+    status[0] = 200
+    h.send(request("/v1/catalog/a", "DELETE", query="v=2"))
+    assert h.send(request("/v1/catalog/a")).headers.get("x-cache") == "HIT"
+
+
+def test_a_write_invalidates_only_the_writers_copy_on_a_route_cached_per_key() -> None:
+    keyed = {**GETS_ONLY, "cache": {"ttl": "5m", "scope": "key"}}
+    h = harness(keyed, WRITES, upstream=FakeOrigin(respond=answering()))
+    for ip in ("198.51.100.1", "198.51.100.2"):
+        h.send(request("/v1/catalog/a", ip=ip))
+    h.send(request("/v1/catalog/a", "PUT", ip="198.51.100.1", body=b"{}"))
+    assert h.send(request("/v1/catalog/a", ip="198.51.100.1")).headers.get("x-cache") == "MISS"
+    assert h.send(request("/v1/catalog/a", ip="198.51.100.2")).headers.get("x-cache") == "HIT"
+
+
+def test_a_kv_failure_on_invalidation_is_logged_never_the_writes_error() -> None:
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()))
+    h.send(request("/v1/catalog/a"))
+    h.kv.failing = True
+    assert h.send(request("/v1/catalog/a", "DELETE")).status == 200
+    assert h.events("cache_error")
+
+
+def test_the_admin_api_purges_one_urls_stored_answer() -> None:
+    h = harness(
+        GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()), admin_token="t0ken-t0ken"
+    )
+    auth = {"authorization": "Bearer t0ken-t0ken"}
+    h.send(request("/v1/catalog/a", query="x=1"))
+    url = "https://api.test/v1/catalog//a?x=1"  # as a client may write it: made canonical
+    purged = h.send(
+        request("/_edge-limiter/api/cache/purge", "POST", query=f"url={url}", headers=auth)
+    )
+    assert purged.status == 200 and body_json(purged)["route"] == "catalog"
+    assert h.send(request("/v1/catalog/a", query="x=1")).headers.get("x-cache") == "MISS"
+    for bad in ("url=/v1/catalog/a", "url=https://api.test/v2/x", ""):
+        refused = h.send(request("/_edge-limiter/api/cache/purge", "POST", query=bad, headers=auth))
+        assert refused.status == 400, bad

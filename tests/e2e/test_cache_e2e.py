@@ -63,6 +63,17 @@ def test_head_is_served_from_the_get_entry(gateway: LocalGateway, origin: DemoOr
     assert origin_gets(origin, path) == 1
 
 
+def test_a_successful_delete_makes_the_next_get_a_miss(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    path = unique()
+    get(gateway, path)
+    until_hit(gateway, path)
+    assert get(gateway, path, method="DELETE").status_code == 200
+    assert get(gateway, path).headers["x-cache"] == "MISS"  # removed before the answer
+    assert origin_gets(origin, path) == 3  # GET, DELETE, GET
+
+
 def test_a_hit_answers_a_matching_etag_with_a_304(
     gateway: LocalGateway, origin: DemoOrigin
 ) -> None:

@@ -75,6 +75,20 @@ def describe_route(route: Route) -> dict[str, Any]:
     return out
 
 
+def split_url(url: str) -> tuple[str, str, str, str]:
+    """An absolute http(s) URL's scheme, authority, path (``/`` when empty) and query.
+
+    Raises :class:`ExplainError` when it is not one (no scheme, another scheme, no host).
+    """
+    scheme, _, rest = url.partition("://")
+    authority = _AUTHORITY_END.split(rest, maxsplit=1)[0]
+    target = rest[len(authority) :]
+    if scheme.lower() not in ("http", "https") or not authority:
+        raise ExplainError(f"{url!r} is not an absolute URL like https://api.example.com/v1/x")
+    raw_path, _, query = target.partition("#")[0].partition("?")
+    return scheme, authority, raw_path or "/", query
+
+
 def explain(
     config: Config,
     method: str,
@@ -88,15 +102,9 @@ def explain(
     or ``method`` is not a method name: there is no request to explain. A request the
     gateway would refuse (a bad path, an ambiguous key) is explained with its status.
     """
-    scheme, _, rest = url.partition("://")
-    authority = _AUTHORITY_END.split(rest, maxsplit=1)[0]
-    target = rest[len(authority) :]
-    if scheme.lower() not in ("http", "https") or not authority:
-        raise ExplainError(f"{url!r} is not an absolute URL like https://api.example.com/v1/x")
+    scheme, authority, raw_path, query = split_url(url)
     if not _METHOD.fullmatch(method):
         raise ExplainError(f"{method!r} is not an HTTP method name (GET, POST, ...)")
-    raw_path, _, query = target.partition("#")[0].partition("?")
-    raw_path = raw_path or "/"
     out: dict[str, Any] = {"method": method.upper(), "url": url}
     try:
         path = canonical_path(raw_path, config.matrix_params)

@@ -18,6 +18,8 @@ paths are never forwarded and never rate limited by the routes.
 ``POST {prefix}/api/overrides``            set one (JSON body: route, key, limits | exempt,
                                            reason, expires_in | expires_at)
 ``DELETE {prefix}/api/overrides/{id}``     remove one
+``POST {prefix}/api/cache/purge?url=``     forget the cached GET answer for a URL
+                                           (``key=`` too on a route cached per key)
 ``GET  {prefix}/api/breakers``             every origin's shared breaker
 ``GET  {prefix}/api/stats``                recent decisions by route, most limited keys
 =========================================  ================================================
@@ -28,13 +30,15 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
+from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config
-from ..core.errors import BodyReadError, ExplainError, KeySpecError
-from ..core.explain import describe_route, explain
+from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
+from ..core.explain import describe_route, explain, split_url
 from ..core.http import problems
 from ..core.http.fields import rate_limit_headers
 from ..core.http.messages import Client, Headers, Request, Response
@@ -44,6 +48,7 @@ from ..core.overrides import OverrideError, decode_overrides, parse_override
 from ..core.protocol import StoreRequest, StoreResponse
 from ..core.resilience.breaker import current_phase
 from ..core.resilience.shared import SyncCall, state_from_json
+from .cache import Cache
 from .exchange import problem_response
 from .health import pools_of
 from .operations import Operating
@@ -70,10 +75,18 @@ def _fail(status: int, title: str, detail: str, code: str) -> Response:
 class Admin:
     """Answers requests under the admin prefix; see the module docstring."""
 
-    def __init__(self, config: Config, services: Services, operating: Operating) -> None:
+    def __init__(
+        self,
+        config: Config,
+        services: Services,
+        operating: Operating,
+        caches: Mapping[str, Cache] | None = None,
+    ) -> None:
         self.config = config
         self.services = services
         self.operating = operating
+        self.caches: Mapping[str, Cache] = caches if caches is not None else {}
+        """The cache stage of each cached route (the gateway's own, filled as it builds)."""
         self.prefix = config.ops.admin_prefix
 
     def owns(self, path: str) -> bool:
@@ -133,6 +146,8 @@ class Admin:
             if action.startswith("/api/overrides/") and method == "DELETE":
                 ident = action.removeprefix("/api/overrides/")
                 return await self._overrides(json.dumps({"op": "delete", "id": ident}), now)
+            if action == "/api/cache/purge" and method == "POST":
+                return await self._purge(params)
             if action == "/api/breakers" and method == "GET":
                 return _json(200, {"breakers": await self._breakers(now)})
             if action == "/api/stats" and method == "GET":
@@ -182,6 +197,40 @@ class Admin:
         except ExplainError as exc:
             raise _AdminError(400, str(exc)) from None
         return _json(200, explained)
+
+    async def _purge(self, params: dict[str, str]) -> Response:
+        url = params.get("url")
+        if not url:
+            raise _AdminError(400, "the url parameter is required (the GET to forget)")
+        try:
+            scheme, authority, raw_path, query = split_url(url)
+            path = canonical_path(raw_path, self.config.matrix_params)
+        except (ExplainError, PathError) as exc:
+            raise _AdminError(400, f"url: {exc}") from None
+        host = canonical_host(authority, scheme.lower())
+        matched = self.config.match("GET", host, path)
+        cache = self.caches.get(matched[0].name) if matched is not None else None
+        if matched is None or cache is None:
+            where = f"route {matched[0].name!r}" if matched is not None else "no route"
+            raise _AdminError(400, f"a GET of {url} goes to {where}, which caches nothing")
+        route = matched[0]
+        scope_key = None
+        if cache.settings.scope == "key":
+            given = params.get("key")
+            if not given:
+                raise _AdminError(
+                    400, f"route {route.name!r} caches per rate-limit key: give key= as well"
+                )
+            try:
+                scope_key = given_key(route.limits.key, given)
+            except KeySpecError as exc:
+                raise _AdminError(400, f"key: {exc}") from None
+        try:
+            removed = await cache.purge(host, path, query, scope_key)
+        except Exception as exc:
+            raise _AdminError(503, f"the cache (KV) failed: {type(exc).__name__}") from exc
+        self.services.log({"event": "admin_cache_purge", "route": route.name, "path": path})
+        return _json(200, {"route": route.name, "url": url, "purged": removed})
 
     def _route_and_key(self, params: dict[str, str]) -> tuple[Any, str]:
         route = self.config.route(params.get("route", ""))

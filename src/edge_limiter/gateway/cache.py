@@ -232,6 +232,45 @@ class Cache:
         out.set(CACHE_HEADER, label)
         return Response(status, out, body)
 
+    async def purge(self, host: str, path: str, query: str, scope_key: str | None) -> str:
+        """Forget the stored GET answer for this canonical host, path and query (and, for
+        ``scope = "key"``, this rate-limit key): the next request is a miss. Returns the
+        KV key removed. Its variants need no removal: a lookup starts at this key."""
+        base = base_key(
+            self.settings,
+            route=self.route.name,
+            method="GET",
+            host=host,
+            path=path,
+            query=query,
+            scope_key=scope_key,
+        )
+        self._written.pop(base, None)
+        await self.kv.delete(base)
+        return base
+
+    async def invalidate(self, exchange: Exchange) -> None:
+        """After an unsafe request to this route's URI succeeded (RFC 9111 section 4.4):
+        the stored answer no longer says what the origin holds. A failure is logged."""
+        scope_key = None
+        if self.settings.scope == "key":
+            key = request_key(self.route, exchange)
+            if isinstance(key, Response):
+                return
+            scope_key = key
+        try:
+            await self.purge(exchange.host, exchange.path, exchange.request.query, scope_key)
+        except Exception as exc:  # KV failing: the copy expires on its own
+            self._log_failure("delete", exc)
+            return
+        self.services.log(
+            {
+                "event": "cache_invalidated",
+                "route": self.route.name,
+                "method": exchange.request.method,
+            }
+        )
+
     def _not_cached(self) -> Response:
         """``504`` for ``only-if-cached`` without a fresh copy (RFC 9111 section 5.2.1.7)."""
         response = problem_response(problems.not_cached(self.route.name))

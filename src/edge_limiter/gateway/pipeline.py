@@ -35,6 +35,9 @@ from .ports import Background, Services
 from .ratelimit import RateLimit
 from .upstream import Upstream
 
+#: RFC 9110 section 9.2.1: methods that change nothing at the origin.
+SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
+
 
 class Gateway:
     """Handles requests against one parsed :class:`Config`."""
@@ -43,7 +46,9 @@ class Gateway:
         self.config = config
         self.services = services
         self.operating = Operating(config, services)
-        self.admin = Admin(config, services, self.operating)
+        self.caches: dict[str, Cache] = {}
+        """Each cached route's cache stage, by route name (filled as routes are built)."""
+        self.admin = Admin(config, services, self.operating, self.caches)
         forward = Upstream(services, config.client_ip_header)
         self.upstream = forward
         self._routes: dict[str, Handler] = {}
@@ -74,7 +79,9 @@ class Gateway:
         if route.cache is not None:
             if services.cache is None:
                 raise ConfigError([f"route {route.name!r}.cache: needs the CACHE KV binding"])
-            stages.append(Cache(route, route.cache, services.cache, limiter, services))
+            cache = Cache(route, route.cache, services.cache, limiter, services)
+            self.caches[route.name] = cache
+            stages.append(cache)
         stages.append(limiter)
         return stages
 
@@ -116,12 +123,39 @@ class Gateway:
             if self.config.forward is None:
                 return problem_response(problems.not_found(request.method, path))
             exchange = self._exchange(request, path, host, self.config.forward, background)
-            return await self._unmatched(exchange)
+            response = await self._unmatched(exchange)
+        else:
+            route, params = matched
+            exchange = self._exchange(request, path, host, route.forward, background)
+            exchange.route = route
+            exchange.params = params
+            response = await self._routes[route.name](exchange)
+        if (
+            self.caches
+            and request.method not in SAFE_METHODS
+            and 200 <= response.status < 400
+            and exchange.reached_origin
+        ):
+            await self._invalidate(request, path, host, background)
+        return response
+
+    async def _invalidate(
+        self, request: Request, path: str, host: str, background: Background | None
+    ) -> None:
+        """An unsafe request to a URI succeeded at the origin: the cached GET answer for it
+        (on whichever route caches its GETs) no longer says what the origin holds (RFC 9111
+        section 4.4). Done before the response, so the client's next GET is a miss here."""
+        matched = self.config.match("GET", host, path)
+        if matched is None:
+            return
         route, params = matched
+        cache = self.caches.get(route.name)
+        if cache is None:
+            return
         exchange = self._exchange(request, path, host, route.forward, background)
         exchange.route = route
         exchange.params = params
-        return await self._routes[route.name](exchange)
+        await cache.invalidate(exchange)
 
     async def _method_override(self, request: Request, host: str, path: str) -> Response | None:
         """Apply (or refuse) what a POST asks to be taken as; ``None`` to go on.

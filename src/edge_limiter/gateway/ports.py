@@ -75,6 +75,10 @@ class KeyValueStore(Protocol):
         """Store ``value`` for ``ttl_s`` seconds (at least 60 in KV)."""
         ...
 
+    async def delete(self, key: str) -> None:
+        """Remove ``key`` (absent or not)."""
+        ...
+
 
 class IdempotencyStore(Protocol):
     """One Idempotency-Key's record: calls the Durable Object named ``name``."""

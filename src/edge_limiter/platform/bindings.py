@@ -180,6 +180,9 @@ class KvStore:
         options = to_js({"expirationTtl": ttl_s}, dict_converter=globals_.Object.fromEntries)
         await self.namespace.put(key, to_js(value), options)
 
+    async def delete(self, key: str) -> None:
+        await self.namespace.delete(key)
+
 
 class WaitUntil:
     """Work that goes on after the response: ``ctx.waitUntil``."""
