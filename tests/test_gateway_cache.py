@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -557,3 +558,27 @@ def test_the_admin_api_purges_one_urls_stored_answer() -> None:
     for bad in ("url=/v1/catalog/a", "url=https://api.test/v2/x", ""):
         refused = h.send(request("/_edge-limiter/api/cache/purge", "POST", query=bad, headers=auth))
         assert refused.status == 400, bad
+
+
+def test_a_slow_kv_does_not_hold_the_writes_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("edge_limiter.gateway.pipeline.INVALIDATE_WAIT_S", 0.01)
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()))
+    h.send(request("/v1/catalog/a"))
+    stored = set(h.kv.values)
+    removing = h.kv.delete
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def slow_delete(key: str) -> None:
+            await release.wait()
+            await removing(key)
+
+        h.kv.delete = slow_delete  # type: ignore[method-assign]
+        answer = await h.gateway.handle(request("/v1/catalog/a", "DELETE"), h.background)
+        assert answer.status == 200 and set(h.kv.values) == stored  # answered, not yet removed
+        release.set()
+        await h.background.run()  # finished after the answer
+        assert h.kv.deletes and not set(h.kv.values) & set(h.kv.deletes)
+
+    asyncio.run(scenario())

@@ -11,6 +11,8 @@ converts the runtime's request into a :class:`Request` and the :class:`Response`
 
 from __future__ import annotations
 
+import asyncio
+
 from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config, Forwarding, Route
 from ..core.errors import BodyReadError, ConfigError, PathError
@@ -37,6 +39,8 @@ from .upstream import Upstream
 
 #: RFC 9110 section 9.2.1: methods that change nothing at the origin.
 SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
+#: The longest a write's answer waits for its cached GET to be removed (then it goes on).
+INVALIDATE_WAIT_S = 1.0
 
 
 class Gateway:
@@ -144,7 +148,8 @@ class Gateway:
     ) -> None:
         """An unsafe request to a URI succeeded at the origin: the cached GET answer for it
         (on whichever route caches its GETs) no longer says what the origin holds (RFC 9111
-        section 4.4). Done before the response, so the client's next GET is a miss here."""
+        section 4.4). Done before the response, so the client's next GET is a miss here;
+        a KV that takes longer than :data:`INVALIDATE_WAIT_S` finishes after it."""
         matched = self.config.match("GET", host, path)
         if matched is None:
             return
@@ -155,7 +160,12 @@ class Gateway:
         exchange = self._exchange(request, path, host, route.forward, background)
         exchange.route = route
         exchange.params = params
-        await cache.invalidate(exchange)
+        work = asyncio.ensure_future(cache.invalidate(exchange))
+        try:
+            await asyncio.wait_for(asyncio.shield(work), INVALIDATE_WAIT_S)
+        except TimeoutError:
+            if background is not None:
+                background.defer(work)
 
     async def _method_override(self, request: Request, host: str, path: str) -> Response | None:
         """Apply (or refuse) what a POST asks to be taken as; ``None`` to go on.
