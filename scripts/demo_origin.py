@@ -10,7 +10,8 @@ A path ending in ``/status/<code>`` answers with that status instead; one ending
 ``/slow/<ms>`` (or an ``X-Demo-Delay: <ms>`` header) answers after ``ms`` milliseconds; each ``h=name:value`` query parameter adds that header
 to the response (for cache tests: ``?h=cache-control:max-age%3D1``), ``reason=text``
 sets the status line's reason phrase, ``interim=103`` (or ``102``) sends that interim
-answer before the final one, ``pad=N`` adds N bytes to the JSON (a ``"pad"``
+answer before the final one, ``events=N`` answers N server-sent events and holds the
+stream open, ``pad=N`` adds N bytes to the JSON (a ``"pad"``
 member), and ``chunked=1`` sends the answer chunked (no ``Content-Length``). Request
 bodies are read whether they come with a length or chunked.
 """
@@ -83,6 +84,9 @@ class _Handler(BaseHTTPRequestHandler):
         if pad.isdigit():
             answer["pad"] = "x" * min(int(pad), 64 << 20)
         payload = json.dumps(answer).encode()
+        if options.get("events", "").isdigit():
+            self._events(int(options["events"]))
+            return
         chunked = options.get("chunked") == "1"
         interim = options.get("interim", "")
         if interim in ("102", "103"):
@@ -111,6 +115,24 @@ class _Handler(BaseHTTPRequestHandler):
             chunk = payload[start : start + 16384]
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         self.wfile.write(b"0\r\n\r\n")
+
+    def _events(self, count: int) -> None:
+        """Server-sent events: ``count`` events at once, then the stream held open (as a
+        live one is) for up to 10 s or until the client goes."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "max-age=60")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        try:
+            for number in range(count):
+                event = f"data: event {number}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+            time.sleep(10)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass  # the client went
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _answer
 

@@ -582,3 +582,16 @@ def test_a_slow_kv_does_not_hold_the_writes_answer(monkeypatch: pytest.MonkeyPat
         assert h.kv.deletes and not set(h.kv.values) & set(h.kv.deletes)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("media", ["text/event-stream", "Text/Event-Stream; charset=utf-8"])
+def test_a_live_stream_is_passed_on_as_it_comes_never_held_or_stored(media: str) -> None:
+    # Server-sent events may never end: reading them to measure or keep them would hold
+    # the client forever.
+    events = streaming(b"data: 1\n\n", headers=[("content-type", media)])
+    h = cached(FakeOrigin(respond=events))
+    for _ in range(2):
+        answer = h.send(request("/v1/catalog/events"))
+        assert answer.headers.get("x-cache") == "MISS"
+    assert [body.held for body in events.bodies] == [0, 0]  # never read by the gateway
+    assert h.kv.puts == []

@@ -383,3 +383,14 @@ def test_a_request_body_that_cannot_be_read_is_a_400_with_no_claim() -> None:
     assert answer.status == 400
     assert body_json(answer)["code"] == "request_body_broken"
     assert h.send(post()).status == 201  # nothing was claimed
+
+
+def test_a_live_stream_is_recorded_without_its_body_and_never_held() -> None:
+    events = streaming(b"data: 1\n\n", 201, [("content-type", "text/event-stream")])
+    h = paying(FakeOrigin(respond=events))
+    first = h.send(post())
+    assert first.status == 201 and events.bodies[0].held == 0  # streamed, not read
+    replay = h.send(post())
+    assert replay.status == 201 and replay.headers.get("idempotent-replayed") == "true"
+    assert "live stream" in (replay.headers.get("idempotent-replayed-body") or "")
+    assert len(events.bodies) == 1

@@ -93,6 +93,12 @@ def test_client_no_cache_is_ignored_unless_allowed(headers: dict[str, str]) -> N
     )
 
 
+def test_a_live_stream_is_never_stored() -> None:
+    fields = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "max-age=60"}
+    decision = store_decision(200, fields, None, PUBLIC, 0)
+    assert not decision.store and decision.reason == StoreReason.STREAM
+
+
 def test_only_if_cached_is_carried_whatever_the_lookup() -> None:
     only = {"cache-control": "max-age=10, ONLY-IF-CACHED"}
     assert lookup_decision("GET", only, PUBLIC) == Lookup(True, True, LookupReason.CACHEABLE, True)

@@ -63,6 +63,21 @@ def test_head_is_served_from_the_get_entry(gateway: LocalGateway, origin: DemoOr
     assert origin_gets(origin, path) == 1
 
 
+def test_server_sent_events_reach_the_client_as_they_come(gateway: LocalGateway) -> None:
+    # The origin sends two events and holds the stream open for 10 s: a gateway that read
+    # the body to measure or keep it would hold them back until then.
+    url = gateway.url + unique() + "?events=2"
+    with httpx.stream("GET", url, headers={"cf-connecting-ip": fresh_ip()}, timeout=5) as answer:
+        assert answer.headers["content-type"] == "text/event-stream"
+        assert answer.headers["x-cache"] == "MISS"
+        received = b""
+        for chunk in answer.iter_raw():
+            received += chunk
+            if received.count(b"\n\n") >= 2:
+                break
+    assert b"data: event 0" in received and b"data: event 1" in received
+
+
 def test_a_successful_delete_makes_the_next_get_a_miss(
     gateway: LocalGateway, origin: DemoOrigin
 ) -> None:

@@ -27,6 +27,7 @@ import hashlib
 import json
 from typing import Any
 
+from ..core.caching.fields import is_stream_type
 from ..core.config import Route
 from ..core.errors import BodyReadError, IdempotencyKeyError, IdempotencyRecordError, ProtocolError
 from ..core.http import problems
@@ -60,7 +61,10 @@ def replay(stored: StoredResponse) -> Response:
     headers = Headers([pair for pair in stored.headers if pair[0].lower() != "content-length"])
     headers.set(REPLAYED_HEADER, "true")
     if stored.body_too_large:
-        headers.set(BODY_OMITTED_HEADER, "omitted; larger than the route's idempotency.max_bytes")
+        headers.set(
+            BODY_OMITTED_HEADER,
+            "omitted; larger than the route's idempotency.max_bytes, or a live stream",
+        )
     return Response(stored.status, headers, stored.body or None)
 
 
@@ -153,8 +157,13 @@ class Idempotency:
             return response
         try:
             # A body above max_bytes is not kept (the record says so), and not held in
-            # memory either: the client gets it streamed.
-            data = await response.read_body_at_most(settings.max_bytes)
+            # memory either: the client gets it streamed. A live stream (server-sent
+            # events) is not read at all: it may never end.
+            data = (
+                None
+                if is_stream_type(response.headers.get("content-type"))
+                else await response.read_body_at_most(settings.max_bytes)
+            )
         except BodyReadError as exc:
             # The origin acted but its answer was cut off: nothing to replay. The claim is
             # neither completed nor released: a retry gets 409 until the lock runs out

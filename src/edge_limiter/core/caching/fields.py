@@ -70,6 +70,22 @@ def content_length(fields: Fields) -> int | None:
     return int(value)
 
 
+#: Media types of answers that are live streams (Server-Sent Events, MJPEG-style
+#: multipart replace): never held to be measured or kept, each client gets its own.
+STREAM_TYPES = frozenset({"text/event-stream", "multipart/x-mixed-replace"})
+
+
+def is_stream(fields: Fields) -> bool:
+    """Whether the answer's ``Content-Type`` is a live stream (:data:`STREAM_TYPES`)."""
+    return is_stream_type(field_value(fields, "content-type"))
+
+
+def is_stream_type(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` value names a live stream (:data:`STREAM_TYPES`)."""
+    media = (content_type or "").partition(";")[0]
+    return media.strip().lower() in STREAM_TYPES
+
+
 def is_token(text: str) -> bool:
     """Whether ``text`` is an RFC 9110 token (a valid field name or method)."""
     return TOKEN_RE.fullmatch(text) is not None

@@ -26,7 +26,15 @@ from enum import StrEnum
 from .cache_control import CacheControl, delta_seconds, parse_cache_control
 from .conditional import needs_origin
 from .entry import Entry, storable_fields, vary_manifest
-from .fields import Fields, content_length, field_value, field_values, is_token, list_items
+from .fields import (
+    Fields,
+    content_length,
+    field_value,
+    field_values,
+    is_stream,
+    is_token,
+    list_items,
+)
 from .keys import CACHEABLE_METHODS, normalize_vary
 from .limits import KV_MIN_EXPIRATION_TTL_S, MAX_STORED_FIELD_BYTES
 from .settings import CacheSettings
@@ -132,6 +140,8 @@ class StoreReason(StrEnum):
     """The lifetime left after the origin's ``Age`` is zero or less."""
     FIELDS_TOO_LARGE = "fields_too_large"
     TOO_LARGE = "too_large"
+    STREAM = "stream"
+    """A live stream (``text/event-stream``): it may never end, and is each client's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +175,8 @@ def store_decision(
     """
     if status not in settings.statuses:
         return Store(False, StoreReason.STATUS)
+    if is_stream(response_headers):
+        return Store(False, StoreReason.STREAM)
     cache_control = field_value(response_headers, "cache-control")
     directives = parse_cache_control(cache_control)
     if directives.no_store:
