@@ -61,7 +61,11 @@ def query_params(query: str) -> list[Param]:
 
 
 def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
-    """``query`` normalised, without the ``ignore``d names, sorted by name then value.
+    """``query`` normalised, without the ``ignore``d names, sorted by name.
+
+    The sort is stable: a name given several times keeps the order of its values
+    (``a=1&a=2`` is not ``a=2&a=1``: origins that take the last, or the first, answer the
+    two differently, so they must not share an entry).
 
     ``ignore`` names are compared in normal form, so ``utm_source`` also drops
     ``utm%5Fsource``; ``"*"`` among them drops the whole query.
@@ -70,8 +74,7 @@ def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
     if ALL_PARAMS in ignored:
         return ""
     kept = [param for param in query_params(query) if param[0] not in ignored]
-    # An absent value sorts before an empty one: the two must stay distinct, and ordered.
-    kept.sort(key=lambda param: (param[0], param[1] is not None, param[1] or ""))
+    kept.sort(key=lambda param: param[0])
     return "&".join(name if value is None else f"{name}={value}" for name, value in kept)
 
 
