@@ -396,3 +396,17 @@ def test_method_decides_where_the_first_route_a_path_fits_names_methods() -> Non
     assert not parsed.method_decides("b.test", "/v1/h")  # only 'all' fits it there
     assert not parsed.method_decides("api.example.com", "/v1/other")
     assert not parsed.method_decides("api.example.com", "/elsewhere")
+
+
+@pytest.mark.parametrize(
+    ("origin", "said"),
+    [
+        ("https://user:pw@api.example.com", "must not carry credentials"),
+        ("https://api.example.com:99999", "invalid port"),
+        ("https://api.example.com/a b", "whitespace"),
+    ],
+)
+def test_a_top_level_origin_is_checked_like_a_pools(origin: str, said: str) -> None:
+    # One problem, the origin's own: not one more per route that would have used it.
+    [problem] = problems_of(config(route(), route(name="s", match={"path": "/s"}), origin=origin))
+    assert problem.startswith("config.origin:") and said in problem

@@ -29,7 +29,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..algorithms import ALGORITHMS, make_algorithm
 from ..caching.fields import HOP_BY_HOP, is_token
@@ -44,7 +43,7 @@ from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..rates import MAX_QUOTA, Limit, parse_rate, parse_rates
 from ..resilience.retry import RetrySettings, parse_retry
-from ..routing.origins import Origin, Pool, parse_pools
+from ..routing.origins import Origin, Pool, parse_origin_url, parse_pools
 from ..validation import (
     Problems,
     boolean,
@@ -127,18 +126,9 @@ PATHS_FIELDS = ("case_insensitive", "matrix_params")
 
 
 def check_origin(value: object, where: str, problems: Problems) -> str | None:
-    """An origin URL (``https://api.example.com``) without a trailing slash, or a problem."""
-    if isinstance(value, str) and value:
-        parts = urlsplit(value)
-        if parts.scheme in ("http", "https") and parts.netloc:
-            if parts.query or parts.fragment or "#" in value:
-                problems.add(where, f"must not carry a query or fragment, got {shown(value)}")
-                return None
-            return value.rstrip("/")
-    problems.add(
-        where, f"must be an http(s) URL like 'https://api.example.com', got {shown(value)}"
-    )
-    return None
+    """An origin URL (``https://api.example.com``) without a trailing slash, or a problem:
+    the same rules as a pool's origins (:func:`parse_origin_url`)."""
+    return parse_origin_url(value, where, problems)
 
 
 # --- limits ---------------------------------------------------------------------------------
@@ -420,7 +410,12 @@ def _parse_route(
     if pool is None and defaults.origin_url is not None:
         # The top-level origin, with this route's timeout for each attempt.
         pool = defaults.upstreams.of_url(defaults.origin_url, timeout, where, problems)
-    if pool is None and defaults.pool is None and raw.get("origin") is None:
+    if (
+        pool is None
+        and defaults.pool is None
+        and raw.get("origin") is None
+        and not defaults.origin_given
+    ):
         problems.add(
             f"{where}.origin",
             "no origin to forward to: set 'origin' or 'pool' on the route or at the top level",
@@ -562,6 +557,8 @@ class _Defaults:
     origin_timeout_ms: int
     store_timeout_ms: int
     case_insensitive: bool
+    origin_given: bool = False
+    """A top-level ``origin`` is set (if invalid, that is its own problem, not each route's)."""
 
 
 def _unreachable(routes: list[Route], problems: Problems) -> None:
@@ -718,6 +715,7 @@ def parse_config(raw: object) -> Config:
         origin_timeout_ms=origin_timeout,
         store_timeout_ms=store_timeout,
         case_insensitive=case_insensitive,
+        origin_given=raw.get("origin") is not None,
     )
 
     ops = _operations(raw, problems)

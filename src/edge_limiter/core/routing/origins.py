@@ -321,7 +321,11 @@ def parse_origin_url(value: object, where: str, problems: Problems) -> str | Non
         problems.add(where, f"must not carry a query or fragment, got {shown(value)}")
         return None
     if "@" in parts.netloc:
-        problems.add(where, "must not carry credentials; give the origin a secret header instead")
+        problems.add(
+            where,
+            f"must not carry credentials (user:password@), which the runtime's fetch "
+            f"refuses, got {shown(parts.hostname)} with credentials",
+        )
         return None
     try:
         parts.port  # noqa: B018 - urlsplit checks the port only when it is read
