@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,12 +48,73 @@ POOLS: dict[str, Any] = {
 }
 
 
+#: What a misbehaving origin sends, by the last segment of the path: malformed, interim,
+#: out-of-range and cut-off answers. None of them may become a 500 from the gateway.
+ODD_ANSWERS: dict[str, bytes] = {
+    "s999": b"HTTP/1.1 999 Weird\r\nContent-Length: 2\r\n\r\nok",
+    "s600": b"HTTP/1.1 600 X\r\nContent-Length: 2\r\n\r\nok",
+    "s199": b"HTTP/1.1 199 X\r\nContent-Length: 2\r\n\r\nok",
+    "e103": b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    "s204body": b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\nok",
+    "s304": b'HTTP/1.1 304 Not Modified\r\nETag: "a"\r\n\r\n',
+    "http10": b"HTTP/1.0 200 OK\r\n\r\nclose-delimited",
+    "ctl": b"HTTP/1.1 200 OK\r\nX-Bad: a\x01b\r\nContent-Length: 2\r\n\r\nok",
+    "utf8": "HTTP/1.1 200 OK\r\nX-U: caf\u00e9\r\nContent-Length: 2\r\n\r\nok".encode(),
+    "twolengths": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+    "short": b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok",
+    "garbage": b"NOT HTTP AT ALL\r\n\r\n",
+    "empty": b"",
+    "badgzip": b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 5\r\n\r\nnotgz",
+    "cookies": b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n"
+    b"Content-Length: 2\r\n\r\nok",
+}
+
+
+class OddOrigin:
+    """A raw socket server that sends :data:`ODD_ANSWERS` and closes the connection."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            received = b""
+            while b"\r\n\r\n" not in received:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                received += chunk
+            target = received.split(b" ", 2)[1].decode()
+            name = target.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+            conn.sendall(ODD_ANSWERS.get(name, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_WR)
+
+    def stop(self) -> None:
+        self.sock.close()
+
+
 def pool_config(origins: dict[str, DemoOrigin]) -> dict[str, Any]:
     pools = {}
     for pool, members in POOLS.items():
         listed = [{**member, "url": origins[member["name"]].url} for member in members]
         pools[pool] = {"breaker": BREAKER, "retry": RETRY, "origins": listed}
     pools["tiny"]["retry"] = {"attempts": 1}
+    # Never tripped: each odd answer is judged alone.
+    odd = {"name": "odd", "url": ODD.url}
+    pools["odd"] = {"breaker": {"window": 1000, "min_calls": 1000}, "origins": [odd]}
+    pools["odd"]["retry"] = {"attempts": 1}
 
     def route(name: str, pool: str, **more: Any) -> dict[str, Any]:
         return {
@@ -74,6 +137,9 @@ def pool_config(origins: dict[str, DemoOrigin]) -> dict[str, Any]:
             route("tiny", "tiny"),
             route("stale", "lone", cache={"ttl": "1s", "stale_if_error": "1m"}),
             route("deadline", "slow", timeout="1s"),
+            route("odd", "odd"),
+            route("oddc", "odd", cache={"ttl": "1m"}),
+            route("oddi", "odd", idempotency={"mode": "optional"}),
         ],
     }
 
@@ -116,6 +182,29 @@ def get(base: str, path: str, country: str = "", continent: str = "", **kw: Any)
 
 def hits(origin: DemoOrigin, prefix: str = "/") -> int:
     return sum(1 for _, path in origin.hits if path.startswith(prefix) and path != "/health")
+
+
+ODD = OddOrigin()
+
+
+@pytest.mark.parametrize("route", ["odd", "oddc", "oddi"])
+def test_no_answer_of_a_misbehaving_origin_becomes_a_500(
+    pools_gateway: LocalGateway, route: str
+) -> None:
+    for name in ODD_ANSWERS:
+        method = "POST" if route == "oddi" else "GET"
+        headers = {"cf-connecting-ip": fresh_ip()}
+        if route == "oddi":
+            headers["idempotency-key"] = f"{name}-{time.time_ns()}"
+        url = f"{pools_gateway.url}/{route}/{name}"
+        # Streamed and not decoded: a body the origin broke may reach the client broken.
+        with httpx.stream(method, url, headers=headers, timeout=30) as answer:
+            status, fields = answer.status_code, answer.headers
+            text = b"" if status < 500 else answer.read()
+        assert status != 500, (route, name, text[:300])
+        if status in (502, 503, 504) and fields.get("x-origin") != "odd":
+            # The gateway's own failure answers say what happened.
+            assert fields["content-type"] == "application/problem+json", (route, name)
 
 
 def test_clients_reach_their_regions_origin(pools_gateway: LocalGateway) -> None:
