@@ -18,6 +18,7 @@ from edge_limiter.core.idempotency.records import (
     decode_record,
     encode_record,
     idle_at,
+    in_flight_wait_ms,
     is_live,
     peek,
     release,
@@ -236,3 +237,13 @@ def test_records_round_trip(clock: FakeClock) -> None:
 def test_malformed_records_raise_the_specific_error(text: str) -> None:
     with pytest.raises(IdempotencyRecordError):
         decode_record(text)
+
+
+def test_a_duplicate_waits_until_the_holder_is_done_at_the_origins_at_most() -> None:
+    # Claimed just now: the origins' deadline (plus a second to store) comes first.
+    assert in_flight_wait_ms(60_000, 60_000, 30_000) == 31_000
+    # Claimed 20 s ago: 11 s left of that.
+    assert in_flight_wait_ms(40_000, 60_000, 30_000) == 11_000
+    # Never past the lock's end (then the key may be taken over), never under a second.
+    assert in_flight_wait_ms(5_000, 10_000, 30_000) == 5_000
+    assert in_flight_wait_ms(20_000, 60_000, 30_000) == 1_000

@@ -39,6 +39,7 @@ from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
 from ..core.idempotency.records import (
     Outcome,
     StoredResponse,
+    in_flight_wait_ms,
     response_from_json,
     response_to_json,
     stored_response,
@@ -138,7 +139,10 @@ class Idempotency:
         if answer.outcome is Outcome.REPLAY and answer.response is not None:
             return replay(answer.response)
         if answer.outcome is Outcome.IN_FLIGHT:
-            seconds = max(1, -(-answer.retry_after_ms // 1000))
+            wait_ms = in_flight_wait_ms(
+                answer.retry_after_ms, settings.lock_timeout_ms, exchange.forward.timeout_ms
+            )
+            seconds = max(1, -(-wait_ms // 1000))
             return problem_response(problems.idempotency_in_flight(self.route.name, seconds))
         if answer.outcome is Outcome.MISMATCH:
             return problem_response(problems.idempotency_mismatch(self.route.name))

@@ -208,6 +208,23 @@ def peek(record: Record | None, now: int) -> ClaimResult:
     return ClaimResult(Outcome.COMPLETED, record.token, response=record.response)
 
 
+#: Time after the origin's deadline for the holder to store its answer.
+STORE_MARGIN_MS = 1_000
+
+
+def in_flight_wait_ms(lock_left_ms: int, lock_timeout_ms: int, origin_timeout_ms: int) -> int:
+    """How long a duplicate of a request in flight should wait before it asks again.
+
+    The holder's request ends at the origins within ``origin_timeout_ms`` of its claim
+    (retries included), and the claim was taken ``lock_timeout_ms - lock_left_ms`` ago, so
+    its answer is stored by then (plus :data:`STORE_MARGIN_MS`); never past the lock's end,
+    when the key may be taken over. At least a second.
+    """
+    elapsed = max(0, lock_timeout_ms - lock_left_ms)
+    done_by = origin_timeout_ms + STORE_MARGIN_MS - elapsed
+    return max(1_000, min(lock_left_ms, done_by))
+
+
 def stored_response(
     status: int, headers: Fields, body: bytes | None, settings: IdempotencySettings
 ) -> StoredResponse:
