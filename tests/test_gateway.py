@@ -368,11 +368,14 @@ def test_a_clients_path_override_fields_never_reach_the_origin() -> None:
     # An origin that routes by X-Original-URL would run the login handler, uncounted.
     h = harness(LOGIN)
     sneaky = {"X-Original-URL": "/v1/login", "x-rewrite-url": "/v1/login", "x-other": "1"}
+    # ... and one that reads the host or path prefix from X-Forwarded-*, another tenant's.
+    sneaky |= {"X-Forwarded-Host": "other-tenant.test", "x-forwarded-prefix": "/v1/login"}
     for _ in range(3):
         assert h.send(request("/health", "POST", headers=sneaky)).status == 200
     for sent in h.origin.sent:
         names = {name.lower() for name, _ in sent.headers}
         assert "x-original-url" not in names and "x-rewrite-url" not in names
+        assert "x-forwarded-host" not in names and "x-forwarded-prefix" not in names
         assert "x-other" in names
 
 

@@ -78,11 +78,17 @@ MAX_RETRY_AFTER_MS = 300_000
 #: origin to a path that was not matched or counted. Only a proxy in front of the origin
 #: may set them, and the gateway is that proxy: a client's copy is dropped.
 PATH_OVERRIDE_FIELDS = ("x-original-url", "x-rewrite-url")
+#: Fields frameworks take, behind a proxy they trust, as the host or path prefix the client
+#: asked for (Rails, Django, Express, Symfony, Laravel: X-Forwarded-Host; Spring, Symfony:
+#: X-Forwarded-Prefix). The gateway is that proxy and matched the request by its own host
+#: and path: a client's copy would have the origin serve another host (a tenant chosen by
+#: host) or path than the one counted.
+FORWARDED_AS_FIELDS = ("x-forwarded-host", "x-forwarded-prefix")
 #: Fields dropped from every forwarded request besides those: ``Expect: 100-continue``
 #: asks the origin for an interim ``100 Continue``, which the runtime's fetch takes as the
 #: final answer (local workerd hands it back as the response); the client's own
 #: expectation is the runtime's to answer, and the body is sent whole either way.
-DROPPED_FIELDS = (*PATH_OVERRIDE_FIELDS, "expect")
+DROPPED_FIELDS = (*PATH_OVERRIDE_FIELDS, *FORWARDED_AS_FIELDS, "expect")
 #: A request body is kept in memory for retries up to this size (its Content-Length);
 #: a larger one, or one of unknown length (chunked), is sent once, streamed.
 MAX_REPLAY_BODY_BYTES = 1 << 20
