@@ -122,12 +122,16 @@ def test_a_keys_state_peek_reset_and_refund() -> None:
     assert peek["next_request"]["headers"]["Retry-After"]
     calls = len(h.store.calls)
     assert body_json(admin(h, f"/api/keys?route=api&key={key}"))["done"] == "peek"
+    fresh = body_json(admin(h, "/api/keys?route=api&key=nobody-yet"))["limits"][0]
+    assert fresh["available"] == fresh["limit"] == fresh["remaining"] + 1
+    assert peek["limits"][0]["available"] == 0
     # The value alone names the same counter (it used to peek at one no request uses).
     bare = body_json(admin(h, "/api/keys?route=api&key=alice"))
     assert bare["key"] == key and bare["limits"] == peek["limits"]
     assert h.send(request("/v1/x", headers={"x-api-key": "alice"})).status == 429
     refunded = body_json(admin(h, f"/api/keys/refund?route=api&key={key}&cost=1", "POST"))
     assert refunded["next_request"]["allowed"] is True
+    assert refunded["limits"][0]["available"] == 1
     assert h.send(request("/v1/x", headers={"x-api-key": "alice"})).status == 200
     admin(h, f"/api/keys/reset?route=api&key={key}", "POST")
     assert [h.send(request("/v1/x", headers={"x-api-key": "alice"})).status for _ in range(3)] == [

@@ -280,6 +280,9 @@ class Admin:
                 {"event": f"admin_{op}", "route": route.name, "key_hash": key_digest(key)}
             )
         decision = combine(response.decisions)
+        # The decisions are for a request of the route's cost (a peek), or of one unit
+        # (after a refund or reset).
+        probe = cost if op == "peek" else 1
         return _json(
             200,
             {
@@ -292,6 +295,9 @@ class Admin:
                     {
                         "policy": d.policy.name if d.policy else "",
                         "limit": d.limit,
+                        # What the key may still use now; ``remaining`` is what a request
+                        # of the route's cost would leave (as its headers would say).
+                        "available": d.remaining + probe if d.allowed else d.remaining,
                         "remaining": d.remaining,
                         "reset_after_ms": d.reset_after,
                         "retry_after_ms": d.retry_after,
