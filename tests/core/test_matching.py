@@ -99,3 +99,14 @@ def test_hosts() -> None:
     for bad in ["", "https://x", "a/b", "*", "x.*.com", "api.example.com:443", "a b.com", "a..b"]:
         with pytest.raises(PatternError):
             parse_host_pattern(bad)
+
+
+def test_an_internationalised_host_is_matched_in_the_ascii_form_clients_send() -> None:
+    assert parse_host_pattern("Bücher.example.") == "xn--bcher-kva.example"
+    assert parse_host_pattern("*.bücher.example") == "*.xn--bcher-kva.example"
+    assert host_matches(parse_host_pattern("bücher.example"), "xn--bcher-kva.example:8443")
+
+
+def test_a_host_with_a_port_says_ports_are_not_matched() -> None:
+    with pytest.raises(PatternError, match="a port is not part of the match"):
+        parse_host_pattern("api.example.com:443")

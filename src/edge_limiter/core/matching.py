@@ -145,16 +145,25 @@ def _literal(part: str, source: str, case_insensitive: bool) -> str:
 
 
 def parse_host_pattern(source: object) -> str:
-    """Validate and normalise a host pattern (lower case, no trailing dot)."""
+    """Validate and normalise a host pattern (lower case, no trailing dot; an
+    internationalised name in the ASCII form clients send, ``xn--bcher-kva.example``)."""
     if not isinstance(source, str) or not source:
         raise PatternError("a host must be a non-empty string like 'api.example.com'")
     host = source.lower().rstrip(".")
-    body = host[2:] if host.startswith("*.") else host
+    wildcard = host.startswith("*.")
+    body = host[2:] if wildcard else host
+    if not body.isascii():
+        try:
+            body = ".".join(label.encode("idna").decode("ascii") for label in body.split("."))
+        except UnicodeError:
+            body = ""
+        host = ("*." if wildcard else "") + body
     labels = body.split(".")
     if not body or not all(_HOST_LABEL_RE.fullmatch(label) for label in labels):
+        hint = "; a port is not part of the match (any port matches)" if ":" in body else ""
         raise PatternError(
             f"host {source!r} must be a host name, optionally starting with '*.' "
-            "(no scheme, port or path)"
+            f"(no scheme, port or path){hint}"
         )
     return host
 
