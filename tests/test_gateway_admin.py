@@ -181,6 +181,16 @@ def test_breakers_and_stats() -> None:
     assert admin(h, "/api/nothing-here").status == 404
 
 
+def test_stats_include_the_last_decisions_of_an_isolate_gone_quiet() -> None:
+    # Counters go to the Control object with a later decision at most once a second; the
+    # admin API sends its own isolate's first, so a burst then silence is counted whole.
+    h = gw()
+    for _ in range(6):
+        h.send(request("/v1/x", headers={"x-api-key": "quiet"}))
+    counts = body_json(admin(h, "/api/stats"))["routes"]["api"]["5m"]
+    assert sum(counts.values()) == 6
+
+
 def test_no_secret_or_raw_key_ever_reaches_a_log_line() -> None:
     h = gw(logging={"sample_allowed": 1.0})
     for key in ("sk_live_abcdef", "sk_live_abcdef", "sk_live_abcdef", "sk_live_abcdef"):

@@ -368,6 +368,7 @@ class Admin:
         control = self.services.control
         if control is None:
             return {"routes": {}, "top_limited": []}
+        await self.operating.flush_stats(self.services.clock.now_ms())
         try:
             result: dict[str, Any] = json.loads(await control.stats('{"op":"get"}'))
         except Exception as exc:

@@ -134,6 +134,15 @@ class Operating:
                 services.log({"event": "analytics_error", "error": repr(exc)[:200]})
         self._flush_soon(now, background)
 
+    async def flush_stats(self, now: int) -> None:
+        """Send this isolate's counters now (before the admin API reads the totals: counts
+        otherwise wait for the isolate's next decision, which may not come)."""
+        if self.services.control is None or not self.stats:
+            return
+        batch, self.stats = self.stats, StatsBatch()
+        self._stats_flushed_at = now
+        await self._flush(batch, now)
+
     def _flush_soon(self, now: int, background: Background) -> None:
         control = self.services.control
         if control is None or not self.stats or now - self._stats_flushed_at < STATS_FLUSH_MS:
