@@ -78,7 +78,8 @@ class Deployment:
 
 def read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is not TOML.
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ProjectConfigError(f"{path}: {exc}") from exc
 

@@ -115,3 +115,12 @@ def test_the_command_reads_a_relative_path_from_where_it_is_run(tmp_path: Path) 
         cwd=tmp_path,
     )
     assert done.returncode == 1 and "mine.toml: route 'a'.limits" in done.stderr
+
+
+def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    # Some Windows editors start UTF-8 files with one; TOML parsers refuse it.
+    (tmp_path / "wrangler.toml").write_text(WRANGLER)
+    config = 'origin = "https://a.test"\n[[routes]]\nname = "a"\nmatch = { path = "/a" }\nlimits = "5/s"\n'
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + config.encode())
+    done = run(str(tmp_path / "bom.toml"), "--wrangler", str(tmp_path / "wrangler.toml"))
+    assert done.returncode == 0, done.stderr

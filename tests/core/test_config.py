@@ -410,3 +410,9 @@ def test_a_top_level_origin_is_checked_like_a_pools(origin: str, said: str) -> N
     # One problem, the origin's own: not one more per route that would have used it.
     [problem] = problems_of(config(route(), route(name="s", match={"path": "/s"}), origin=origin))
     assert problem.startswith("config.origin:") and said in problem
+
+
+def test_a_config_without_routes_is_valid_and_says_nothing_is_limited() -> None:
+    parsed = parse_config({"origin": "https://api.example.com"})
+    assert parsed.routes == ()
+    assert any("there are no routes: nothing is limited" in w for w in parsed.warnings)

@@ -723,6 +723,12 @@ def parse_config(raw: object) -> Config:
     if not isinstance(raw_routes, list):
         problems.add("config.routes", f"must be a list of route tables, got {shown(raw_routes)}")
         raw_routes = []
+    elif not raw_routes:
+        problems.warn(
+            "config.routes",
+            "there are no routes: nothing is limited (every request is forwarded to the "
+            "origin unlimited, or gets 404 without one); add [[routes]] tables",
+        )
     routes: list[Route] = []
     seen: set[str] = set()
     for index, raw_route in enumerate(raw_routes):
