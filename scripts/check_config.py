@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     if config.ops.shadow:
         print("global shadow mode: ON (nothing is blocked)")
     print(f"method overrides on POST: {config.method_override}")
+    if config.origin_headers:
+        fields = ", ".join(f"{h.name} = {h.describe()}" for h in config.origin_headers)
+        print(f"set on every request to an origin: {fields}")
     if config.client_ip_header is not None:
         print(f"the client's address goes to origins in: {config.client_ip_header}")
     else:

@@ -345,6 +345,7 @@ def harness(
     upstream: FakeOrigin | None = None,
     admin_token: str | None = None,
     clock: FakeClock | None = None,
+    secrets: dict[str, str] | None = None,
     **top: Any,
 ) -> Harness:
     """A gateway for ``routes`` (and top-level fields ``top``; ``origin=None`` for none).
@@ -371,6 +372,7 @@ def harness(
         breakers=breakers,
         control=control,
         admin_token=admin_token,
+        secret=(secrets or {}).get,
         random=random.Random(7).random,
         sleep=sleep,
     )

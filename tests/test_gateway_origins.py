@@ -7,10 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
+from edge_limiter.core.errors import ConfigError
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.core.resilience.breaker import BreakerSettings
 from edge_limiter.core.resilience.shared import HealthReport, SyncCall
 from edge_limiter.gateway import Gateway, OriginRequest, OriginUnreachableError, Services
+from edge_limiter.gateway.health import probe_all
 
 from .fakes import FakeOrigin, Harness, body_json, harness, request
 
@@ -392,3 +396,59 @@ def test_without_client_ip_header_the_request_goes_as_the_client_sent_it() -> No
     h = harness(ROUTE, upstream=FakeOrigin(), origin=None, pools=POOLS)
     h.send(from_("DE", "EU", headers={"x-forwarded-for": "6.6.6.6"}))
     assert dict(h.origin.sent[-1].headers)["x-forwarded-for"] == "6.6.6.6"
+
+
+GATEWAY_KEY = {"X-Gateway-Key": "$GATEWAY_KEY", "X-Via": "edge-limiter"}
+
+
+def test_origin_headers_go_on_every_attempt_replacing_the_clients_copy() -> None:
+    origins = Origins()
+    origins.down.add("eu")  # one retry, to see the header on both attempts
+    upstream = FakeOrigin(respond=origins.respond)
+    h = harness(
+        ROUTE,
+        upstream=upstream,
+        origin=None,
+        pools=POOLS,
+        origin_headers=GATEWAY_KEY,
+        secrets={"GATEWAY_KEY": "s3cret"},
+    )
+    answer = h.send(from_("DE", "EU", headers={"x-gateway-key": "forged"}))
+    assert answer.status == 200 and len(upstream.sent) == 2
+    for sent in upstream.sent:
+        fields = [(name.lower(), value) for name, value in sent.headers]
+        assert [v for n, v in fields if n == "x-gateway-key"] == ["s3cret"]
+        assert ("x-via", "edge-limiter") in fields
+    # The secret is never in a log line.
+    assert "s3cret" not in repr(h.logs)
+
+
+def test_a_secret_the_worker_lacks_is_a_config_problem_naming_it() -> None:
+    with pytest.raises(ConfigError, match="GATEWAY_KEY is not set"):
+        harness(ROUTE, origin=None, pools=POOLS, origin_headers=GATEWAY_KEY)
+
+
+def test_health_probes_carry_the_origin_headers() -> None:
+    sent: list[OriginRequest] = []
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        sent.append(outgoing)
+        return Response(200, Headers(), b"ok")
+
+    pools = {
+        "api": {
+            **POOLS["api"],
+            "origins": [{**POOLS["api"]["origins"][0], "health": {"path": "/health"}}],
+        }
+    }
+    h = harness(
+        ROUTE,
+        upstream=FakeOrigin(respond=respond),
+        origin=None,
+        pools=pools,
+        origin_headers=GATEWAY_KEY,
+        secrets={"GATEWAY_KEY": "s3cret"},
+    )
+    asyncio.run(probe_all(h.gateway.config, h.gateway.services, h.gateway.origin_headers))
+    [probe] = sent
+    assert ("x-gateway-key", "s3cret") in [(n.lower(), v) for n, v in probe.headers.items()]

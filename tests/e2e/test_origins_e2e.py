@@ -128,6 +128,7 @@ def pool_config(origins: dict[str, DemoOrigin]) -> dict[str, Any]:
     return {
         "pools": pools,
         "client_ip_header": "X-Forwarded-For",
+        "origin_headers": {"X-Gateway-Key": "$GATEWAY_KEY"},
         "routes": [
             route("geo", "geo"),
             route("fo", "fo"),
@@ -161,7 +162,8 @@ def pools_gateway(
 ) -> Iterator[LocalGateway]:
     gw = LocalGateway(
         worker_dir,
-        {"EDGE_LIMITER": pool_config(origins)},
+        # GATEWAY_KEY stands in for a secret (`wrangler secret put`): both are env text.
+        {"EDGE_LIMITER": pool_config(origins), "GATEWAY_KEY": GATEWAY_KEY},
         persist_dir=tmp_path_factory.mktemp("pools"),
         replicas=2,
         trigger_handlers=True,
@@ -185,6 +187,7 @@ def hits(origin: DemoOrigin, prefix: str = "/") -> int:
 
 
 ODD = OddOrigin()
+GATEWAY_KEY = "s3cret-of-the-gateway"
 
 
 @pytest.mark.parametrize("route", ["odd", "oddc", "oddi"])
@@ -231,6 +234,13 @@ def test_the_origin_learns_the_clients_address_from_the_gateway_only(
         headers={"cf-connecting-ip": ip, "x-forwarded-for": "6.6.6.6"},
     )
     assert answer.json()["headers"]["x-forwarded-for"] == ip  # the client's copy replaced
+
+
+def test_origins_get_the_gateways_secret_never_a_clients(pools_gateway: LocalGateway) -> None:
+    forged = {"x-gateway-key": "forged"}
+    echo = get(pools_gateway.url, "/geo/secret", "DE", "EU", headers=forged).json()
+    assert echo["headers"]["x-gateway-key"] == GATEWAY_KEY
+    assert [v for n, v in echo["header_lines"] if n == "x-gateway-key"] == [GATEWAY_KEY]
 
 
 def test_an_origins_429_goes_to_that_client_and_the_next_client_is_served(

@@ -171,6 +171,7 @@ class Admin:
                 "matrix_params": self.config.matrix_params,
                 "method_override": self.config.method_override,
                 "client_ip_header": self.config.client_ip_header,
+                "origin_headers": {h.name: h.describe() for h in self.config.origin_headers},
                 "warnings": list(self.config.warnings),
             },
         )

@@ -31,15 +31,23 @@ def pools_of(config: Config) -> list[Pool]:
     return list(seen.values())
 
 
-async def probe(origin: Origin, pool: Pool, services: Services) -> dict[str, Any]:
-    """Probe one origin and report to its breaker; what happened, for the log."""
+async def probe(
+    origin: Origin,
+    pool: Pool,
+    services: Services,
+    origin_headers: tuple[tuple[str, str], ...] = (),
+) -> dict[str, Any]:
+    """Probe one origin and report to its breaker; what happened, for the log.
+
+    The probe carries ``origin_headers`` like every request to an origin (an origin that
+    answers only the gateway must answer its probes too)."""
     health = origin.health
     assert health is not None
     started = services.clock.now_ms()
     request = OriginRequest(
         "GET",
         origin.url + health.path,
-        Headers([(PROBE_HEADER, "1")]),
+        Headers([(PROBE_HEADER, "1"), *origin_headers]),
         None,
         health.timeout_ms,
     )
@@ -72,10 +80,12 @@ async def probe(origin: Origin, pool: Pool, services: Services) -> dict[str, Any
     return result
 
 
-async def probe_all(config: Config, services: Services) -> list[dict[str, Any]]:
+async def probe_all(
+    config: Config, services: Services, origin_headers: tuple[tuple[str, str], ...] = ()
+) -> list[dict[str, Any]]:
     """Probe every origin with a health check, all at once; one log record each."""
     probes = [
-        probe(origin, pool, services)
+        probe(origin, pool, services, origin_headers)
         for pool in pools_of(config)
         for origin in pool.origins
         if origin.health is not None

@@ -28,6 +28,7 @@ from ..core.http.method_override import (
     is_form,
     overridden_method,
 )
+from ..core.http.origin_headers import resolve_origin_headers
 from .admin import Admin
 from .cache import Cache
 from .exchange import Exchange, Handler, Stage, chain, problem_response
@@ -53,7 +54,9 @@ class Gateway:
         self.caches: dict[str, Cache] = {}
         """Each cached route's cache stage, by route name (filled as routes are built)."""
         self.admin = Admin(config, services, self.operating, self.caches)
-        forward = Upstream(services, config.client_ip_header)
+        # A secret the config names but the Worker lacks is a config problem (503 saying so).
+        self.origin_headers = resolve_origin_headers(config.origin_headers, services.secret)
+        forward = Upstream(services, config.client_ip_header, self.origin_headers)
         self.upstream = forward
         self._routes: dict[str, Handler] = {}
         self.limiters: dict[str, RateLimit] = {}

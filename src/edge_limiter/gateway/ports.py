@@ -157,6 +157,8 @@ class Services:
     """Where each decision is also written as a data point, when configured."""
     admin_token: str | None = None
     """The admin API's bearer secret (None: the admin API is disabled)."""
+    secret: Callable[[str], str | None] = lambda _name: None
+    """The Worker's secret (or text var) of that name, None when unset (origin_headers)."""
     random: Callable[[], float] = random.random
     """Uniform floats in [0, 1), for the jitter of retries."""
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep

@@ -224,9 +224,16 @@ class _Tried:
 class Upstream:
     """Sends requests to their pool's origins; see the module docstring."""
 
-    def __init__(self, services: Services, client_ip_header: str | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        client_ip_header: str | None = None,
+        origin_headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.services = services
         self.client_ip_header = client_ip_header
+        self.origin_headers = origin_headers
+        """The config's ``origin_headers``, secrets resolved: set on every request."""
         self.breakers = BreakerBoard(services)
         self.bulkheads: dict[str, Bulkhead] = {}
         self.budgets: dict[tuple[str, RetrySettings], RetryBudgetState] = {}
@@ -316,6 +323,8 @@ class Upstream:
         request = exchange.request
         for name in DROPPED_FIELDS:
             request.headers.delete(name)
+        for name, value in self.origin_headers:
+            request.headers.set(name, value)  # whatever the client sent under that name
         if self.client_ip_header is not None:
             # The origin learns the client's address from the gateway, never from the
             # client: whatever the client put in this field is replaced.

@@ -81,6 +81,12 @@ def _binding(env: Any, name: str) -> Any:
     return getattr(binding, "_binding", binding)
 
 
+def _text_var(env: Any, name: str) -> str | None:
+    """The Worker's secret or text var ``name`` (None when unset or not text)."""
+    value = getattr(env, name, None)
+    return value if isinstance(value, str) and value else None
+
+
 def build_gateway(env: Any) -> Gateway | ConfigError:
     """The gateway for this isolate's ``env``, or the config's problems."""
     try:
@@ -106,6 +112,7 @@ def build_gateway(env: Any) -> Gateway | ConfigError:
         control=DurableObjectControl(control) if control is not None else None,
         analytics=AnalyticsDataset(analytics) if analytics is not None else None,
         admin_token=str(token) if isinstance(token, str) and token else None,
+        secret=lambda name: _text_var(env, name),
     )
     try:
         return Gateway(config, services)
@@ -129,7 +136,7 @@ async def handle_scheduled(env: Any) -> None:
     if isinstance(gateway, ConfigError):
         _log({"event": "config_error", "problems": gateway.problems})
         return
-    await probe_all(gateway.config, gateway.services)
+    await probe_all(gateway.config, gateway.services, gateway.origin_headers)
 
 
 async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:

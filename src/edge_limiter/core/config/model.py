@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..caching.settings import CacheSettings
 from ..http.cors import CorsSettings
+from ..http.origin_headers import OriginHeader
 from ..idempotency.settings import IdempotencySettings
 from ..keys import KeySpec
 from ..matching import PathPattern, host_matches, path_segments
@@ -139,6 +140,8 @@ class Config:
     cors: CorsSettings | None = None
     """Which page origins the gateway's own answers allow (:mod:`..http.cors`)."""
     client_ip_header: str | None = None
+    origin_headers: tuple[OriginHeader, ...] = ()
+    """Fields set on every request to an origin (:mod:`..http.origin_headers`)."""
     """The request field (lower case) that tells origins the client's address, set by the
     gateway on every request it forwards (whatever the client put in it); None: none."""
     folds_case: bool = field(init=False, compare=False)

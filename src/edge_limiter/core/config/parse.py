@@ -37,6 +37,7 @@ from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
 from ..http.cors import parse_cors
 from ..http.method_override import MODES as OVERRIDE_MODES
+from ..http.origin_headers import parse_origin_headers
 from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
@@ -92,6 +93,7 @@ TOP_FIELDS = (
     "paths",
     "method_override",
     "client_ip_header",
+    "origin_headers",
     "cors",
     "routes",
 )
@@ -703,6 +705,12 @@ def parse_config(raw: object) -> Config:
     )
     cors = parse_cors(raw.get("cors"), problems)
     client_ip_header = _client_ip_header(raw.get("client_ip_header"), problems)
+    origin_headers = parse_origin_headers(raw.get("origin_headers"), problems)
+    if client_ip_header is not None and any(h.name == client_ip_header for h in origin_headers):
+        problems.add(
+            f"config.origin_headers.{client_ip_header}",
+            "is client_ip_header's field: the gateway sets it to the client's address",
+        )
     origin_url = (
         check_origin(raw["origin"], "config.origin", Problems())
         if raw.get("origin") is not None and raw.get("pool") is None
@@ -758,6 +766,7 @@ def parse_config(raw: object) -> Config:
         method_override=method_override,
         cors=cors,
         client_ip_header=client_ip_header,
+        origin_headers=origin_headers,
     )
 
 

@@ -1,0 +1,129 @@
+"""Fields the gateway sets on every request it sends an origin (top-level ``origin_headers``).
+
+The usual one is a shared secret, so that an origin answers only requests that came
+through the gateway: a Worker's requests leave from Cloudflare's addresses, which every
+other Worker shares, so an origin cannot tell the gateway by address, and a client that
+reached the origin directly would pass every limit by. A value is written in the config
+as it is, or as ``"$NAME"``: the Worker's secret (or var) ``NAME``, read at run time, so
+the secret never sits in the config or the bundle. ``"$$..."`` is a literal value that
+starts with ``$``.
+
+Each field replaces whatever the client sent under that name. Names that frame the message
+or that the runtime owns (hop-by-hop fields, ``Host``, ``Content-*``, ``Expect``,
+``CF-*``) are refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..caching.fields import HOP_BY_HOP, is_token
+from ..errors import ConfigError
+from ..validation import Problems, shown, table
+
+#: A secret's or var's name, as wrangler takes it.
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Field names an origin header may not be: the message's own framing and the runtime's.
+REFUSED = HOP_BY_HOP | {"host", "content-length", "content-type", "content-encoding", "expect"}
+#: Names whose literal value is most likely a secret (then the config check warns).
+_SECRET_LIKE = ("auth", "key", "secret", "token", "password", "signature")
+#: The longest value written in the config.
+MAX_VALUE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class OriginHeader:
+    """One field for origins: a literal ``value``, or the secret named ``secret``."""
+
+    name: str
+    """Lower case."""
+    value: str | None = None
+    secret: str | None = None
+
+    def describe(self) -> str:
+        """How the config check and the admin API show it: never a secret's value."""
+        return f"${self.secret}" if self.secret is not None else "(a literal value)"
+
+
+def _valid_value(value: str) -> bool:
+    """A field value the runtime sends as written: printable, no line breaks."""
+    return all(ch == "\t" or " " <= ch != "\x7f" for ch in value)
+
+
+def parse_origin_headers(raw: object, problems: Problems) -> tuple[OriginHeader, ...]:
+    """The ``origin_headers`` table (``None``: none)."""
+    if raw is None:
+        return ()
+    where = "config.origin_headers"
+    fields = table(raw, where, problems)
+    if fields is None:
+        return ()
+    out: list[OriginHeader] = []
+    for name, value in fields.items():
+        here = f"{where}.{name}"
+        if not isinstance(name, str) or not is_token(name):
+            problems.add(where, f"names fields: {shown(name)} is not a field name")
+            continue
+        folded = name.lower()
+        if folded in REFUSED or folded.startswith("cf-"):
+            problems.add(here, "is a field the runtime or the message framing owns")
+            continue
+        if not isinstance(value, str) or not value or len(value) > MAX_VALUE:
+            problems.add(
+                here,
+                f"must be a value (at most {MAX_VALUE} characters) or '$SECRET_NAME', "
+                f"got {shown(value)}",
+            )
+            continue
+        if value.startswith("$") and not value.startswith("$$"):
+            secret = value[1:]
+            if not ENV_NAME_RE.fullmatch(secret):
+                problems.add(here, f"'$' must be followed by a secret's name, got {shown(value)}")
+                continue
+            out.append(OriginHeader(folded, secret=secret))
+            continue
+        literal = value[1:] if value.startswith("$$") else value
+        if not _valid_value(literal):
+            problems.add(here, "must be printable text on one line")
+            continue
+        if any(word in folded for word in _SECRET_LIKE):
+            problems.warn(
+                here,
+                "a literal value is bundled into the Worker's code; keep a secret in a "
+                "secret: '$NAME' with `npx wrangler secret put NAME`",
+            )
+        out.append(OriginHeader(folded, value=literal))
+    return tuple(out)
+
+
+def resolve_origin_headers(
+    headers: tuple[OriginHeader, ...], secret: Callable[[str], str | None]
+) -> tuple[tuple[str, str], ...]:
+    """The fields with their values, secrets read through ``secret``.
+
+    Raises :class:`ConfigError` naming every secret that is not set or holds a value no
+    field may carry, and how to set it: the gateway then answers ``503`` saying so, and
+    never forwards a request the origin would refuse for want of it.
+    """
+    out: list[tuple[str, str]] = []
+    missing: list[str] = []
+    for header in headers:
+        if header.secret is None:
+            assert header.value is not None
+            out.append((header.name, header.value))
+            continue
+        value = secret(header.secret)
+        if not value or not _valid_value(value):
+            missing.append(
+                f"config.origin_headers.{header.name}: the secret {header.secret} is "
+                + ("not set" if not value else "not printable text on one line")
+                + f": `npx wrangler secret put {header.secret}` (locally, a line "
+                f"{header.secret}=... in .dev.vars)"
+            )
+            continue
+        out.append((header.name, value))
+    if missing:
+        raise ConfigError(missing)
+    return tuple(out)

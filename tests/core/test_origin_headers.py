@@ -1,0 +1,91 @@
+"""origin_headers: fields set on every request to an origin, secrets read at run time."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_limiter.core.config import parse_config
+from edge_limiter.core.errors import ConfigError
+from edge_limiter.core.http.origin_headers import (
+    OriginHeader,
+    parse_origin_headers,
+    resolve_origin_headers,
+)
+from edge_limiter.core.validation import Problems
+
+
+def parsed(raw: object) -> tuple[tuple[OriginHeader, ...], Problems]:
+    problems = Problems()
+    return parse_origin_headers(raw, problems), problems
+
+
+def test_literal_secret_and_escaped_dollar_values() -> None:
+    headers, problems = parsed(
+        {"X-Gateway-Key": "$GATEWAY_KEY", "X-Via": "edge-limiter", "X-Price": "$$5"}
+    )
+    assert not problems.items
+    assert headers == (
+        OriginHeader("x-gateway-key", secret="GATEWAY_KEY"),
+        OriginHeader("x-via", value="edge-limiter"),
+        OriginHeader("x-price", value="$5"),
+    )
+    assert [h.describe() for h in headers] == [
+        "$GATEWAY_KEY",
+        "(a literal value)",
+        "(a literal value)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ({"Host": "a.test"}, "owns"),
+        ({"Transfer-Encoding": "chunked"}, "owns"),
+        ({"CF-Connecting-IP": "1.2.3.4"}, "owns"),
+        ({"Content-Length": "1"}, "owns"),
+        ({"bad name": "x"}, "not a field name"),
+        ({"X-A": ""}, "must be a value"),
+        ({"X-A": 5}, "must be a value"),
+        ({"X-A": "$9lives"}, "secret's name"),
+        ({"X-A": "a\r\nX-Injected: 1"}, "one line"),
+        ("X-A: 1", "must be a table"),
+    ],
+)
+def test_what_no_origin_header_may_be(raw: object, said: str) -> None:
+    headers, problems = parsed(raw)
+    assert headers == ()
+    assert any(said in problem for problem in problems.items), problems.items
+
+
+def test_a_literal_that_looks_like_a_secret_is_warned_about() -> None:
+    headers, problems = parsed({"X-Api-Key": "hunter2"})
+    assert headers and not problems.items
+    assert any("wrangler secret put" in warning for warning in problems.warnings)
+
+
+def test_secrets_are_read_at_run_time_and_a_missing_one_says_how_to_set_it() -> None:
+    headers, _ = parsed({"X-Gateway-Key": "$GATEWAY_KEY", "X-Via": "gw", "X-Other": "$OTHER"})
+    secrets = {"GATEWAY_KEY": "s3cret"}
+    with pytest.raises(ConfigError) as info:
+        resolve_origin_headers(headers, secrets.get)
+    [problem] = info.value.problems
+    assert "OTHER is not set" in problem and "npx wrangler secret put OTHER" in problem
+    secrets["OTHER"] = "x"
+    assert resolve_origin_headers(headers, secrets.get) == (
+        ("x-gateway-key", "s3cret"),
+        ("x-via", "gw"),
+        ("x-other", "x"),
+    )
+    with pytest.raises(ConfigError, match="not printable"):
+        resolve_origin_headers(headers, {"GATEWAY_KEY": "a\nb", "OTHER": "x"}.get)
+
+
+def test_the_client_ip_field_cannot_also_be_an_origin_header() -> None:
+    raw = {
+        "origin": "https://api.example.com",
+        "client_ip_header": "X-Real-IP",
+        "origin_headers": {"X-Real-IP": "1.2.3.4"},
+        "routes": [{"name": "a", "match": {"path": "/a"}, "limits": "5/s"}],
+    }
+    with pytest.raises(ConfigError, match="client_ip_header's field"):
+        parse_config(raw)
