@@ -5,8 +5,11 @@ isolates (two copies of the Worker in one runtime) sharing the breakers' Durable
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import json
+import os
 import socket
 import threading
 import time
@@ -72,7 +75,8 @@ ODD_ANSWERS: dict[str, bytes] = {
 
 
 class OddOrigin:
-    """A raw socket server that sends :data:`ODD_ANSWERS` and closes the connection."""
+    """A raw socket server that sends :data:`ODD_ANSWERS` and closes the connection; a
+    WebSocket upgrade it accepts, then echoes one text message (``echo:`` + the text)."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -97,12 +101,68 @@ class OddOrigin:
                 received += chunk
             target = received.split(b" ", 2)[1].decode()
             name = target.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+            if b"\r\nupgrade: websocket" in received.lower():
+                self._echo_one_message(conn, received)
+                return
             conn.sendall(ODD_ANSWERS.get(name, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_WR)
 
+    @staticmethod
+    def _echo_one_message(conn: socket.socket, received: bytes) -> None:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key + WS_GUID).digest())
+        conn.sendall(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+        )
+        frame = rest
+        while len(frame) < 6 or len(frame) < 6 + (frame[1] & 0x7F):
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            frame += chunk
+        length, mask = frame[1] & 0x7F, frame[2:6]  # a client's short, masked text frame
+        text = bytes(b ^ mask[i % 4] for i, b in enumerate(frame[6 : 6 + length]))
+        reply = b"echo:" + text
+        conn.sendall(bytes([0x81, len(reply)]) + reply)
+
     def stop(self) -> None:
         self.sock.close()
+
+
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def websocket_echo(base: str, path: str, ip: str) -> tuple[bytes, bytes]:
+    """Open a WebSocket through the gateway, send "hello": the status line, the reply."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        key = base64.b64encode(os.urandom(16))
+        sock.sendall(
+            b"GET " + path.encode() + b" HTTP/1.1\r\nHost: gateway.test\r\n"
+            b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+            b"Sec-WebSocket-Key: " + key + b"\r\nCF-Connecting-IP: " + ip.encode() + b"\r\n\r\n"
+        )
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        status = head.split(b"\r\n", 1)[0]
+        if b" 101 " not in status:
+            return status, b""
+        mask = os.urandom(4)
+        sock.sendall(
+            bytes([0x81, 0x85]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(b"hello"))
+        )
+        while len(rest) < 2 or len(rest) < 2 + rest[1]:
+            rest += sock.recv(65536)
+        return status, rest[2 : 2 + rest[1]]
 
 
 def pool_config(origins: dict[str, DemoOrigin]) -> dict[str, Any]:
@@ -141,6 +201,7 @@ def pool_config(origins: dict[str, DemoOrigin]) -> dict[str, Any]:
             route("odd", "odd"),
             route("oddc", "odd", cache={"ttl": "1m"}),
             route("oddi", "odd", idempotency={"mode": "optional"}),
+            route("wsl", "odd", limits="2/minute"),
         ],
     }
 
@@ -208,6 +269,18 @@ def test_no_answer_of_a_misbehaving_origin_becomes_a_500(
         if status in (502, 503, 504) and fields.get("x-origin") != "odd":
             # The gateway's own failure answers say what happened.
             assert fields["content-type"] == "application/problem+json", (route, name)
+
+
+def test_a_websocket_is_upgraded_through_the_gateway_and_counted_per_connection(
+    pools_gateway: LocalGateway,
+) -> None:
+    ip = fresh_ip()
+    for route in ("odd", "oddc"):  # plain, and a cached route (an upgrade is never stored)
+        status, reply = websocket_echo(pools_gateway.url, f"/{route}/ws", ip)
+        assert b" 101 " in status and reply == b"echo:hello", (route, status)
+    opened = [websocket_echo(pools_gateway.url, "/wsl/ws", ip)[0] for _ in range(3)]
+    assert [b" 101 " in s for s in opened] == [True, True, False]  # 2/minute: the third
+    assert b" 429 " in opened[2]
 
 
 def test_clients_reach_their_regions_origin(pools_gateway: LocalGateway) -> None:
