@@ -232,6 +232,17 @@ def main() -> int:
     worker_dir = ROOT / "build" / "dev-worker"
     origins = OriginMap(mappings)
     overrides: dict[str, Any] = dict(dev_vars(args.wrangler))
+    missing = missing_secrets(dep, file, {**dep.vars, **overrides})
+    if missing:
+        names = ", ".join(missing)
+        print(
+            f"origin_headers needs the secret{'s' if len(missing) > 1 else ''} {names}: add "
+            + ", ".join(f"{name}=..." for name in missing)
+            + f" to {args.wrangler.parent / '.dev.vars'} (in production: npx wrangler secret "
+            f"put {missing[0]})",
+            file=sys.stderr,
+        )
+        return 2
     try:
         build(worker_dir)
         if file is not None:
@@ -262,6 +273,14 @@ def main() -> int:
         return serve(gateway, origins, persist, file, routes)
     finally:
         origins.stop()
+
+
+def missing_secrets(dep: Any, file: Path | None, available: dict[str, Any]) -> list[str]:
+    """The secrets ``origin_headers`` names that this local run does not have."""
+    raw = read_toml(file) if file is not None else None
+    config = parse_config(raw_config(dep, raw, file.name if file is not None else ""))
+    wanted = [h.secret for h in config.origin_headers if h.secret is not None]
+    return [name for name in wanted if not isinstance(available.get(name), str)]
 
 
 def serve(

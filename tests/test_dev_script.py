@@ -69,3 +69,25 @@ def test_a_busy_port_is_a_clear_error_not_a_traceback() -> None:
     assert done.returncode == 2
     assert f"port {port} on 127.0.0.1 is in use" in done.stderr and "--port" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_secret_origin_headers_needs_is_asked_for_before_the_runtime_starts(
+    tmp_path: Path,
+) -> None:
+    # Without it every request would be a 503; dev says which line .dev.vars lacks.
+    config = tmp_path / "mine.toml"
+    config.write_text(
+        'origin = "http://127.0.0.1:9"\n'
+        'origin_headers = { "X-Gateway-Key" = "$GATEWAY_KEY_FOR_A_TEST" }\n'
+        '[[routes]]\nname = "a"\nmatch = { path = "/a" }\nlimits = "5/s"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "dev.py"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "origin_headers needs the secret GATEWAY_KEY_FOR_A_TEST" in done.stderr
+    assert "GATEWAY_KEY_FOR_A_TEST=... to" in done.stderr and "Traceback" not in done.stderr
