@@ -352,7 +352,11 @@ HEADERS = st.lists(
         st.tuples(st.just("X-Binary"), OBS_TEXT),
         st.tuples(st.just("X-Huge"), st.integers(1, 30_000).map(lambda n: b"h" * n)),
         st.tuples(
-            st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=20),
+            # Any name but the message's framing (a Content-Length of ":n-" is a malformed
+            # request, which the MALFORMED cases send on purpose, and the runtime answers).
+            st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=20).filter(
+                lambda name: name not in ("content-length", "transfer-encoding", "host")
+            ),
             TEXT_VALUES.map(str.encode),
         ),
     ),
