@@ -35,6 +35,7 @@ from edge_limiter.core.config import Config, parse_config  # noqa: E402
 from edge_limiter.core.errors import ConfigError, ExplainError  # noqa: E402
 from edge_limiter.core.explain import describe_route, explain  # noqa: E402
 from edge_limiter.core.http.messages import Client  # noqa: E402
+from edge_limiter.gateway.health import pools_of  # noqa: E402
 
 
 def _limits(route: dict[str, Any]) -> str:
@@ -158,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     if config.origin_headers:
         fields = ", ".join(f"{h.name} = {h.describe()}" for h in config.origin_headers)
         print(f"set on every request to an origin: {fields}")
+    for pool in pools_of(config):
+        if pool.headers:
+            fields = ", ".join(f"{h.name} = {h.describe()}" for h in pool.headers)
+            print(f"set on requests to pool {pool.name}'s origins: {fields}")
     if config.client_ip_header is not None:
         print(f"the client's address goes to origins in: {config.client_ip_header}")
     else:

@@ -452,3 +452,30 @@ def test_health_probes_carry_the_origin_headers() -> None:
     asyncio.run(probe_all(h.gateway.config, h.gateway.services, h.gateway.origin_headers))
     [probe] = sent
     assert ("x-gateway-key", "s3cret") in [(n.lower(), v) for n, v in probe.headers.items()]
+
+
+def test_a_pools_own_headers_replace_the_top_levels_of_the_same_name() -> None:
+    upstream = FakeOrigin(respond=Origins().respond)
+    pools = {
+        "api": {**POOLS["api"], "headers": {"X-Gateway-Key": "$API_KEY", "X-Team": "payments"}},
+        "other": {"origins": [{"name": "solo", "url": "http://solo.test"}]},
+    }
+    other = {**ROUTE, "name": "other", "match": {"path": "/v2/*"}, "pool": "other"}
+    h = harness(
+        ROUTE,
+        other,
+        upstream=upstream,
+        origin=None,
+        pools=pools,
+        origin_headers=GATEWAY_KEY,
+        secrets={"GATEWAY_KEY": "s3cret", "API_KEY": "api-s3cret"},
+    )
+    h.send(from_("DE", "EU"))
+    h.send(from_("DE", "EU", "/v2/x"))
+    api, solo = ({n.lower(): v for n, v in sent.headers} for sent in upstream.sent)
+    assert api["x-gateway-key"] == "api-s3cret" and api["x-team"] == "payments"
+    assert api["x-via"] == "edge-limiter"  # the top level's other field stays
+    assert solo["x-gateway-key"] == "s3cret" and "x-team" not in solo
+    # A pool's missing secret is named with the pool's table.
+    with pytest.raises(ConfigError, match=r"pool 'api'.headers.x-gateway-key: the secret API_KEY"):
+        harness(ROUTE, origin=None, pools=pools, origin_headers=GATEWAY_KEY)

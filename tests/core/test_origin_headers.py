@@ -8,6 +8,7 @@ from edge_limiter.core.config import parse_config
 from edge_limiter.core.errors import ConfigError
 from edge_limiter.core.http.origin_headers import (
     OriginHeader,
+    merged,
     parse_origin_headers,
     resolve_origin_headers,
 )
@@ -89,3 +90,30 @@ def test_the_client_ip_field_cannot_also_be_an_origin_header() -> None:
     }
     with pytest.raises(ConfigError, match="client_ip_header's field"):
         parse_config(raw)
+
+
+def test_a_pools_headers_are_checked_like_the_top_levels() -> None:
+    raw = {
+        "pools": {
+            "p": {
+                "origins": [{"name": "a", "url": "https://a.test"}],
+                "headers": {"Host": "a.test", "X-Ok": "$OK_SECRET"},
+            }
+        },
+        "pool": "p",
+        "routes": [{"name": "r", "match": {"path": "/a"}, "limits": "5/s"}],
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    assert info.value.problems == [
+        "pool 'p'.headers.Host: is a field the runtime or the message framing owns"
+    ]
+    raw["pools"]["p"]["headers"] = {"X-Ok": "$OK_SECRET"}  # type: ignore[index]
+    [pool] = {r.forward.pool.name: r.forward.pool for r in parse_config(raw).routes}.values()
+    assert pool.headers == (OriginHeader("x-ok", secret="OK_SECRET", where="pool 'p'.headers"),)
+
+
+def test_merged_keeps_the_top_level_but_where_the_pool_names_the_field() -> None:
+    top = (OriginHeader("x-a", value="1"), OriginHeader("x-b", value="2"))
+    own = (OriginHeader("x-b", value="3", where="pool 'p'.headers"),)
+    assert merged(top, own) == (top[0], own[0])

@@ -28,10 +28,11 @@ from ..core.http.method_override import (
     is_form,
     overridden_method,
 )
-from ..core.http.origin_headers import resolve_origin_headers
+from ..core.http.origin_headers import merged, resolve_origin_headers
 from .admin import Admin
 from .cache import Cache
 from .exchange import Exchange, Handler, Stage, chain, problem_response
+from .health import pools_of
 from .idempotency import Idempotency
 from .operations import Operating
 from .ports import Background, Services
@@ -55,8 +56,10 @@ class Gateway:
         """Each cached route's cache stage, by route name (filled as routes are built)."""
         self.admin = Admin(config, services, self.operating, self.caches)
         # A secret the config names but the Worker lacks is a config problem (503 saying so).
-        self.origin_headers = resolve_origin_headers(config.origin_headers, services.secret)
-        forward = Upstream(services, config.client_ip_header, self.origin_headers)
+        self.origin_headers, self.pool_headers = _origin_fields(config, services)
+        forward = Upstream(
+            services, config.client_ip_header, self.origin_headers, self.pool_headers
+        )
         self.upstream = forward
         self._routes: dict[str, Handler] = {}
         self.limiters: dict[str, RateLimit] = {}
@@ -219,6 +222,32 @@ class Gateway:
         if background is not None:
             exchange.background = background
         return exchange
+
+
+def _origin_fields(
+    config: Config, services: Services
+) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[tuple[str, str], ...]]]:
+    """The fields for every origin (``origin_headers``), and for each pool with ``headers``
+    of its own, its merged fields; secrets resolved. Raises :class:`ConfigError` naming
+    every secret the Worker lacks."""
+    problems: list[str] = []
+    default: tuple[tuple[str, str], ...] = ()
+    by_pool: dict[str, tuple[tuple[str, str], ...]] = {}
+    try:
+        default = resolve_origin_headers(config.origin_headers, services.secret)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    for pool in pools_of(config):
+        if not pool.headers:
+            continue
+        try:
+            fields = merged(config.origin_headers, pool.headers)
+            by_pool[pool.name] = resolve_origin_headers(fields, services.secret)
+        except ConfigError as exc:
+            problems.extend(p for p in exc.problems if p not in problems)
+    if problems:
+        raise ConfigError(problems)
+    return default, by_pool
 
 
 def _allow(cors: CorsSettings, origin: str, response: Response) -> None:

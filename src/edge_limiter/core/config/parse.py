@@ -706,11 +706,14 @@ def parse_config(raw: object) -> Config:
     cors = parse_cors(raw.get("cors"), problems)
     client_ip_header = _client_ip_header(raw.get("client_ip_header"), problems)
     origin_headers = parse_origin_headers(raw.get("origin_headers"), problems)
-    if client_ip_header is not None and any(h.name == client_ip_header for h in origin_headers):
-        problems.add(
-            f"config.origin_headers.{client_ip_header}",
-            "is client_ip_header's field: the gateway sets it to the client's address",
-        )
+    if client_ip_header is not None:
+        every = [*origin_headers, *(h for p in upstreams.pools.values() for h in p.headers)]
+        for header in every:
+            if header.name == client_ip_header:
+                problems.add(
+                    f"{header.where}.{header.name}",
+                    "is client_ip_header's field: the gateway sets it to the client's address",
+                )
     origin_url = (
         check_origin(raw["origin"], "config.origin", Problems())
         if raw.get("origin") is not None and raw.get("pool") is None

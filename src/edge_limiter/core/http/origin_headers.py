@@ -1,4 +1,5 @@
-"""Fields the gateway sets on every request it sends an origin (top-level ``origin_headers``).
+"""Fields the gateway sets on every request it sends an origin (top-level
+``origin_headers``, and a pool's ``headers``, which replace those of the same name).
 
 The usual one is a shared secret, so that an origin answers only requests that came
 through the gateway: a Worker's requests leave from Cloudflare's addresses, which every
@@ -41,6 +42,8 @@ class OriginHeader:
     """Lower case."""
     value: str | None = None
     secret: str | None = None
+    where: str = "config.origin_headers"
+    """The table it was written in (for the problem when its secret is missing)."""
 
     def describe(self) -> str:
         """How the config check and the admin API show it: never a secret's value."""
@@ -52,11 +55,12 @@ def _valid_value(value: str) -> bool:
     return all(ch == "\t" or " " <= ch != "\x7f" for ch in value)
 
 
-def parse_origin_headers(raw: object, problems: Problems) -> tuple[OriginHeader, ...]:
-    """The ``origin_headers`` table (``None``: none)."""
+def parse_origin_headers(
+    raw: object, problems: Problems, where: str = "config.origin_headers"
+) -> tuple[OriginHeader, ...]:
+    """The top-level ``origin_headers`` table, or a pool's ``headers`` (``None``: none)."""
     if raw is None:
         return ()
-    where = "config.origin_headers"
     fields = table(raw, where, problems)
     if fields is None:
         return ()
@@ -82,7 +86,7 @@ def parse_origin_headers(raw: object, problems: Problems) -> tuple[OriginHeader,
             if not ENV_NAME_RE.fullmatch(secret):
                 problems.add(here, f"'$' must be followed by a secret's name, got {shown(value)}")
                 continue
-            out.append(OriginHeader(folded, secret=secret))
+            out.append(OriginHeader(folded, secret=secret, where=where))
             continue
         literal = value[1:] if value.startswith("$$") else value
         if not _valid_value(literal):
@@ -94,8 +98,16 @@ def parse_origin_headers(raw: object, problems: Problems) -> tuple[OriginHeader,
                 "a literal value is bundled into the Worker's code; keep a secret in a "
                 "secret: '$NAME' with `npx wrangler secret put NAME`",
             )
-        out.append(OriginHeader(folded, value=literal))
+        out.append(OriginHeader(folded, value=literal, where=where))
     return tuple(out)
+
+
+def merged(
+    top: tuple[OriginHeader, ...], own: tuple[OriginHeader, ...]
+) -> tuple[OriginHeader, ...]:
+    """A pool's fields: the top level's, each replaced by the pool's own of that name."""
+    names = {header.name for header in own}
+    return (*(header for header in top if header.name not in names), *own)
 
 
 def resolve_origin_headers(
@@ -117,7 +129,7 @@ def resolve_origin_headers(
         value = secret(header.secret)
         if not value or not _valid_value(value):
             missing.append(
-                f"config.origin_headers.{header.name}: the secret {header.secret} is "
+                f"{header.where}.{header.name}: the secret {header.secret} is "
                 + ("not set" if not value else "not printable text on one line")
                 + f": `npx wrangler secret put {header.secret}` (locally, a line "
                 f"{header.secret}=... in .dev.vars)"

@@ -32,6 +32,7 @@ from math import isfinite
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..http.origin_headers import OriginHeader, parse_origin_headers
 from ..resilience.breaker import BreakerSettings, parse_breaker
 from ..resilience.retry import RetrySettings, parse_retry
 from ..resilience.shared import DEFAULT_UNHEALTHY_AFTER
@@ -85,7 +86,7 @@ COUNTRIES = frozenset(_COUNTRY_TABLE.split())
 # Codes people write that ISO does not assign, with the one they mean.
 _COUNTRY_HINTS = {"UK": "GB", "EL": "GR"}
 
-_POOL_FIELDS = ("breaker", "retry", "origins")
+_POOL_FIELDS = ("breaker", "retry", "origins", "headers")
 _ORIGIN_FIELDS = (
     "name",
     "url",
@@ -152,6 +153,8 @@ class Pool:
     origins: tuple[Origin, ...]
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
+    headers: tuple[OriginHeader, ...] = ()
+    """The pool's own fields for its origins (over the top-level ``origin_headers``)."""
 
 
 def parse_pools(raw: object, problems: Problems) -> dict[str, Pool]:
@@ -196,6 +199,7 @@ def _parse_pool(
     unknown_fields(fields, _POOL_FIELDS, where, problems)
     breaker = parse_breaker(fields.get("breaker"), f"{where}.breaker", problems)
     retry = parse_retry(fields.get("retry"), f"{where}.retry", problems)
+    headers = parse_origin_headers(fields.get("headers"), problems, f"{where}.headers")
     raw_origins = fields.get("origins")
     if not isinstance(raw_origins, list) or not raw_origins:
         problems.add(
@@ -221,7 +225,7 @@ def _parse_pool(
         origins.append(origin)
     if not origins:
         return None
-    return Pool(name, tuple(origins), breaker, retry)
+    return Pool(name, tuple(origins), breaker, retry, headers)
 
 
 def _parse_origin(raw: object, where: str, problems: Problems) -> Origin | None:
