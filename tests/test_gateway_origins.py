@@ -469,10 +469,18 @@ def test_a_pools_own_headers_replace_the_top_levels_of_the_same_name() -> None:
         pools=pools,
         origin_headers=GATEWAY_KEY,
         secrets={"GATEWAY_KEY": "s3cret", "API_KEY": "api-s3cret"},
+        admin_token="admin-t0ken",
     )
     h.send(from_("DE", "EU"))
     h.send(from_("DE", "EU", "/v2/x"))
     api, solo = ({n.lower(): v for n, v in sent.headers} for sent in upstream.sent)
+    # The admin API says how each value is given, never the value.
+    auth = {"authorization": "Bearer admin-t0ken"}
+    shown = body_json(h.send(request("/_edge-limiter/api/config", headers=auth)))
+    assert shown["pool_headers"] == {
+        "api": {"x-gateway-key": "$API_KEY", "x-team": "(a literal value)"}
+    }
+    assert shown["origin_headers"]["x-gateway-key"] == "$GATEWAY_KEY"
     assert api["x-gateway-key"] == "api-s3cret" and api["x-team"] == "payments"
     assert api["x-via"] == "edge-limiter"  # the top level's other field stays
     assert solo["x-gateway-key"] == "s3cret" and "x-team" not in solo

@@ -172,6 +172,11 @@ class Admin:
                 "method_override": self.config.method_override,
                 "client_ip_header": self.config.client_ip_header,
                 "origin_headers": {h.name: h.describe() for h in self.config.origin_headers},
+                "pool_headers": {
+                    pool.name: {h.name: h.describe() for h in pool.headers}
+                    for pool in pools_of(self.config)
+                    if pool.headers
+                },
                 "warnings": list(self.config.warnings),
             },
         )
