@@ -165,14 +165,14 @@ def websocket_echo(base: str, path: str, ip: str) -> tuple[bytes, bytes]:
         return status, rest[2 : 2 + rest[1]]
 
 
-def pool_config(origins: dict[str, DemoOrigin]) -> dict[str, Any]:
+def pool_config(origins: dict[str, DemoOrigin], odd_url: str) -> dict[str, Any]:
     pools = {}
     for pool, members in POOLS.items():
         listed = [{**member, "url": origins[member["name"]].url} for member in members]
         pools[pool] = {"breaker": BREAKER, "retry": RETRY, "origins": listed}
     pools["tiny"]["retry"] = {"attempts": 1}
     # Never tripped: each odd answer is judged alone.
-    odd = {"name": "odd", "url": ODD.url}
+    odd = {"name": "odd", "url": odd_url}
     pools["odd"] = {"breaker": {"window": 1000, "min_calls": 1000}, "origins": [odd]}
     pools["odd"]["retry"] = {"attempts": 1}
 
@@ -218,13 +218,25 @@ def origins() -> Iterator[dict[str, DemoOrigin]]:
 
 
 @pytest.fixture(scope="module")
+def odd() -> Iterator[OddOrigin]:
+    server = OddOrigin()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
 def pools_gateway(
-    worker_dir: Path, origins: dict[str, DemoOrigin], tmp_path_factory: pytest.TempPathFactory
+    worker_dir: Path,
+    origins: dict[str, DemoOrigin],
+    odd: OddOrigin,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[LocalGateway]:
     gw = LocalGateway(
         worker_dir,
         # GATEWAY_KEY stands in for a secret (`wrangler secret put`): both are env text.
-        {"EDGE_LIMITER": pool_config(origins), "GATEWAY_KEY": GATEWAY_KEY},
+        {"EDGE_LIMITER": pool_config(origins, odd.url), "GATEWAY_KEY": GATEWAY_KEY},
         persist_dir=tmp_path_factory.mktemp("pools"),
         replicas=2,
         trigger_handlers=True,
@@ -247,7 +259,6 @@ def hits(origin: DemoOrigin, prefix: str = "/") -> int:
     return sum(1 for _, path in origin.hits if path.startswith(prefix) and path != "/health")
 
 
-ODD = OddOrigin()
 GATEWAY_KEY = "s3cret-of-the-gateway"
 
 
