@@ -58,6 +58,16 @@ def test_what_no_origin_header_may_be(raw: object, said: str) -> None:
     assert any(said in problem for problem in problems.items), problems.items
 
 
+def test_a_name_twice_is_a_problem_and_a_clients_own_field_a_warning() -> None:
+    headers, problems = parsed({"X-A": "1", "x-a": "2"})
+    assert headers == (OriginHeader("x-a", value="1"),)
+    assert problems.items == [
+        "config.origin_headers.x-a: is named twice (field names are not case-sensitive)"
+    ]
+    _, problems = parsed({"Authorization": "$ORIGIN_TOKEN"})
+    assert any("the origin will never see the client's own" in w for w in problems.warnings)
+
+
 def test_a_literal_that_looks_like_a_secret_is_warned_about() -> None:
     headers, problems = parsed({"X-Api-Key": "hunter2"})
     assert headers and not problems.items

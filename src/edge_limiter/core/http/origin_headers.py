@@ -28,6 +28,8 @@ from ..validation import Problems, shown, table
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Field names an origin header may not be: the message's own framing and the runtime's.
 REFUSED = HOP_BY_HOP | {"host", "content-length", "content-type", "content-encoding", "expect"}
+#: Fields clients send for themselves: setting one hides the client's from the origin.
+CLIENTS_OWN = frozenset({"authorization", "cookie", "user-agent", "accept"})
 #: Names whose literal value is most likely a secret (then the config check warns).
 _SECRET_LIKE = ("auth", "key", "secret", "token", "password", "signature")
 #: The longest value written in the config.
@@ -65,6 +67,7 @@ def parse_origin_headers(
     if fields is None:
         return ()
     out: list[OriginHeader] = []
+    seen: set[str] = set()
     for name, value in fields.items():
         here = f"{where}.{name}"
         if not isinstance(name, str) or not is_token(name):
@@ -74,6 +77,15 @@ def parse_origin_headers(
         if folded in REFUSED or folded.startswith("cf-"):
             problems.add(here, "is a field the runtime or the message framing owns")
             continue
+        if folded in seen:
+            problems.add(here, "is named twice (field names are not case-sensitive)")
+            continue
+        seen.add(folded)
+        if folded in CLIENTS_OWN:
+            problems.warn(
+                here,
+                f"replaces every client's {name}: the origin will never see the client's own",
+            )
         if not isinstance(value, str) or not value or len(value) > MAX_VALUE:
             problems.add(
                 here,
