@@ -487,3 +487,34 @@ def test_a_pools_own_headers_replace_the_top_levels_of_the_same_name() -> None:
     # A pool's missing secret is named with the pool's table.
     with pytest.raises(ConfigError, match=r"pool 'api'.headers.x-gateway-key: the secret API_KEY"):
         harness(ROUTE, origin=None, pools=pools, origin_headers=GATEWAY_KEY)
+
+
+def test_a_503_with_retry_after_is_retried_on_the_same_origin_only_after_it() -> None:
+    answers = [503, 200]
+    seen: list[str] = []
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        seen.append(outgoing.url)
+        status = answers.pop(0) if answers else 200
+        return Response(status, Headers([("retry-after", "2")]), b"x")
+
+    pools = {
+        "one": {
+            "retry": {"attempts": 3, "base": "10ms", "cap": "50ms"},
+            "origins": [{"name": "solo", "url": "http://solo.test"}],
+        }
+    }
+    h = harness(
+        {**ROUTE, "pool": "one"}, upstream=FakeOrigin(respond=respond), origin=None, pools=pools
+    )
+    assert h.send(request()).status == 200
+    assert len(seen) == 2 and h.sleep.waits and h.sleep.waits[0] >= 2.0  # its Retry-After
+    # A Retry-After past the route's deadline: the 503 goes back at once, no wait.
+    answers[:] = [503]
+    late = harness(
+        {**ROUTE, "pool": "one", "timeout": "1s"},
+        upstream=FakeOrigin(respond=respond),
+        origin=None,
+        pools=pools,
+    )
+    assert late.send(request()).status == 503 and late.sleep.waits == []
