@@ -165,6 +165,19 @@ def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> 
     assert h.send(request("/v1/x", headers={"x-api-key": "premium_1"})).status == 429
 
 
+def test_an_override_for_one_routes_key_is_stored_in_the_form_its_requests_get() -> None:
+    h = gw()
+    v6 = {"route": "everything", "key": "2001:db8::1", "exempt": True, "reason": "probe"}
+    created = body_json(admin(h, "/api/overrides", "POST", body=json.dumps(v6).encode()))
+    assert created["overrides"][0]["key"] == "ip=2001%3Adb8%3A%3A%2F64"  # its /64, as counted
+    # Another address of that /64 is exempt: the 1/hour route lets it through twice.
+    for _ in range(2):
+        assert h.send(request("/x", ip="2001:db8::99")).status == 200
+    value = {"route": "api", "key": "a b", "limits": "9/minute", "reason": "spaces"}
+    stored = body_json(admin(h, "/api/overrides", "POST", body=json.dumps(value).encode()))
+    assert stored["overrides"][-1]["key"] == "header:x-api-key=a%20b"
+
+
 def test_breakers_and_stats() -> None:
     h = gw()
     h.send(request("/v1/x", headers={"x-api-key": "a"}))

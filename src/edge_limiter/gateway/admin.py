@@ -31,6 +31,7 @@ import base64
 import hmac
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
@@ -348,6 +349,14 @@ class Admin:
             override = parse_override(data, now, algorithms)
         except OverrideError as exc:
             raise _AdminError(400, str(exc)) from exc
+        route = self.config.route(override.route)
+        if route is not None and "*" not in override.key:
+            # One route, one key: put in the form its requests get (an ip aggregated, a
+            # value encoded), or refused, so an override never waits for a key no request has.
+            try:
+                override = replace(override, key=given_key(route.limits.key, override.key))
+            except KeySpecError as exc:
+                raise _AdminError(400, f"key: {exc}") from None
         self.services.log(
             {"event": "admin_override_set", "route": override.route, "id": override.id}
         )
