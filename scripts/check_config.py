@@ -33,7 +33,7 @@ from project_config import (  # noqa: E402
 
 from edge_limiter.core.config import Config, parse_config  # noqa: E402
 from edge_limiter.core.errors import ConfigError, ExplainError  # noqa: E402
-from edge_limiter.core.explain import describe_route, explain  # noqa: E402
+from edge_limiter.core.explain import describe_route, explain, header_line  # noqa: E402
 from edge_limiter.core.http.messages import Client  # noqa: E402
 from edge_limiter.gateway.health import pools_of  # noqa: E402
 
@@ -129,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.explain:
         headers = []
         for header in args.header:
-            name, sep, value = header.partition(":")
-            if not sep:
+            try:
+                headers.append(header_line(header))
+            except ExplainError:
                 parser.error(f"--header {header!r}: expected 'Name: value'")
-            headers.append((name.strip(), value.strip()))
         client = Client(ip=args.ip, country=args.country.upper(), continent=args.continent.upper())
         try:
             result = explain(config, args.explain[0], args.explain[1], headers, client)

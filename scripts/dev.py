@@ -50,6 +50,7 @@ from project_config import (  # noqa: E402
 )
 
 from edge_limiter.core.config import parse_config  # noqa: E402
+from edge_limiter.core.http.origin_headers import merged  # noqa: E402
 from edge_limiter.gateway.health import pools_of  # noqa: E402
 
 
@@ -280,7 +281,8 @@ def missing_secrets(dep: Any, file: Path | None, available: dict[str, Any]) -> l
     """The secrets ``origin_headers`` names that this local run does not have."""
     raw = read_toml(file) if file is not None else None
     config = parse_config(raw_config(dep, raw, file.name if file is not None else ""))
-    headers = [*config.origin_headers, *(h for pool in pools_of(config) for h in pool.headers)]
+    # The fields each pool's origins get, as the gateway resolves them.
+    headers = [h for pool in pools_of(config) for h in merged(config.origin_headers, pool.headers)]
     wanted = dict.fromkeys(h.secret for h in headers if h.secret is not None)
     return [name for name in wanted if not isinstance(available.get(name), str)]
 

@@ -54,18 +54,23 @@ def test_an_origin_on_this_machine_is_used_as_configured() -> None:
         origins.stop()
 
 
+def run_dev(*args: str) -> subprocess.CompletedProcess[str]:
+    """scripts/dev with ``args``, for the ways it stops before starting the runtime."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "dev.py"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
 def test_a_busy_port_is_a_clear_error_not_a_traceback() -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "dev.py"), "--port", str(port)],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
+        done = run_dev("--port", str(port))
     assert done.returncode == 2
     assert f"port {port} on 127.0.0.1 is in use" in done.stderr and "--port" in done.stderr
     assert "Traceback" not in done.stderr
@@ -81,13 +86,7 @@ def test_a_secret_origin_headers_needs_is_asked_for_before_the_runtime_starts(
         'origin_headers = { "X-Gateway-Key" = "$GATEWAY_KEY_FOR_A_TEST" }\n'
         '[[routes]]\nname = "a"\nmatch = { path = "/a" }\nlimits = "5/s"\n'
     )
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "dev.py"), "--config", str(config)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    done = run_dev("--config", str(config))
     assert done.returncode == 2, done.stderr
     assert "origin_headers needs the secret GATEWAY_KEY_FOR_A_TEST" in done.stderr
     assert "GATEWAY_KEY_FOR_A_TEST=... to" in done.stderr and "Traceback" not in done.stderr

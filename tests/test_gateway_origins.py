@@ -449,7 +449,7 @@ def test_health_probes_carry_the_origin_headers() -> None:
         origin_headers=GATEWAY_KEY,
         secrets={"GATEWAY_KEY": "s3cret"},
     )
-    asyncio.run(probe_all(h.gateway.config, h.gateway.services, h.gateway.origin_headers))
+    asyncio.run(probe_all(h.gateway.config, h.gateway.services, h.gateway.origin_fields))
     [probe] = sent
     assert ("x-gateway-key", "s3cret") in [(n.lower(), v) for n, v in probe.headers.items()]
 

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from .algorithms import ALGORITHMS
+from .caching.fields import is_token
 from .canonical import canonical_host, canonical_path
 from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
@@ -15,8 +16,6 @@ from .keys import object_name
 from .lease_plan import plans
 from .routing.geo import ClientLocation, order_origins
 
-#: RFC 9110's token: what a method name may hold.
-_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: Where an absolute URL's authority ends.
 _AUTHORITY_END = re.compile(r"[/?#]")
 
@@ -75,6 +74,14 @@ def describe_route(route: Route) -> dict[str, Any]:
     return out
 
 
+def header_line(text: str) -> tuple[str, str]:
+    """``"Name: value"`` as a field to explain a request with; raises :class:`ExplainError`."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise ExplainError(f"a header is written 'Name: value', got {text!r}")
+    return name.strip(), value.strip()
+
+
 def split_url(url: str) -> tuple[str, str, str, str]:
     """An absolute http(s) URL's scheme, authority, path (``/`` when empty) and query.
 
@@ -103,7 +110,7 @@ def explain(
     gateway would refuse (a bad path, an ambiguous key) is explained with its status.
     """
     scheme, authority, raw_path, query = split_url(url)
-    if not _METHOD.fullmatch(method):
+    if not is_token(method):
         raise ExplainError(f"{method!r} is not an HTTP method name (GET, POST, ...)")
     out: dict[str, Any] = {"method": method.upper(), "url": url}
     try:

@@ -39,7 +39,7 @@ from urllib.parse import parse_qsl
 from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config
 from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
-from ..core.explain import describe_route, explain, split_url
+from ..core.explain import describe_route, explain, header_line, split_url
 from ..core.http import problems
 from ..core.http.fields import rate_limit_headers
 from ..core.http.messages import Client, Headers, Request, Response
@@ -185,12 +185,6 @@ class Admin:
     def _explain(self, params: dict[str, str], header_params: list[str]) -> Response:
         if not params.get("url"):
             raise _AdminError(400, "the url parameter is required")
-        headers = []
-        for item in header_params:
-            name, sep, value = item.partition(":")
-            if not sep or not name.strip():
-                raise _AdminError(400, f"header must be 'Name: value', got {item!r}")
-            headers.append((name.strip(), value.strip()))
         client = Client(
             ip=params.get("ip", ""),
             country=params.get("country", "").upper(),
@@ -198,6 +192,7 @@ class Admin:
             asn=params.get("asn", ""),
         )
         try:
+            headers = [header_line(item) for item in header_params]
             explained = explain(
                 self.config, params.get("method") or "GET", params["url"], headers, client
             )

@@ -83,15 +83,13 @@ async def probe(
 async def probe_all(
     config: Config,
     services: Services,
-    origin_headers: tuple[tuple[str, str], ...] = (),
-    pool_headers: dict[str, tuple[tuple[str, str], ...]] | None = None,
+    origin_fields: dict[str, tuple[tuple[str, str], ...]] | None = None,
 ) -> list[dict[str, Any]]:
     """Probe every origin with a health check, all at once; one log record each. Probes
-    carry the fields requests to that origin carry (``pool_headers`` by pool name, else
-    ``origin_headers``)."""
-    by_pool = pool_headers or {}
+    carry the fields requests to that origin carry (``origin_fields`` by pool name)."""
+    by_pool = origin_fields or {}
     probes = [
-        probe(origin, pool, services, by_pool.get(pool.name, origin_headers))
+        probe(origin, pool, services, by_pool.get(pool.name, ()))
         for pool in pools_of(config)
         for origin in pool.origins
         if origin.health is not None

@@ -137,19 +137,24 @@ class Operating:
     async def flush_stats(self, now: int) -> None:
         """Send this isolate's counters now (before the admin API reads the totals: counts
         otherwise wait for the isolate's next decision, which may not come)."""
-        if self.services.control is None or not self.stats:
-            return
-        batch, self.stats = self.stats, StatsBatch()
-        self._stats_flushed_at = now
-        await self._flush(batch, now)
+        batch = self._take_stats(now)
+        if batch is not None:
+            await self._flush(batch, now)
 
     def _flush_soon(self, now: int, background: Background) -> None:
-        control = self.services.control
-        if control is None or not self.stats or now - self._stats_flushed_at < STATS_FLUSH_MS:
+        if now - self._stats_flushed_at < STATS_FLUSH_MS:
             return
+        batch = self._take_stats(now)
+        if batch is not None:
+            background.defer(self._flush(batch, now))
+
+    def _take_stats(self, now: int) -> StatsBatch | None:
+        """The counters to send (a new batch starts), or None: none, or nowhere to send."""
+        if self.services.control is None or not self.stats:
+            return None
         batch, self.stats = self.stats, StatsBatch()
         self._stats_flushed_at = now
-        background.defer(self._flush(batch, now))
+        return batch
 
     async def _flush(self, batch: StatsBatch, now: int) -> None:
         control = self.services.control

@@ -56,10 +56,9 @@ class Gateway:
         """Each cached route's cache stage, by route name (filled as routes are built)."""
         self.admin = Admin(config, services, self.operating, self.caches)
         # A secret the config names but the Worker lacks is a config problem (503 saying so).
-        self.origin_headers, self.pool_headers = _origin_fields(config, services)
-        forward = Upstream(
-            services, config.client_ip_header, self.origin_headers, self.pool_headers
-        )
+        self.origin_fields = _origin_fields(config, services)
+        """The fields every request to a pool's origins carries, by pool name."""
+        forward = Upstream(services, config.client_ip_header, self.origin_fields)
         self.upstream = forward
         self._routes: dict[str, Handler] = {}
         self.limiters: dict[str, RateLimit] = {}
@@ -224,30 +223,22 @@ class Gateway:
         return exchange
 
 
-def _origin_fields(
-    config: Config, services: Services
-) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[tuple[str, str], ...]]]:
-    """The fields for every origin (``origin_headers``), and for each pool with ``headers``
-    of its own, its merged fields; secrets resolved. Raises :class:`ConfigError` naming
-    every secret the Worker lacks."""
+def _origin_fields(config: Config, services: Services) -> dict[str, tuple[tuple[str, str], ...]]:
+    """For every pool the config forwards to, the fields its origins get: ``origin_headers``
+    with the pool's own ``headers`` over them, secrets resolved. Raises
+    :class:`ConfigError` naming every secret the Worker lacks."""
     problems: list[str] = []
-    default: tuple[tuple[str, str], ...] = ()
-    by_pool: dict[str, tuple[tuple[str, str], ...]] = {}
-    try:
-        default = resolve_origin_headers(config.origin_headers, services.secret)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
+    fields: dict[str, tuple[tuple[str, str], ...]] = {}
     for pool in pools_of(config):
-        if not pool.headers:
-            continue
         try:
-            fields = merged(config.origin_headers, pool.headers)
-            by_pool[pool.name] = resolve_origin_headers(fields, services.secret)
+            fields[pool.name] = resolve_origin_headers(
+                merged(config.origin_headers, pool.headers), services.secret
+            )
         except ConfigError as exc:
             problems.extend(p for p in exc.problems if p not in problems)
     if problems:
         raise ConfigError(problems)
-    return default, by_pool
+    return fields
 
 
 def _allow(cors: CorsSettings, origin: str, response: Response) -> None:

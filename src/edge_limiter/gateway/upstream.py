@@ -228,15 +228,12 @@ class Upstream:
         self,
         services: Services,
         client_ip_header: str | None = None,
-        origin_headers: tuple[tuple[str, str], ...] = (),
-        pool_headers: dict[str, tuple[tuple[str, str], ...]] | None = None,
+        origin_fields: dict[str, tuple[tuple[str, str], ...]] | None = None,
     ) -> None:
         self.services = services
         self.client_ip_header = client_ip_header
-        self.origin_headers = origin_headers
-        """The config's ``origin_headers``, secrets resolved: set on every request."""
-        self.pool_headers = pool_headers or {}
-        """A pool's own ``headers`` merged over those, for the pools that have them."""
+        self.origin_fields = origin_fields or {}
+        """By pool name, the fields set on every request to its origins (origin_headers)."""
         self.breakers = BreakerBoard(services)
         self.bulkheads: dict[str, Bulkhead] = {}
         self.budgets: dict[tuple[str, RetrySettings], RetryBudgetState] = {}
@@ -326,7 +323,7 @@ class Upstream:
         request = exchange.request
         for name in DROPPED_FIELDS:
             request.headers.delete(name)
-        for name, value in self.pool_headers.get(pool.name, self.origin_headers):
+        for name, value in self.origin_fields.get(pool.name, ()):
             request.headers.set(name, value)  # whatever the client sent under that name
         if self.client_ip_header is not None:
             # The origin learns the client's address from the gateway, never from the

@@ -136,7 +136,7 @@ async def handle_scheduled(env: Any) -> None:
     if isinstance(gateway, ConfigError):
         _log({"event": "config_error", "problems": gateway.problems})
         return
-    await probe_all(gateway.config, gateway.services, gateway.origin_headers, gateway.pool_headers)
+    await probe_all(gateway.config, gateway.services, gateway.origin_fields)
 
 
 async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:

@@ -127,12 +127,6 @@ MAX_LEASE_TTL_MS = 60_000
 PATHS_FIELDS = ("case_insensitive", "matrix_params")
 
 
-def check_origin(value: object, where: str, problems: Problems) -> str | None:
-    """An origin URL (``https://api.example.com``) without a trailing slash, or a problem:
-    the same rules as a pool's origins (:func:`parse_origin_url`)."""
-    return parse_origin_url(value, where, problems)
-
-
 # --- limits ---------------------------------------------------------------------------------
 
 
@@ -544,7 +538,7 @@ class _Upstreams:
         if raw.get("pool") is not None:
             return self.named_pool(raw["pool"], f"{where}.pool", problems)
         if raw.get("origin") is not None:
-            url = check_origin(raw["origin"], f"{where}.origin", problems)
+            url = parse_origin_url(raw["origin"], f"{where}.origin", problems)
             return self.of_url(url, timeout_ms, f"{where}.origin", problems) if url else None
         return None
 
@@ -715,7 +709,7 @@ def parse_config(raw: object) -> Config:
                     "is client_ip_header's field: the gateway sets it to the client's address",
                 )
     origin_url = (
-        check_origin(raw["origin"], "config.origin", Problems())
+        parse_origin_url(raw["origin"], "config.origin", Problems())
         if raw.get("origin") is not None and raw.get("pool") is None
         else None
     )
