@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the client's address goes to origins in: {config.client_ip_header}")
     else:
         print("the client's address goes to origins in: no field (client_ip_header unset)")
+    if config.forwarded_host:
+        print("the host and scheme asked for go to origins in: X-Forwarded-Host, X-Forwarded-Proto")
     if config.cors is not None:
         wildcards = [scheme + "*" + suffix for scheme, suffix in config.cors.wildcards]
         origins = ", ".join(sorted([*config.cors.allow_origins, *wildcards]))

@@ -398,6 +398,31 @@ def test_without_client_ip_header_the_request_goes_as_the_client_sent_it() -> No
     assert dict(h.origin.sent[-1].headers)["x-forwarded-for"] == "6.6.6.6"
 
 
+def test_forwarded_host_tells_origins_the_host_and_scheme_asked_for() -> None:
+    h = harness(ROUTE, upstream=FakeOrigin(), origin=None, pools=POOLS, forwarded_host=True)
+    forged = {"X-Forwarded-Host": "other-tenant.test", "x-forwarded-proto": "http"}
+    asked = from_("DE", "EU", headers=forged)
+    asked.host, asked.scheme = "API.Example.com.:8443", "https"
+    assert h.send(asked).status == 200
+    fields = [(name.lower(), value) for name, value in h.origin.sent[-1].headers]
+    # The host as matched (lower case, no trailing dot; a port other than the scheme's
+    # kept), each field once: the client's copies are replaced.
+    assert [v for n, v in fields if n == "x-forwarded-host"] == ["api.example.com:8443"]
+    assert [v for n, v in fields if n == "x-forwarded-proto"] == ["https"]
+    plain = from_("DE", "EU")
+    plain.host, plain.scheme = "api.example.com:80", "http"
+    h.send(plain)
+    fields = dict(h.origin.sent[-1].headers)
+    assert fields["x-forwarded-host"] == "api.example.com"  # the scheme's own port
+    assert fields["x-forwarded-proto"] == "http"
+
+
+def test_without_forwarded_host_a_clients_forwarded_host_is_dropped() -> None:
+    h = harness(ROUTE, upstream=FakeOrigin(), origin=None, pools=POOLS)
+    h.send(from_("DE", "EU", headers={"x-forwarded-host": "other-tenant.test"}))
+    assert "x-forwarded-host" not in dict(h.origin.sent[-1].headers)
+
+
 GATEWAY_KEY = {"X-Gateway-Key": "$GATEWAY_KEY", "X-Via": "edge-limiter"}
 
 

@@ -361,6 +361,18 @@ def test_client_ip_header_refuses_what_cannot_carry_an_address(value: object) ->
     assert any(p.startswith("config.client_ip_header") for p in problems)
 
 
+def test_forwarded_host_is_off_unless_asked_for() -> None:
+    assert parse_config(config(route())).forwarded_host is False
+    assert parse_config(config(route(), forwarded_host=True)).forwarded_host is True
+    problems = problems_of(config(route(), forwarded_host="yes"))
+    assert any(p.startswith("config.forwarded_host: must be true or false") for p in problems)
+    # The client's address cannot go in a field that says the host asked for.
+    problems = problems_of(
+        config(route(), forwarded_host=True, client_ip_header="X-Forwarded-Proto")
+    )
+    assert any("config.client_ip_header" in p and "forwarded_host" in p for p in problems)
+
+
 @pytest.mark.parametrize(
     ("written", "advice"),
     [

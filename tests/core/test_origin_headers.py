@@ -102,6 +102,17 @@ def test_the_client_ip_field_cannot_also_be_an_origin_header() -> None:
         parse_config(raw)
 
 
+def test_forwarded_hosts_fields_cannot_also_be_origin_headers() -> None:
+    raw = {
+        "origin": "https://api.example.com",
+        "origin_headers": {"X-Forwarded-Host": "api.example.com"},
+        "routes": [{"name": "a", "match": {"path": "/a"}, "limits": "5/s"}],
+    }
+    assert parse_config(raw).forwarded_host is False  # without it, a literal is fine
+    with pytest.raises(ConfigError, match="x-forwarded-host: is set by forwarded_host"):
+        parse_config({**raw, "forwarded_host": True})
+
+
 def test_a_pools_headers_are_checked_like_the_top_levels() -> None:
     raw = {
         "pools": {

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -188,6 +189,7 @@ def pool_config(origins: dict[str, DemoOrigin], odd_url: str) -> dict[str, Any]:
     return {
         "pools": pools,
         "client_ip_header": "X-Forwarded-For",
+        "forwarded_host": True,
         "origin_headers": {"X-Gateway-Key": "$GATEWAY_KEY"},
         "routes": [
             route("geo", "geo"),
@@ -318,6 +320,17 @@ def test_the_origin_learns_the_clients_address_from_the_gateway_only(
         headers={"cf-connecting-ip": ip, "x-forwarded-for": "6.6.6.6"},
     )
     assert answer.json()["headers"]["x-forwarded-for"] == ip  # the client's copy replaced
+
+
+def test_the_origin_learns_the_host_asked_for_from_the_gateway_only(
+    pools_gateway: LocalGateway,
+) -> None:
+    forged = {"x-forwarded-host": "other-tenant.test", "x-forwarded-proto": "https"}
+    echo = get(pools_gateway.url, "/geo/host", "DE", "EU", headers=forged).json()
+    asked = urlsplit(pools_gateway.url)
+    assert echo["headers"]["x-forwarded-host"] == asked.netloc  # 127.0.0.1:PORT
+    assert echo["headers"]["x-forwarded-proto"] == asked.scheme == "http"
+    assert [n for n, _ in echo["header_lines"]].count("x-forwarded-host") == 1
 
 
 def test_origins_get_the_gateways_secret_never_a_clients(pools_gateway: LocalGateway) -> None:

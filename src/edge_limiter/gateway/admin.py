@@ -172,6 +172,7 @@ class Admin:
                 "matrix_params": self.config.matrix_params,
                 "method_override": self.config.method_override,
                 "client_ip_header": self.config.client_ip_header,
+                "forwarded_host": self.config.forwarded_host,
                 "origin_headers": {h.name: h.describe() for h in self.config.origin_headers},
                 "pool_headers": {
                     pool.name: {h.name: h.describe() for h in pool.headers}

@@ -58,7 +58,12 @@ class Gateway:
         # A secret the config names but the Worker lacks is a config problem (503 saying so).
         self.origin_fields = _origin_fields(config, services)
         """The fields every request to a pool's origins carries, by pool name."""
-        forward = Upstream(services, config.client_ip_header, self.origin_fields)
+        forward = Upstream(
+            services,
+            config.client_ip_header,
+            self.origin_fields,
+            forwarded_host=config.forwarded_host,
+        )
         self.upstream = forward
         self._routes: dict[str, Handler] = {}
         self.limiters: dict[str, RateLimit] = {}

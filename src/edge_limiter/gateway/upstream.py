@@ -31,6 +31,7 @@ from typing import Any
 from ..core.errors import BodyReadError
 from ..core.http import problems
 from ..core.http.messages import BytesBody, Request, Response
+from ..core.http.origin_headers import FORWARDED_HOST_FIELDS
 from ..core.resilience.backoff import parse_retry_after, retry_delay_ms
 from ..core.resilience.breaker import (
     BreakerDecision,
@@ -229,9 +230,13 @@ class Upstream:
         services: Services,
         client_ip_header: str | None = None,
         origin_fields: dict[str, tuple[tuple[str, str], ...]] | None = None,
+        *,
+        forwarded_host: bool = False,
     ) -> None:
         self.services = services
         self.client_ip_header = client_ip_header
+        self.forwarded_host = forwarded_host
+        """Whether origins are told the host and scheme the client asked for."""
         self.origin_fields = origin_fields or {}
         """By pool name, the fields set on every request to its origins (origin_headers)."""
         self.breakers = BreakerBoard(services)
@@ -333,6 +338,12 @@ class Upstream:
                 request.headers.set(self.client_ip_header, ip)
             else:
                 request.headers.delete(self.client_ip_header)
+        if self.forwarded_host:
+            # What the client asked for, as matched (the canonical host): the request's
+            # own Host names the origin once it is sent there.
+            host_field, proto_field = FORWARDED_HOST_FIELDS
+            request.headers.set(host_field, exchange.host)
+            request.headers.set(proto_field, request.scheme)
         order = self._order(pool, exchange)
         start = clock.now_ms()
         deadline = start + forward.timeout_ms

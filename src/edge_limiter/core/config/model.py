@@ -140,10 +140,14 @@ class Config:
     cors: CorsSettings | None = None
     """Which page origins the gateway's own answers allow (:mod:`..http.cors`)."""
     client_ip_header: str | None = None
-    origin_headers: tuple[OriginHeader, ...] = ()
-    """Fields set on every request to an origin (:mod:`..http.origin_headers`)."""
     """The request field (lower case) that tells origins the client's address, set by the
     gateway on every request it forwards (whatever the client put in it); None: none."""
+    forwarded_host: bool = False
+    """Whether every forwarded request tells the origin the host and scheme the client
+    asked for (``X-Forwarded-Host``, ``X-Forwarded-Proto``), whatever the client sent in
+    those fields: the origin's URL is in the request's own ``Host``."""
+    origin_headers: tuple[OriginHeader, ...] = ()
+    """Fields set on every request to an origin (:mod:`..http.origin_headers`)."""
     folds_case: bool = field(init=False, compare=False)
     """Whether any route matches paths case-insensitively (then paths are folded once)."""
 

@@ -37,7 +37,7 @@ from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
 from ..http.cors import parse_cors
 from ..http.method_override import MODES as OVERRIDE_MODES
-from ..http.origin_headers import parse_origin_headers
+from ..http.origin_headers import FORWARDED_HOST_FIELDS, parse_origin_headers
 from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
@@ -93,6 +93,7 @@ TOP_FIELDS = (
     "paths",
     "method_override",
     "client_ip_header",
+    "forwarded_host",
     "origin_headers",
     "cors",
     "routes",
@@ -700,14 +701,25 @@ def parse_config(raw: object) -> Config:
     cors = parse_cors(raw.get("cors"), problems)
     client_ip_header = _client_ip_header(raw.get("client_ip_header"), problems)
     origin_headers = parse_origin_headers(raw.get("origin_headers"), problems)
-    if client_ip_header is not None:
-        every = [*origin_headers, *(h for p in upstreams.pools.values() for h in p.headers)]
-        for header in every:
-            if header.name == client_ip_header:
-                problems.add(
-                    f"{header.where}.{header.name}",
-                    "is client_ip_header's field: the gateway sets it to the client's address",
-                )
+    forwarded_host = boolean(raw, "forwarded_host", False, "config", problems)
+    every = [*origin_headers, *(h for p in upstreams.pools.values() for h in p.headers)]
+    for header in every:
+        if header.name == client_ip_header:
+            problems.add(
+                f"{header.where}.{header.name}",
+                "is client_ip_header's field: the gateway sets it to the client's address",
+            )
+        elif forwarded_host and header.name in FORWARDED_HOST_FIELDS:
+            problems.add(
+                f"{header.where}.{header.name}",
+                "is set by forwarded_host to what the client asked for: set one or the other",
+            )
+    if forwarded_host and client_ip_header in FORWARDED_HOST_FIELDS:
+        problems.add(
+            "config.client_ip_header",
+            f"{client_ip_header!r} is set by forwarded_host to what the client asked for, "
+            "not the client's address",
+        )
     origin_url = (
         parse_origin_url(raw["origin"], "config.origin", Problems())
         if raw.get("origin") is not None and raw.get("pool") is None
@@ -763,6 +775,7 @@ def parse_config(raw: object) -> Config:
         method_override=method_override,
         cors=cors,
         client_ip_header=client_ip_header,
+        forwarded_host=forwarded_host,
         origin_headers=origin_headers,
     )
 

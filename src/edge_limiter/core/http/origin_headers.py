@@ -34,6 +34,10 @@ CLIENTS_OWN = frozenset({"authorization", "cookie", "user-agent", "accept"})
 _SECRET_LIKE = ("auth", "key", "secret", "token", "password", "signature")
 #: The longest value written in the config.
 MAX_VALUE = 4096
+#: The fields top-level ``forwarded_host = true`` sets on every forwarded request: the
+#: host (with a port other than the scheme's) and the scheme the client asked for, which
+#: the request's own ``Host`` no longer says once it is sent to the origin's URL.
+FORWARDED_HOST_FIELDS = ("x-forwarded-host", "x-forwarded-proto")
 
 
 @dataclass(frozen=True, slots=True)
