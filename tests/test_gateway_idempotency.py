@@ -123,6 +123,23 @@ def test_two_callers_with_one_key_value_never_meet() -> None:
     assert other.body == b"answer 2" and "idempotent-replayed" not in other.headers
 
 
+def test_callers_sharing_a_rate_limit_key_never_get_each_others_answer() -> None:
+    # One address (a NAT; or a missing key header): one scope. The credentials tell them
+    # apart: the second caller's reuse of the value is a 422, never Alice's answer, and
+    # the request is not forwarded twice.
+    h = paying()
+    alice = {"authorization": "Bearer alice"}
+    assert h.send(post(headers=alice)).body == b"answer 1"
+    bob = h.send(post(headers={"authorization": "Bearer bob"}))
+    assert bob.status == 422 and body_json(bob)["code"] == "idempotency_mismatch"
+    assert "credentials" in body_json(bob)["detail"]
+    anonymous = h.send(post())
+    assert anonymous.status == 422
+    again = h.send(post(headers=alice))
+    assert again.body == b"answer 1" and again.headers.get("idempotent-replayed") == "true"
+    assert len(h.origin.sent) == 1
+
+
 class Gate:
     """An origin that holds every request until released."""
 
@@ -364,7 +381,7 @@ def test_the_edge_record_holds_no_raw_key() -> None:
 
 
 def test_an_origin_body_cut_off_is_a_502_and_the_claim_holds_until_its_lock_ends() -> None:
-    h = paying(FakeOrigin(respond=cut_off(201)), lock_timeout="30s")
+    h = paying(FakeOrigin(respond=cut_off(201)), lock_timeout="60s")
     first = h.send(post())
     assert first.status == 502
     assert body_json(first)["code"] == "origin_body_broken"
@@ -372,7 +389,11 @@ def test_an_origin_body_cut_off_is_a_502_and_the_claim_holds_until_its_lock_ends
     retry = h.send(post())
     assert retry.status == 409
     assert len(h.origin.sent) == 1
-    h.clock.advance(31_000)
+    # Past the time the first would be done at the origins (timeout 30 s + 1 s to store)
+    # the claim still holds: the wait a 409 says is the lock's end, not a second.
+    h.clock.advance(32_000)
+    assert h.send(post()).headers.get("retry-after") == "28"
+    h.clock.advance(29_000)
     h.send(post())
     assert len(h.origin.sent) == 2  # taken over once the lock ran out
 

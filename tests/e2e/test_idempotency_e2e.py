@@ -83,6 +83,19 @@ def test_422_400_and_identities_kept_apart(gateway: LocalGateway, origin: DemoOr
     other = post(gateway, path, key, fresh_ip(), b"two")
     assert other.status_code == 200 and "idempotent-replayed" not in other.headers
     assert hits_to(origin, path) == 2
+    # The key sent twice (the runtime joins the lines): refused, not read as a new key.
+    twice = httpx.post(
+        gateway.url + path,
+        headers=[("cf-connecting-ip", ip), ("idempotency-key", key), ("idempotency-key", key)],
+        content=b"one",
+        timeout=30,
+    )
+    assert twice.status_code == 400 and twice.json()["code"] == "idempotency_key_ambiguous"
+    # Another caller at the same address (one scope) with other credentials: a 422, never
+    # the first caller's answer.
+    bearer = post(gateway, path, key, ip, b"one", headers={"authorization": "Bearer b"})
+    assert bearer.status_code == 422 and bearer.json()["code"] == "idempotency_mismatch"
+    assert hits_to(origin, path) == 2
 
 
 def test_a_record_expires_after_a_short_retention(gateway: LocalGateway) -> None:

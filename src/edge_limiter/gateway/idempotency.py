@@ -33,7 +33,7 @@ from ..core.errors import BodyReadError, IdempotencyKeyError, IdempotencyRecordE
 from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, origin_fields
 from ..core.http.messages import Headers, Response
-from ..core.idempotency.fingerprint import fingerprint
+from ..core.idempotency.fingerprint import CREDENTIALS, fingerprint
 from ..core.idempotency.keys import parse_idempotency_key, scoped_name
 from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
 from ..core.idempotency.records import (
@@ -86,6 +86,8 @@ class Idempotency:
         self.kv = kv
         self.services = services
         self.timeout_ms = route.failure.store_timeout_ms
+        self.fingerprinted = tuple(sorted({*CREDENTIALS, *settings.fingerprint_headers}))
+        """The request fields in a fingerprint: the credentials and the route's own."""
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         request = exchange.request
@@ -114,7 +116,7 @@ class Idempotency:
             )
         present = {
             name: value
-            for name in settings.fingerprint_headers
+            for name in self.fingerprinted
             if (value := request.headers.get(name)) is not None
         }
         print_ = fingerprint(
@@ -123,7 +125,7 @@ class Idempotency:
             request.query,
             hashlib.sha256(body).hexdigest(),
             headers=present,
-            names=settings.fingerprint_headers,
+            names=self.fingerprinted,
         )
         name = scoped_name(self.route.name, identity, key)
 

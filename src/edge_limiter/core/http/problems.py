@@ -111,7 +111,8 @@ def idempotency_mismatch(route: str) -> Problem:
         422,
         "Unprocessable Content",
         "This Idempotency-Key was already used for a different request (method, path, "
-        "query, body or fingerprinted headers differ); use a new key for a new request.",
+        "query, body, credentials or fingerprinted headers differ); use a new key for a "
+        "new request.",
         "idempotency_mismatch",
         members={"route": route},
     )

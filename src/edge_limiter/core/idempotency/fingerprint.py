@@ -2,7 +2,13 @@
 
 A key reused with a different request is a client error (422 in the IETF draft), so the
 fingerprint covers the method, path, query (parameters in canonical order, as the cache
-orders them), the body's SHA-256 and the values of the route's ``fingerprint_headers``.
+orders them), the body's SHA-256, the request's credentials (``Authorization``) and the
+values of the route's ``fingerprint_headers``.
+
+The credentials are in it because a key is scoped to the route's rate-limit key, which
+clients may share (one address behind a NAT, a missing key header): another caller
+presenting the same Idempotency-Key then gets 422, never the first caller's stored
+response, and the request is still never forwarded twice.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from ..caching.query import canonical_query
 
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+#: Fields every fingerprint covers besides a route's ``fingerprint_headers``.
+CREDENTIALS = ("authorization",)
 _OWS = " \t"
 
 

@@ -39,6 +39,14 @@ def parse_idempotency_key(header_value: str | None) -> str:
             "not_printable",
             "the Idempotency-Key must be printable ASCII (0x20-0x7E), such as a UUID",
         )
+    if ", " in text and not text.startswith('"'):
+        # The runtime joins a field sent twice into one value with ", ", while the origin
+        # may get both lines: which one it acts on would be a guess.
+        raise IdempotencyKeyError(
+            "ambiguous",
+            "the Idempotency-Key header came more than once (or its value holds ', '): "
+            'send it once; a key holding ", " must be a quoted string ("a, b")',
+        )
     key = _sf_string(text) if text.startswith('"') else text
     if not key:
         raise IdempotencyKeyError("empty", "the Idempotency-Key header is empty")

@@ -219,9 +219,15 @@ def in_flight_wait_ms(lock_left_ms: int, lock_timeout_ms: int, origin_timeout_ms
     (retries included), and the claim was taken ``lock_timeout_ms - lock_left_ms`` ago, so
     its answer is stored by then (plus :data:`STORE_MARGIN_MS`); never past the lock's end,
     when the key may be taken over. At least a second.
+
+    A claim still held past that point belongs to a request that is over at the origins
+    without an answer to keep (its body was cut off, or its isolate died): it holds until
+    the lock ends, so that is the wait.
     """
     elapsed = max(0, lock_timeout_ms - lock_left_ms)
     done_by = origin_timeout_ms + STORE_MARGIN_MS - elapsed
+    if done_by <= 0:
+        return max(1_000, lock_left_ms)
     return max(1_000, min(lock_left_ms, done_by))
 
 
