@@ -2,7 +2,7 @@
 
     scripts/check-config [FILE] [--wrangler wrangler.toml] [--env NAME]
     scripts/check-config --explain METHOD URL [--header "Name: value"] [--ip ADDR]
-                         [--country CC --continent XX]
+                         [--country CC --continent XX --asn N --lat LAT --lon LON]
 
 Prints the effective table of routes (match, key, limits with burst, algorithm, shadow,
 failure policy, cache, idempotency, origin pool) and every warning; exits 1 listing every
@@ -33,8 +33,12 @@ from project_config import (  # noqa: E402
 
 from edge_limiter.core.config import Config, parse_config  # noqa: E402
 from edge_limiter.core.errors import ConfigError, ExplainError  # noqa: E402
-from edge_limiter.core.explain import describe_route, explain, header_line  # noqa: E402
-from edge_limiter.core.http.messages import Client  # noqa: E402
+from edge_limiter.core.explain import (  # noqa: E402
+    describe_route,
+    explain,
+    explained_client,
+    header_line,
+)
 from edge_limiter.gateway.health import pools_of  # noqa: E402
 
 
@@ -107,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ip", default="", help="the client address (CF-Connecting-IP)")
     parser.add_argument("--country", default="")
     parser.add_argument("--continent", default="")
+    parser.add_argument("--asn", default="")
+    parser.add_argument("--lat", default="", help="the client's latitude (request.cf)")
+    parser.add_argument("--lon", default="", help="the client's longitude (request.cf)")
     parser.add_argument("--json", action="store_true", help="print --explain as JSON")
     args = parser.parse_args(argv)
 
@@ -133,8 +140,15 @@ def main(argv: list[str] | None = None) -> int:
                 headers.append(header_line(header))
             except ExplainError:
                 parser.error(f"--header {header!r}: expected 'Name: value'")
-        client = Client(ip=args.ip, country=args.country.upper(), continent=args.continent.upper())
         try:
+            client = explained_client(
+                ip=args.ip,
+                country=args.country,
+                continent=args.continent,
+                asn=args.asn,
+                latitude=args.lat,
+                longitude=args.lon,
+            )
             result = explain(config, args.explain[0], args.explain[1], headers, client)
         except ExplainError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -83,6 +83,12 @@ def test_explain_names_route_canonical_path_key_and_durable_object() -> None:
     relative = run("--explain", "GET", "/v1/login")
     assert relative.returncode == 2 and "not an absolute URL" in relative.stderr
     assert relative.stdout == ""
+    # The path the Worker is given (the runtime resolved the dot segments), as it is served.
+    climbing = run("--explain", "GET", "https://api.example.com/x/../../v1/tenants/a/b", "--json")
+    assert json.loads(climbing.stdout)["canonical_path"] == "/v1/tenants/a/b"
+    for bad in (["--ip", "1.2.3"], ["--lat", "100"]):
+        refused = run("--explain", "GET", "https://api.example.com/v1/login", *bad)
+        assert refused.returncode == 2 and "error:" in refused.stderr, bad
 
 
 def test_another_environments_problem_is_a_warning_unless_it_is_asked_for(

@@ -109,6 +109,34 @@ def test_config_and_explain() -> None:
     # Query and fragment right after the host are read as such, not as the host.
     explained = body_json(admin(h, "/api/explain?url=https://a.test%3Fq=1"))
     assert explained["canonical_host"] == "a.test" and explained["canonical_path"] == "/"
+    # The path the Worker is given: the runtime's URL parser resolved the dot segments.
+    climbing = body_json(admin(h, "/api/explain?url=https://a.test/v1/../../v1/%2e%2e/v1/x"))
+    assert climbing["route"] == "api" and climbing["canonical_path"] == "/v1/x"
+    # A client no request could have is a 400, not a key.
+    for bad in ("ip=notanip", "ip=999.1.1.1", "latitude=91", "longitude=east"):
+        assert admin(h, f"/api/explain?url=https://a.test/v1/x&{bad}").status == 400, bad
+
+
+def test_explain_orders_origins_by_the_clients_coordinates() -> None:
+    pools = {
+        "geo": {
+            "origins": [
+                {"name": "eu", "url": "https://eu.test", "lat": 50.1, "lon": 8.7},
+                {"name": "us", "url": "https://us.test", "lat": 39.0, "lon": -77.5},
+            ]
+        }
+    }
+    h = harness(
+        {"name": "g", "match": {"path": "/g"}, "limits": "5/s"},
+        admin_token=TOKEN,
+        origin=None,
+        pool="geo",
+        pools=pools,
+    )
+    near_us = "/api/explain?url=https://a.test/g&country=BR&continent=SA"
+    assert body_json(admin(h, near_us))["origins"] == ["eu", "us"]  # by name: no location
+    located = body_json(admin(h, near_us + "&latitude=-23.5&longitude=-46.6"))
+    assert located["origins"] == ["us", "eu"]  # Sao Paulo is nearer Virginia
 
 
 def test_a_keys_state_peek_reset_and_refund() -> None:
@@ -176,6 +204,27 @@ def test_an_override_for_one_routes_key_is_stored_in_the_form_its_requests_get()
     value = {"route": "api", "key": "a b", "limits": "9/minute", "reason": "spaces"}
     stored = body_json(admin(h, "/api/overrides", "POST", body=json.dumps(value).encode()))
     assert stored["overrides"][-1]["key"] == "header:x-api-key=a%20b"
+    # A key no request of that route can have is a 400, never an override that never applies.
+    for key in ("notakey", "999.1.1.1", "2001:db8::/48"):
+        bad = {"route": "everything", "key": key, "exempt": True, "reason": "x"}
+        refused = admin(h, "/api/overrides", "POST", body=json.dumps(bad).encode())
+        assert refused.status == 400, key
+
+
+def test_a_global_routes_counter_is_reached_by_its_name() -> None:
+    h = harness(
+        {"name": "all", "match": {"path": "/all"}, "limits": "1/minute", "key": "global"},
+        admin_token=TOKEN,
+    )
+    assert [h.send(request("/all", ip=ip)).status for ip in ("1.1.1.1", "2.2.2.2")] == [200, 429]
+    peek = body_json(admin(h, "/api/keys?route=all&key=global"))
+    assert peek["key"] == "global=" and peek["limits"][0]["available"] == 0
+    assert body_json(admin(h, "/api/keys/reset?route=all&key=global", "POST"))["done"] == "reset"
+    assert h.send(request("/all", ip="3.3.3.3")).status == 200
+    exempt = {"route": "all", "key": "global", "exempt": True, "reason": "maintenance"}
+    assert admin(h, "/api/overrides", "POST", body=json.dumps(exempt).encode()).status == 200
+    assert h.send(request("/all", ip="4.4.4.4")).status == 200  # over 1/minute, exempt
+    assert admin(h, "/api/keys?route=all&key=x").status == 400
 
 
 def test_breakers_and_stats() -> None:

@@ -10,6 +10,7 @@ from edge_limiter.core.canonical import (
     canonical_host,
     canonical_path,
     decode_segment,
+    runtime_path,
 )
 from edge_limiter.core.config import parse_config
 from edge_limiter.core.errors import PathError
@@ -195,3 +196,24 @@ def test_path_parameters_are_decoded_segments() -> None:
     assert route_and_counter("//t/acme/x") == route_and_counter("/t/acme/x")
     assert decode_segment("caf%C3%A9") == "caf\u00e9"
     assert decode_segment("a%FFb") != decode_segment("a%FEb")  # not UTF-8: still distinct
+
+
+@pytest.mark.parametrize(
+    ("target", "given"),
+    [
+        ("/a/b", "/a/b"),
+        ("/", "/"),
+        ("/tb/../../x", "/x"),
+        ("/../x", "/x"),
+        ("/%2e%2e/x", "/x"),
+        ("/tb/%2E%2e/.%2e/x", "/x"),
+        ("/a/./b/.", "/a/b/"),
+        ("/a/b/..", "/a/"),
+        ("/a\\..\\b", "/b"),
+        ("//a//b/", "//a//b/"),  # empty segments are the gateway's to merge
+        ("/a/...", "/a/..."),
+    ],
+)
+def test_the_path_the_runtime_gives_the_worker(target: str, given: str) -> None:
+    # As WHATWG URL parsing of an http(s) URL (workerd's), which the explain tools mimic.
+    assert runtime_path(target) == given

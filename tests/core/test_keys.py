@@ -249,7 +249,23 @@ def test_a_key_given_by_an_operator_is_put_in_the_form_requests_get() -> None:
         given_key(two, "acme")
 
 
-@given(st.text(max_size=30), st.sampled_from(["1.2.3.4", "2001:db8::1", "", "x"]))
+def test_a_given_key_no_request_can_have_is_refused() -> None:
+    everybody = KeySpec((KeyPart("global"),))
+    counted = everybody.compute(Request("GET", "/", "", "a.test"), {})
+    assert counted == "global="
+    assert given_key(everybody, "global") == given_key(everybody, "global=") == counted
+    for wrong in ("x", "global=x"):
+        with pytest.raises(KeySpecError, match="a global key has no value"):
+            given_key(everybody, wrong)
+    ip = KeySpec((KeyPart("ip"),), ipv4_prefix=24)
+    assert given_key(ip, "203.0.113.9") == given_key(ip, "ip=203.0.113.0%2F24")
+    assert given_key(ip, "ip=") == "ip="  # requests without an address
+    for wrong in ("notakey", "999.1.1.1", "ip=1.2.3", "203.0.113.0/25", "2001:db8::/48"):
+        with pytest.raises(KeySpecError):
+            given_key(ip, wrong)
+
+
+@given(st.text(max_size=30), st.sampled_from(["1.2.3.4", "2001:db8::1", "::ffff:1.2.3.4", ""]))
 def test_the_key_a_request_gets_is_its_own_given_form(value: str, ip: str) -> None:
     spec = KeySpec((KeyPart("header", "x-api-key"), KeyPart("ip")))
     req = Request("GET", "/", "", "a.test", "https", Headers([("x-api-key", value)]), Client(ip=ip))

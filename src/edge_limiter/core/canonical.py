@@ -76,6 +76,37 @@ def _canonical_segment(raw: str, whole: str) -> str:
     return "".join(out)
 
 
+_SINGLE_DOT = frozenset((".", "%2e"))
+_DOUBLE_DOT = frozenset(("..", ".%2e", "%2e.", "%2e%2e"))
+
+
+def runtime_path(raw: str) -> str:
+    """The path of a request target as the runtime's URL parser leaves it (WHATWG URL, an
+    http(s) URL): ``\\`` is ``/``, and dot segments (``.``, ``..``, also written ``%2e``)
+    are resolved, ``..`` stopping at the root (``/a/../../x`` is ``/x``). The Worker only
+    ever sees such a path; the admin API's and the config check's ``explain`` start from
+    it, as the gateway does.
+    """
+    if not raw.startswith(("/", "\\")):
+        return raw
+    segments: list[str] = []
+    pieces = raw.replace("\\", "/").split("/")[1:]
+    for index, piece in enumerate(pieces):
+        last = index == len(pieces) - 1
+        folded = piece.lower()
+        if folded in _DOUBLE_DOT:
+            if segments:
+                segments.pop()
+            if last:
+                segments.append("")
+        elif folded in _SINGLE_DOT:
+            if last:
+                segments.append("")
+        else:
+            segments.append(piece)
+    return "/" + "/".join(segments)
+
+
 def canonical_path(raw: str, matrix_params: str = "keep") -> str:
     """``raw`` (the path of a request target, without the query) in canonical form.
 

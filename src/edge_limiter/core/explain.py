@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import re
 from typing import Any
 
 from .algorithms import ALGORITHMS
 from .caching.fields import is_token
-from .canonical import canonical_host, canonical_path
+from .canonical import canonical_host, canonical_path, runtime_path
 from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
@@ -82,6 +84,50 @@ def header_line(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+#: The admin API's parameters for :func:`explained_client`.
+EXPLAINED_CLIENT_PARAMS = ("ip", "country", "continent", "asn", "latitude", "longitude")
+
+
+def explained_client(
+    *,
+    ip: str = "",
+    country: str = "",
+    continent: str = "",
+    asn: str = "",
+    latitude: str = "",
+    longitude: str = "",
+) -> Client:
+    """The client of a request to explain, as given; raises :class:`ExplainError` for an
+    address or a coordinate no request could have."""
+    if ip:
+        try:
+            ipaddress.ip_address(ip.strip())
+        except ValueError:
+            raise ExplainError(
+                f"{ip!r} is not an IP address (the client's CF-Connecting-IP)"
+            ) from None
+    coordinates: list[float | None] = []
+    for name, text, bound in (("latitude", latitude, 90), ("longitude", longitude, 180)):
+        if not text:
+            coordinates.append(None)
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not -bound <= value <= bound:
+            raise ExplainError(f"{name} must be a number from -{bound} to {bound}, got {text!r}")
+        coordinates.append(value)
+    return Client(
+        ip=ip.strip(),
+        country=country.upper(),
+        continent=continent.upper(),
+        asn=asn,
+        latitude=coordinates[0],
+        longitude=coordinates[1],
+    )
+
+
 def split_url(url: str) -> tuple[str, str, str, str]:
     """An absolute http(s) URL's scheme, authority, path (``/`` when empty) and query.
 
@@ -109,7 +155,9 @@ def explain(
     or ``method`` is not a method name: there is no request to explain. A request the
     gateway would refuse (a bad path, an ambiguous key) is explained with its status.
     """
-    scheme, authority, raw_path, query = split_url(url)
+    scheme, authority, target_path, query = split_url(url)
+    # What the Worker is given: the runtime's URL parser has resolved dot segments.
+    raw_path = runtime_path(target_path)
     if not is_token(method):
         raise ExplainError(f"{method!r} is not an HTTP method name (GET, POST, ...)")
     out: dict[str, Any] = {"method": method.upper(), "url": url}

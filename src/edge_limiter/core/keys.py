@@ -117,19 +117,47 @@ def given_key(spec: KeySpec, given: str) -> str:
     ):
         values = [unquote(value) for _, _, value in items]
     elif len(labels) == 1:
-        values = [given]
+        # A one-part key's value alone; for ``global`` (whose value is always empty) its
+        # name alone too.
+        values = ["" if given == "global" and labels == ["global"] else given]
     else:
         example = "|".join(f"{label}=VALUE" for label in labels)
         raise KeySpecError(f"this route's keys are written {example}, got {given!r}")
     out = []
-    for part, label, value in zip(spec.parts, labels, values, strict=True):
-        if part.kind == "ip":
-            out.append(
-                f"{label}={quote(aggregate_ip(value, spec.ipv4_prefix, spec.ipv6_prefix), safe='')}"
+    for part, label, written in zip(spec.parts, labels, values, strict=True):
+        value = _given_address(written, spec) if part.kind == "ip" else written
+        if part.kind == "global" and value:
+            raise KeySpecError(
+                f"a global key has no value: every request counts as 'global=' (or give "
+                f"'global'), got {given!r}"
             )
-        else:
-            out.append(f"{label}={quote(value, safe='')}")
+        out.append(f"{label}={quote(value, safe='')}")
     return "|".join(out)
+
+
+def _given_address(value: str, spec: KeySpec) -> str:
+    """An ``ip`` value as an operator gives it, aggregated as a request's address would be:
+    an address, the network it is counted as (``2001:db8::/64``), or empty (requests
+    without an address). Anything else is no request's key."""
+    if not value:
+        return ""
+    if "/" not in value:
+        try:
+            ipaddress.ip_address(value.strip())
+        except ValueError:
+            raise KeySpecError(f"{value!r} is not an IP address") from None
+        return aggregate_ip(value, spec.ipv4_prefix, spec.ipv6_prefix)
+    try:
+        network = ipaddress.ip_network(value.strip(), strict=True)
+    except ValueError:
+        raise KeySpecError(f"{value!r} is not an IP address or network") from None
+    prefix = spec.ipv4_prefix if network.version == 4 else spec.ipv6_prefix
+    if network.prefixlen != prefix or prefix == network.max_prefixlen:
+        raise KeySpecError(
+            f"this route counts IPv{network.version} addresses by /{prefix}: "
+            f"{value!r} is no request's key (give an address, or its /{prefix})"
+        )
+    return str(network)
 
 
 def parse_key_part(text: object) -> KeyPart:

@@ -10,7 +10,8 @@ paths are never forwarded and never rate limited by the routes.
 ``GET  {prefix}/api/config``               the effective config
 ``GET  {prefix}/api/explain?method=&url=`` which route, key and Durable Object a request gets
                                            (also ``header=Name: value``, repeated, and
-                                           ``ip``, ``country``, ``continent``, ``asn``)
+                                           ``ip``, ``country``, ``continent``, ``asn``,
+                                           ``latitude``, ``longitude``)
 ``GET  {prefix}/api/keys?route=&key=``     a key's state, and what its next request would get
 ``POST {prefix}/api/keys/reset?route=&key=``          forget a key's counters
 ``POST {prefix}/api/keys/refund?route=&key=&cost=``   give a key ``cost`` units back
@@ -36,13 +37,20 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
-from ..core.canonical import canonical_host, canonical_path
+from ..core.canonical import canonical_host, canonical_path, runtime_path
 from ..core.config import Config
 from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
-from ..core.explain import describe_route, explain, header_line, split_url
+from ..core.explain import (
+    EXPLAINED_CLIENT_PARAMS,
+    describe_route,
+    explain,
+    explained_client,
+    header_line,
+    split_url,
+)
 from ..core.http import problems
 from ..core.http.fields import rate_limit_headers
-from ..core.http.messages import Client, Headers, Request, Response
+from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name
 from ..core.limiter import combine
 from ..core.overrides import OverrideError, decode_overrides, parse_override
@@ -186,13 +194,10 @@ class Admin:
     def _explain(self, params: dict[str, str], header_params: list[str]) -> Response:
         if not params.get("url"):
             raise _AdminError(400, "the url parameter is required")
-        client = Client(
-            ip=params.get("ip", ""),
-            country=params.get("country", "").upper(),
-            continent=params.get("continent", "").upper(),
-            asn=params.get("asn", ""),
-        )
         try:
+            client = explained_client(
+                **{name: params.get(name, "") for name in EXPLAINED_CLIENT_PARAMS}
+            )
             headers = [header_line(item) for item in header_params]
             explained = explain(
                 self.config, params.get("method") or "GET", params["url"], headers, client
@@ -206,8 +211,8 @@ class Admin:
         if not url:
             raise _AdminError(400, "the url parameter is required (the GET to forget)")
         try:
-            scheme, authority, raw_path, query = split_url(url)
-            path = canonical_path(raw_path, self.config.matrix_params)
+            scheme, authority, target_path, query = split_url(url)
+            path = canonical_path(runtime_path(target_path), self.config.matrix_params)
         except (ExplainError, PathError) as exc:
             raise _AdminError(400, f"url: {exc}") from None
         host = canonical_host(authority, scheme.lower())
