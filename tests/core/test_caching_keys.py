@@ -80,6 +80,19 @@ def test_malformed_escapes_are_kept_as_sent_and_never_merged() -> None:
     assert canonical_query("q=%zz") != canonical_query("q=%25zz")
 
 
+def test_a_semicolon_after_an_ignored_parameter_keeps_what_follows() -> None:
+    # Rack 2 (Rails) reads "utm=1;x=2" as utm and x: x stays in the key, so a copy asked
+    # for with ?utm=1;x=2 is never the answer to ?utm=9;x=3 or to no query at all.
+    ignore = ("utm",)
+    keys = {canonical_query(q, ignore) for q in ("utm=1;x=2", "utm=9;x=3", "", "x=2")}
+    assert canonical_query("utm=1;x=2", ignore) == "x=2" == canonical_query("utm=5;x=2", ignore)
+    assert len(keys) == 3
+    assert canonical_query("utm=1;utm=2;b=1&a=1", ignore) == "a=1&b=1"
+    # After a kept piece nothing is dropped: to most servers it is part of x's value.
+    assert canonical_query("x=2;utm=1", ignore) != canonical_query("x=2;utm=9", ignore)
+    assert canonical_query("x=2;utm=1") == "x=2;utm=1"  # nothing ignored: as before
+
+
 def test_ignored_parameters_are_removed_in_normal_form() -> None:
     ignore = ("utm_source", "fbclid")
     assert canonical_query("utm_source=x&b=1&utm%5Fsource=y&fbclid&a=2", ignore) == "a=2&b=1"
