@@ -507,6 +507,26 @@ def test_a_successful_unsafe_request_invalidates_the_stored_get(method: str) -> 
     assert len(h.events("cache_invalidated")) == 1
 
 
+def test_a_write_invalidates_every_variant_of_the_uri() -> None:
+    varying = FakeOrigin(respond=answering(headers=[("vary", "Accept-Language")]))
+    h = harness(GETS_ONLY, WRITES, upstream=varying)
+    en, fr = {"accept-language": "en"}, {"accept-language": "fr"}
+    assert h.send(request("/v1/catalog/v", headers=en)).body == b"answer 1"
+    assert h.send(request("/v1/catalog/v", headers=fr)).body == b"answer 2"
+    h.clock.advance(1_500)
+    h.send(request("/v1/catalog/v", "PUT", body=b"{}"))  # answer 3
+    h.clock.advance(1_500)
+    again = h.send(request("/v1/catalog/v", headers=en))
+    assert again.headers.get("x-cache") == "MISS" and again.body == b"answer 4"
+    # The other variant stored before the write is never served again, even once a new
+    # manifest stands at the URI.
+    other = h.send(request("/v1/catalog/v", headers=fr))
+    assert other.headers.get("x-cache") == "MISS" and other.body == b"answer 5"
+    # The variants stored since share the new manifest.
+    assert h.send(request("/v1/catalog/v", headers=en)).body == b"answer 4"
+    assert h.send(request("/v1/catalog/v", headers=fr)).body == b"answer 5"
+
+
 def test_a_failed_or_unforwarded_write_leaves_the_stored_get() -> None:
     status = [200]
 

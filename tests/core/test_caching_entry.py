@@ -78,6 +78,9 @@ def test_round_trip_and_framing() -> None:
     assert decode_entry(data) == made
     manifest = vary_manifest(("accept", "accept-language"), NOW, NOW + 1, NOW + 2)
     assert decode_entry(encode_entry(manifest)) == manifest
+    # A manifest's generation (an older one has none: its variants stay reachable).
+    renewed = vary_manifest(("accept",), NOW, NOW + 1, NOW + 2, generation="00ab12cd34ef")
+    assert decode_entry(encode_entry(renewed)).generation == "00ab12cd34ef"
 
 
 def frame(header: object, body: bytes = b"", magic: bytes = MAGIC) -> bytes:

@@ -105,13 +105,16 @@ class Cache:
         # miss that may be stored (see core.caching.conditional).
         validators = [(n, v) for n, v in request_fields if n.lower() in VALIDATORS]
         stale: Entry | None = None
+        generation: str | None = None  # the vary manifest's, once read
         if lookup.read:
-            entry = await self._lookup(base, request_fields, now)
+            entry, generation = await self._lookup(base, request_fields, now)
             if entry is not None and is_fresh(entry, now):
                 return await self._hit(exchange, entry, validators)
             if entry is not None and revalidating(entry, now):
                 if lookup.write and request.method == "GET":
-                    self._revalidate(exchange, base, entry, request_fields, call_next)
+                    self._revalidate(
+                        exchange, base, entry, request_fields, call_next, generation=generation
+                    )
                 return await self._hit(exchange, entry, validators, UPDATING)
             if lookup.only_if_cached:
                 # A stale copy is no answer to it: that is for an origin failing.
@@ -129,7 +132,7 @@ class Cache:
             return self._stale(exchange, stale, response)
         if storing and exchange.reached_origin:
             try:
-                stored = await self._store(exchange, base, request_fields, response)
+                stored = await self._store(exchange, base, request_fields, response, generation)
             except BodyReadError as exc:
                 # Cut off mid-body: nothing is stored, and the client is told, not sent a
                 # truncated copy as if it were whole.
@@ -163,9 +166,13 @@ class Cache:
         entry: Entry,
         request_fields: list[tuple[str, str]],
         call_next: Handler,
+        *,
+        generation: str | None,
     ) -> None:
         """Fetch a fresh copy of ``entry`` after the response (once at a time per entry)."""
-        mark = variant_key(base, entry.vary, request_fields) if entry.vary else base
+        mark = (
+            variant_key(base, entry.vary, request_fields, generation or "") if entry.vary else base
+        )
         now = exchange.now_ms
         started = self._refreshing.get(mark)
         # A refresh still running is not doubled; one that never ended (its work dropped)
@@ -175,7 +182,9 @@ class Cache:
         if len(self._refreshing) >= _RECENT_WRITES:
             self._refreshing.clear()
         self._refreshing[mark] = now
-        exchange.background.defer(self._refresh(exchange, base, request_fields, call_next, mark))
+        exchange.background.defer(
+            self._refresh(exchange, base, request_fields, call_next, mark, generation=generation)
+        )
 
     async def _refresh(
         self,
@@ -184,6 +193,8 @@ class Cache:
         request_fields: list[tuple[str, str]],
         call_next: Handler,
         mark: str,
+        *,
+        generation: str | None,
     ) -> None:
         # The rest of the pipeline, as for a miss: the refresh is rate limited (it is a
         # request to the origin) and goes through the pools, breakers and retries.
@@ -194,7 +205,7 @@ class Cache:
             response = await call_next(again)
             if again.reached_origin:
                 again.now_ms = self.services.clock.now_ms()
-                await self._store(again, base, request_fields, response, defer=False)
+                await self._store(again, base, request_fields, response, generation, defer=False)
         except Exception as exc:  # the client already has its answer
             self._log_failure("revalidate", exc)
         finally:
@@ -235,7 +246,8 @@ class Cache:
     async def purge(self, host: str, path: str, query: str, scope_key: str | None) -> str:
         """Forget the stored GET answer for this canonical host, path and query (and, for
         ``scope = "key"``, this rate-limit key): the next request is a miss. Returns the
-        KV key removed. Its variants need no removal: a lookup starts at this key."""
+        KV key removed. Its variants need no removal: a lookup starts at this key, and the
+        next manifest stored there is of a new generation, which reaches none of them."""
         base = base_key(
             self.settings,
             route=self.route.name,
@@ -291,15 +303,26 @@ class Cache:
 
     async def _lookup(
         self, base: str, request_fields: list[tuple[str, str]], now: int
-    ) -> Entry | None:
+    ) -> tuple[Entry | None, str | None]:
+        """The stored answer for this request, and the generation of the vary manifest
+        at ``base`` (``None``: none stands there)."""
         entry = await self._read(base)
-        if entry is not None and entry.manifest:
-            if now >= entry.expires:
-                return None
-            entry = await self._read(variant_key(base, entry.vary, request_fields))
-        if entry is not None and entry.manifest:
-            return None
-        return entry
+        if entry is None or not entry.manifest:
+            return entry, None
+        generation = entry.generation
+        if now >= entry.expires:
+            return None, None
+        variant = await self._read(variant_key(base, entry.vary, request_fields, generation))
+        if variant is not None and variant.manifest:
+            return None, generation
+        return variant, generation
+
+    async def _generation(self, base: str, now: int) -> str:
+        """The generation of the vary manifest standing at ``base``, or a new one."""
+        standing = await self._read(base)
+        if standing is not None and standing.manifest and now < standing.expires:
+            return standing.generation
+        return f"{int(self.services.random() * (1 << 48)):012x}"
 
     async def _read(self, key: str) -> Entry | None:
         try:
@@ -321,11 +344,13 @@ class Cache:
         base: str,
         request_fields: list[tuple[str, str]],
         response: Response,
+        generation: str | None,
         *,
         defer: bool = True,
     ) -> Entry | None:
         """Store ``response`` if it may be (written after the response, unless not
-        ``defer``: already there); the entry, if any."""
+        ``defer``: already there); the entry, if any. A response that varies goes under
+        the vary manifest's ``generation`` (``None``: not read; a new one if none stands)."""
         now = exchange.now_ms
         response_fields = origin_fields(response.headers.items())
         decision = store_decision(response.status, response_fields, None, self.settings, now)
@@ -341,8 +366,11 @@ class Cache:
         writes: list[tuple[str, bytes]] = []
         try:
             if decision.vary:
-                writes.append((base, encode_entry(manifest_entry(decision, now))))
-                target = variant_key(base, decision.vary, request_fields)
+                if generation is None:
+                    generation = await self._generation(base, now)
+                manifest = manifest_entry(decision, now, generation)
+                writes.append((base, encode_entry(manifest)))
+                target = variant_key(base, decision.vary, request_fields, generation)
             else:
                 target = base
             writes.append((target, encode_entry(entry)))

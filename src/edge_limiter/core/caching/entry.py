@@ -52,6 +52,10 @@ class Entry:
     manifest: bool = False
     revalidate_until: int = 0
     """Past ``fresh_until`` and before this, served while a fresh copy is fetched."""
+    generation: str = ""
+    """A manifest's: the variants it leads to are stored under keys made with it, so once
+    the manifest is removed (a write to the URI, a purge) and a new one made, no variant
+    stored before is reached again."""
 
     @property
     def expires(self) -> int:
@@ -74,6 +78,8 @@ def vary_manifest(
     fresh_until: int,
     stale_until: int,
     revalidate_until: int = 0,
+    *,
+    generation: str = "",
 ) -> Entry:
     """The entry stored at a base key to say which request fields pick the variant."""
     return Entry(
@@ -87,6 +93,7 @@ def vary_manifest(
         vary,
         manifest=True,
         revalidate_until=revalidate_until,
+        generation=generation,
     )
 
 
@@ -104,6 +111,7 @@ def encode_entry(entry: Entry) -> bytes:
             "m": entry.manifest,
             "r": entry.revalidate_until,
             "n": len(entry.body),
+            **({"g": entry.generation} if entry.generation else {}),
         },
         ensure_ascii=True,
         separators=(",", ":"),
@@ -145,6 +153,7 @@ def decode_entry(data: bytes) -> Entry:
         vary=_names(header.get("v")),
         manifest=_bool(header, "m"),
         revalidate_until=_int(header, "r") if "r" in header else 0,
+        generation=_generation(header.get("g", "")),
     )
 
 
@@ -177,6 +186,12 @@ def _int(header: dict[str, Any], name: str) -> int:
     value = header.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise CacheEntryError(f"entry field {name!r} must be a non-negative int, got {value!r}")
+    return value
+
+
+def _generation(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 64:
+        raise CacheEntryError(f"entry generation must be a short string, got {value!r}")
     return value
 
 

@@ -106,13 +106,16 @@ def normalize_vary(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({name.strip(_OWS).lower() for name in names} - VARY_IGNORED))
 
 
-def variant_key(base: str, vary_names: Iterable[str], request_headers: Fields) -> str:
-    """The key of the response stored for ``request_headers`` under a vary manifest.
+def variant_key(
+    base: str, vary_names: Iterable[str], request_headers: Fields, generation: str = ""
+) -> str:
+    """The key of the response stored for ``request_headers`` under a vary manifest of
+    ``generation``.
 
     Each named field's value is trimmed (repeated lines joined with ``", "``); an absent
     field is encoded apart from an empty one.
     """
-    values: list[list[str | None]] = []
+    values: list[list[str | None]] = [["", generation]] if generation else []
     for name in normalize_vary(vary_names):
         value = field_value(request_headers, name)
         values.append([name, None if value is None else value.strip(_OWS)])

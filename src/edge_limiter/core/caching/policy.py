@@ -265,16 +265,21 @@ def response_entry(
     )
 
 
-def manifest_entry(store: Store, now_ms: int) -> Entry:
+def manifest_entry(store: Store, now_ms: int, generation: str = "") -> Entry:
     """The vary manifest to store at the base key with a response that varies.
 
     It lives as long as the variant stored with it; once it is gone, the next miss stores
-    both again.
+    both again, under a new ``generation``.
     """
     if not store.vary:
         raise ValueError("a response without Vary needs no manifest")
     return vary_manifest(
-        store.vary, now_ms, store.fresh_until, store.stale_until, store.revalidate_until
+        store.vary,
+        now_ms,
+        store.fresh_until,
+        store.stale_until,
+        store.revalidate_until,
+        generation=generation,
     )
 
 
