@@ -218,6 +218,22 @@ def test_the_refresh_is_rate_limited_like_any_request_to_the_origin() -> None:
     assert h.events("limited") or h.events("cached_denial")
 
 
+def test_with_count_hits_an_updating_answer_and_its_refresh_cost_one_unit() -> None:
+    h = cached(
+        FakeOrigin(respond=answering(headers=SHORT)),
+        stale_while_revalidate="30s",
+        count_hits=True,
+    )
+    assert h.send(request("/v1/catalog/u")).headers.get("x-ratelimit-remaining") == "4"
+    h.clock.advance(2_100)
+    updating = h.send(request("/v1/catalog/u"))
+    assert updating.headers.get("x-cache") == "UPDATING"
+    assert updating.headers.get("x-ratelimit-remaining") == "3"
+    assert len(h.origin.sent) == 2  # refreshed, and not counted a second time
+    hit = h.send(request("/v1/catalog/u"))
+    assert hit.headers.get("x-cache") == "HIT" and hit.headers.get("x-ratelimit-remaining") == "2"
+
+
 def test_past_the_window_a_stale_copy_is_a_miss() -> None:
     h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="10s")
     h.send(request("/v1/catalog/w"))

@@ -201,7 +201,14 @@ class Cache:
         try:
             for name in VALIDATORS:
                 exchange.request.headers.delete(name)
-            again = replace(exchange, reached_origin=False, origin_failed=False)
+            # With count_hits the client's UPDATING answer was counted: that count covers
+            # this request to the origin (one unit per client request, as the headers said).
+            again = replace(
+                exchange,
+                reached_origin=False,
+                origin_failed=False,
+                counted=self.settings.count_hits,
+            )
             response = await call_next(again)
             if again.reached_origin:
                 again.now_ms = self.services.clock.now_ms()

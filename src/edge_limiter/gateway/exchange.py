@@ -44,6 +44,10 @@ class Exchange:
     """Whether every attempt at the origins failed (the answer is a failure)."""
     idempotency_token: int | None = None
     """The fencing token of the Idempotency-Key claim this request holds, if any."""
+    counted: bool = False
+    """Whether the request was already counted by an earlier stage (the stale copy a
+    refresh replaces was served as a hit that ``count_hits`` counted): the rate limit
+    passes it on rather than count it twice."""
 
     @property
     def route_name(self) -> str | None:

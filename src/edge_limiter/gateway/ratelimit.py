@@ -139,6 +139,8 @@ class RateLimit:
         """Built 429s by what they say (see :meth:`_denial`): a flood shares a few."""
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
+        if exchange.counted:
+            return await call_next(exchange)
         admission = await self.admit(exchange)
         if admission.answer is not None:
             return admission.answer
