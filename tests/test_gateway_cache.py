@@ -76,6 +76,16 @@ def test_head_is_answered_from_the_get_entry_and_never_stored() -> None:
     assert len(h.origin.sent) == 2
 
 
+def test_a_head_hit_of_an_encoded_copy_says_no_length() -> None:
+    # Kept decoded (as the runtime read it) and encoded again per client: the length on
+    # the wire is not the stored body's.
+    h = cached(FakeOrigin(respond=answering(headers=[("content-encoding", "gzip")])))
+    h.send(request("/v1/catalog/z"))
+    head = h.send(request("/v1/catalog/z", "HEAD"))
+    assert head.headers.get("x-cache") == "HIT" and head.headers.get("content-length") is None
+    assert head.headers.get("content-encoding") == "gzip"
+
+
 TAGGED = [("etag", '"v1"'), ("content-type", "text/plain"), ("cache-control", "max-age=60")]
 
 

@@ -318,6 +318,30 @@ def test_stale_if_error_serves_the_cached_copy_when_every_origin_fails() -> None
     assert h.send(from_("DE", "EU")).status == 502  # past the stale window too
 
 
+def test_stale_if_error_covers_an_origins_500_and_counts_the_time_spent_in_age() -> None:
+    origins = Origins()
+    cached = {**ROUTE, "cache": {"ttl": "1m", "stale_if_error": "10m"}}
+    h = pooled(origins, cached)
+    h.send(from_("DE", "EU"))
+    h.clock.advance(120_000)
+    origins.status.update({"eu": 500, "us": 500, "ap": 500})  # RFC 5861: 500 is an error
+    stale = h.send(from_("DE", "EU"))
+    assert stale.status == 200 and stale.headers.get("x-cache") == "STALE"
+    origins.status.clear()
+    original = h.origin.respond
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        h.clock.advance(3_000)  # the time the origin takes to fail
+        raise OriginUnreachableError("gone")
+
+    h.origin.respond = respond
+    late = h.send(from_("DE", "EU"))
+    assert late.headers.get("x-cache") == "STALE"
+    tries = int(late.headers.get("age") or 0) - 120
+    assert tries >= 3  # the copy's age when it leaves, the failed attempts included
+    h.origin.respond = original
+
+
 def test_refund_on_gives_the_quota_back_when_the_origins_fail() -> None:
     origins = Origins()
     origins.status.update({"eu": 502, "us": 502, "ap": 502})

@@ -53,6 +53,12 @@ REWRITE_AFTER_MS = 1_000
 _RECENT_WRITES = 1_024
 
 
+#: Answers that make a stale copy stand in (RFC 5861 section 4, stale-if-error: "an
+#: error is any situation that would result in a 500, 502, 503, or 504"), besides
+#: origins that could not be reached or timed out.
+ERROR_STATUSES = frozenset((500, 502, 503, 504))
+
+
 class Cache:
     """Serves fresh entries, stores what the origin allows; see the module docstring."""
 
@@ -128,7 +134,7 @@ class Cache:
             for name in VALIDATORS:
                 request.headers.delete(name)
         response = await call_next(exchange)
-        if stale is not None and exchange.origin_failed:
+        if stale is not None and (exchange.origin_failed or response.status in ERROR_STATUSES):
             return self._stale(exchange, stale, response)
         if storing and exchange.reached_origin:
             try:
@@ -297,8 +303,9 @@ class Cache:
         return response
 
     def _stale(self, exchange: Exchange, entry: Entry, failed: Response) -> Response:
-        """The stored copy standing in for origins that all failed (``stale_if_error``)."""
-        out = Headers(replay_headers(entry, exchange.now_ms))
+        """The stored copy standing in for origins that all failed (``stale_if_error``).
+        Its ``Age`` is reckoned now, after the time spent on the origins."""
+        out = Headers(replay_headers(entry, self.services.clock.now_ms()))
         for name, value in gateway_fields(failed.headers.items()):
             out.set(name, value)
         out.set(CACHE_HEADER, "STALE")
@@ -424,9 +431,15 @@ class Cache:
 
 def _body_for(method: str, entry: Entry, fields: Headers) -> bytes | None:
     """The stored body for a GET; for a HEAD none, and the length a GET's body would have
-    (as the origin says it for a HEAD), since ``Content-Length`` is never stored."""
+    (as the origin says it for a HEAD), since ``Content-Length`` is never stored.
+
+    A body stored with a ``Content-Encoding`` is kept as the runtime read it, decoded,
+    and encoded again for each client on the way out: its length on the wire is not
+    known ahead, so a HEAD says none (as the runtime's own answers do).
+    """
     if method == "GET":
         return entry.body or None
-    if entry.status != 204:
+    encoding = fields.get("content-encoding")
+    if entry.status != 204 and (encoding is None or encoding.strip().lower() == "identity"):
         fields.set("Content-Length", str(len(entry.body)))
     return None
