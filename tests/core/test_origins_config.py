@@ -6,6 +6,8 @@ import tomllib
 
 import pytest
 
+from edge_limiter.core.config import parse_config
+from edge_limiter.core.errors import ConfigError
 from edge_limiter.core.resilience.breaker import BreakerSettings
 from edge_limiter.core.resilience.retry import RetrySettings
 from edge_limiter.core.routing.origins import (
@@ -296,3 +298,31 @@ def test_every_problem_of_one_origin_is_reported_at_once() -> None:
         "pool 'api'.origins[0].lat",
         "pool 'api'.origins[0].priority",
     ]
+
+
+def test_a_broken_pool_is_reported_once_not_again_by_its_routes() -> None:
+    raw = {
+        "pool": "q",
+        "pools": {
+            "p": {
+                "origins": [{"name": "a", "url": "https://a.test"}],
+                "retry": {"base": "5s", "cap": "1s"},
+            },
+            "q": {"origins": [{"name": "a", "url": "https://b.test"}]},  # a taken name
+        },
+        "routes": [
+            {"name": "one", "match": {"path": "/1"}, "limits": "5/s", "pool": "q"},
+            {"name": "two", "match": {"path": "/2"}, "limits": "5/s"},
+            {"name": "three", "match": {"path": "/3"}, "limits": "5/s", "pool": "nope"},
+        ],
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    problems = info.value.problems
+    assert any("pool 'q'.origins[0].name" in p for p in problems)
+    assert any("pool 'p'.retry.cap: must be at least base (5s)" in p for p in problems)
+    # Not echoed by the routes that name the broken pool (or inherit it)...
+    assert not any("no origin to forward to" in p for p in problems)
+    assert not any("'q'" in p and "names no pool" in p for p in problems)
+    # ...while a pool that is written nowhere still is.
+    assert any("route 'three'.pool: names no pool" in p for p in problems)

@@ -239,7 +239,7 @@ def test_parse_retry_reads_every_field() -> None:
         ({"attempts": 11}, "r.attempts", "1..10"),
         ({"base": "0ms"}, "r.base", "shorter"),
         ({"base": 100}, "r.base", "duration"),
-        ({"base": "1s", "cap": "500ms"}, "r.cap", "shorter than 1s"),
+        ({"base": "1s", "cap": "500ms"}, "r.cap", "must be at least base (1s)"),
         ({"cap": "2m"}, "r.cap", "longer"),
         ({"budget": 1.5}, "r.budget", "0..1"),
         ({"budget": -0.1}, "r.budget", "0..1"),

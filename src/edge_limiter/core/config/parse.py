@@ -411,6 +411,7 @@ def _parse_route(
         pool is None
         and defaults.pool is None
         and raw.get("origin") is None
+        and raw.get("pool") is None
         and not defaults.origin_given
     ):
         problems.add(
@@ -504,9 +505,14 @@ UNCAPPED = 1_000_000_000
 class _Upstreams:
     """The pools a config defines, and the pools of one made for plain ``origin`` URLs."""
 
-    def __init__(self, pools: dict[str, Pool], timeout_ms: int) -> None:
+    def __init__(
+        self, pools: dict[str, Pool], timeout_ms: int, written: frozenset[str] = frozenset()
+    ) -> None:
         self.pools = pools
         self.timeout_ms = timeout_ms
+        self.written = written
+        """Every pool name the config writes, those too broken to use included (their
+        problems are reported; a route naming one is not told it names no pool)."""
         self.by_url: dict[str, Pool] = {}
         self.named = {o.name: o.url for pool in pools.values() for o in pool.origins}
 
@@ -525,6 +531,8 @@ class _Upstreams:
     def named_pool(self, value: object, where: str, problems: Problems) -> Pool | None:
         if isinstance(value, str) and value in self.pools:
             return self.pools[value]
+        if isinstance(value, str) and value in self.written:
+            return None  # defined, and its own problems say what is wrong with it
         known = ", ".join(self.pools) or "none defined"
         problems.add(where, f"names no pool in [pools] (known: {known}), got {shown(value)}")
         return None
@@ -555,6 +563,7 @@ class _Defaults:
     store_timeout_ms: int
     case_insensitive: bool
     origin_given: bool = False
+    """Whether the top level names an origin or a pool (a broken one has its own problem)."""
     """A top-level ``origin`` is set (if invalid, that is its own problem, not each route's)."""
 
 
@@ -673,7 +682,9 @@ def parse_config(raw: object) -> Config:
         minimum_ms=1,
         maximum_ms=MAX_ORIGIN_TIMEOUT_MS,
     )
-    upstreams = _Upstreams(parse_pools(raw.get("pools"), problems), origin_timeout)
+    raw_pools = raw.get("pools")
+    written = frozenset(raw_pools) if isinstance(raw_pools, Mapping) else frozenset()
+    upstreams = _Upstreams(parse_pools(raw_pools, problems), origin_timeout, written)
     default_pool = upstreams.for_route(raw, origin_timeout, "config", problems)
     store_timeout = integer(
         raw,
@@ -732,7 +743,7 @@ def parse_config(raw: object) -> Config:
         origin_timeout_ms=origin_timeout,
         store_timeout_ms=store_timeout,
         case_insensitive=case_insensitive,
-        origin_given=raw.get("origin") is not None,
+        origin_given=raw.get("origin") is not None or raw.get("pool") is not None,
     )
 
     ops = _operations(raw, problems)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import isfinite
 
+from ..durations import format_duration
 from ..validation import Problems, integer, shown, table, unknown_fields
 from ..validation import duration as duration_field
 from .budget import DEFAULT_BUCKET_MS, DEFAULT_WINDOW_MS, RetryBudget
@@ -74,9 +75,16 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
         max(DEFAULT_CAP_MS, base),
         where,
         problems,
-        minimum_ms=base,
+        minimum_ms=1,
         maximum_ms=MAX_BACKOFF_MS,
     )
+    if cap < base:
+        problems.add(
+            f"{where}.cap",
+            f"must be at least base ({format_duration(base)}): the longest wait between "
+            f"attempts, got {shown(fields.get('cap'))}",
+        )
+        cap = base
     ratio = fields.get("budget", DEFAULT_BUDGET_RATIO)
     if (
         isinstance(ratio, bool)
