@@ -188,9 +188,17 @@ def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> 
     assert admin(h, "/api/overrides", "POST", body=b"not json").status == 400
     huge = admin(h, "/api/overrides", "POST", body=b" " * (64 * 1024 + 1))
     assert huge.status == 413 and body_json(huge)["code"] == "admin_body_too_large"
+    # A new override for the same route and key replaces it: the one asked for last applies.
+    body["limits"] = "20/minute"
+    again = body_json(admin(h, "/api/overrides", "POST", body=json.dumps(body).encode()))
+    assert again["replaced"] == [override["id"]] and len(again["overrides"]) == 1
+    assert again["overrides"][0]["limits"] == [[20, 60_000]]
+    override = again["overrides"][0]
     removed = admin(h, f"/api/overrides/{override['id']}", "DELETE")
     assert body_json(removed)["deleted"] is True
     assert h.send(request("/v1/x", headers={"x-api-key": "premium_1"})).status == 429
+    gone = admin(h, f"/api/overrides/{override['id']}", "DELETE")
+    assert gone.status == 404 and "no override has the id" in body_json(gone)["detail"]
 
 
 def test_an_override_for_one_routes_key_is_stored_in_the_form_its_requests_get() -> None:

@@ -31,14 +31,19 @@ def apply_overrides_call(call_text: str, stored: str | None, now: int) -> tuple[
         added = decode_overrides(json.dumps([call.get("override")]))
         if not added:
             raise ProtocolError("put needs a valid override")
-        kept = [o for o in live if o.id != added[0].id]
+        new = added[0]
+        # One override per route and key: a new one for the same pair replaces it (which
+        # one applied would otherwise be the list's order, not what was asked last).
+        replaced = [o.id for o in live if (o.route, o.key) == (new.route, new.key)]
+        kept = [o for o in live if o.id != new.id and o.id not in replaced]
         if len(kept) >= MAX_OVERRIDES:
             return json.dumps({"error": f"at most {MAX_OVERRIDES} overrides"}), encode_overrides(
                 live
             )
-        kept.append(added[0])
+        kept.append(new)
         text = encode_overrides(kept)
-        return json.dumps({"overrides": json.loads(text)}), text
+        answer = {"overrides": json.loads(text), "replaced": [i for i in replaced if i != new.id]}
+        return json.dumps(answer), text
     if op == "delete":
         ident = str(call.get("id", ""))
         kept = [o for o in live if o.id != ident]

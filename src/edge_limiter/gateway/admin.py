@@ -154,7 +154,10 @@ class Admin:
                 return await self._set_override(request, now)
             if action.startswith("/api/overrides/") and method == "DELETE":
                 ident = action.removeprefix("/api/overrides/")
-                return await self._overrides(json.dumps({"op": "delete", "id": ident}), now)
+                done = await self._control(json.dumps({"op": "delete", "id": ident}), now)
+                if not done.get("deleted"):
+                    raise _AdminError(404, f"no override has the id {ident!r} (see GET overrides)")
+                return _json(200, done)
             if action == "/api/cache/purge" and method == "POST":
                 return await self._purge(params)
             if action == "/api/breakers" and method == "GET":
@@ -321,6 +324,10 @@ class Admin:
         )
 
     async def _overrides(self, call: str, now: int) -> Response:
+        return _json(200, await self._control(call, now))
+
+    async def _control(self, call: str, now: int) -> dict[str, Any]:
+        """The Control object's answer to an overrides call; this isolate takes the list."""
         control = self.services.control
         if control is None:
             raise _AdminError(503, "overrides need the CONTROL Durable Object binding")
@@ -332,7 +339,7 @@ class Admin:
             raise _AdminError(409, answer["error"])
         listed = answer.get("overrides", [])
         self.operating.override_set(decode_overrides(json.dumps(listed)), now)
-        return _json(200, answer)
+        return dict(answer)
 
     async def _set_override(self, request: Request, now: int) -> Response:
         try:
