@@ -348,7 +348,10 @@ def test_refund_on_gives_the_quota_back_when_the_origins_fail() -> None:
     limited = {**ROUTE, "limits": "2/hour", "refund_on": [502], "retry": {"attempts": 1}}
     h = pooled(origins, limited)
     for _ in range(5):
-        assert h.send(from_("DE", "EU")).status == 502  # refunded: never 429
+        failed = h.send(from_("DE", "EU"))
+        assert failed.status == 502  # refunded: never 429
+        # ...and its fields say so: the unit is back.
+        assert failed.headers.get("x-ratelimit-remaining") == "2"
     origins.status.clear()
     assert [h.send(from_("DE", "EU")).status for _ in range(3)] == [200, 200, 429]
 

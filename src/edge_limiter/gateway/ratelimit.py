@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +114,8 @@ class Admission:
     refund: str | None = None
     lease: Lease | None = None
     """The lease the request was admitted from (a refund goes back to it)."""
+    decisions: Sequence[Decision] = ()
+    """The admitting decision per limit (the headers again, if the request is refunded)."""
 
 
 class RateLimit:
@@ -145,10 +148,19 @@ class RateLimit:
         if admission.answer is not None:
             return admission.answer
         response = await call_next(exchange)
-        for name, value in admission.headers:
-            response.headers.set(name, value)
         refund = admission.refund
-        if refund and response.status in self.route.forward.refund_on and exchange.key:
+        refunded = bool(refund and response.status in self.route.forward.refund_on and exchange.key)
+        headers = admission.headers
+        if refunded and admission.decisions:
+            # The fields say what the key holds once the unit is back.
+            cost = self.route.limits.cost
+            given_back = [
+                d._replace(remaining=min(d.limit, d.remaining + cost)) for d in admission.decisions
+            ]
+            headers = rate_limit_headers(combine(given_back), given_back)
+        for name, value in headers:
+            response.headers.set(name, value)
+        if refunded and refund and exchange.key:
             # The origins failed this request: give its quota back (after the response).
             if admission.lease is not None:
                 admission.lease.give_back(self.route.limits.cost, self.services.clock.now_ms())
@@ -232,7 +244,11 @@ class RateLimit:
                 if not combine(replayed).allowed:
                     operating.deny.remember((name, check.payload), now, replayed, response.rows)
             self._record("allowed", digest, decision, latency, exchange, override=override)
-            return Admission(headers=rate_limit_headers(decision, decisions), refund=check.refund)
+            return Admission(
+                headers=rate_limit_headers(decision, decisions),
+                refund=check.refund,
+                decisions=decisions,
+            )
         if self.shadow:
             shadowed = decision._replace(allowed=True, retry_after=0, reason=Reason.SHADOW)
             self._record("shadow", digest, decision, latency, exchange, override=override)
@@ -389,7 +405,10 @@ class RateLimit:
         decision = combine(decisions)
         self._record("allowed", digest, decision, latency, exchange, override=override)
         return Admission(
-            headers=rate_limit_headers(decision, decisions), refund=check.refund, lease=lease
+            headers=rate_limit_headers(decision, decisions),
+            refund=check.refund,
+            lease=lease,
+            decisions=decisions,
         )
 
     def _replay(
