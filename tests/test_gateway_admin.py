@@ -198,7 +198,8 @@ def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> 
     assert body_json(removed)["deleted"] is True
     assert h.send(request("/v1/x", headers={"x-api-key": "premium_1"})).status == 429
     gone = admin(h, f"/api/overrides/{override['id']}", "DELETE")
-    assert gone.status == 404 and "no override has the id" in body_json(gone)["detail"]
+    assert gone.status == 404 and body_json(gone)["code"] == "admin_not_found"
+    assert "no override has the id" in body_json(gone)["detail"]
 
 
 def test_an_override_for_one_routes_key_is_stored_in_the_form_its_requests_get() -> None:

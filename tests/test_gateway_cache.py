@@ -600,6 +600,11 @@ def test_the_admin_api_purges_one_urls_stored_answer() -> None:
         request("/_edge-limiter/api/cache/purge", "POST", query=f"url={url}", headers=auth)
     )
     assert purged.status == 200 and body_json(purged)["route"] == "catalog"
+    assert body_json(purged)["found"] is True
+    again = h.send(
+        request("/_edge-limiter/api/cache/purge", "POST", query=f"url={url}", headers=auth)
+    )
+    assert body_json(again)["found"] is False  # nothing stood there any more
     assert h.send(request("/v1/catalog/a", query="x=1")).headers.get("x-cache") == "MISS"
     for bad in ("url=/v1/catalog/a", "url=https://api.test/v2/x", ""):
         refused = h.send(request("/_edge-limiter/api/cache/purge", "POST", query=bad, headers=auth))

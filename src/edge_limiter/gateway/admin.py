@@ -237,11 +237,11 @@ class Admin:
             except KeySpecError as exc:
                 raise _AdminError(400, f"key: {exc}") from None
         try:
-            removed = await cache.purge(host, path, query, scope_key)
+            removed, found = await cache.purge(host, path, query, scope_key, look=True)
         except Exception as exc:
             raise _AdminError(503, f"the cache (KV) failed: {type(exc).__name__}") from exc
         self.services.log({"event": "admin_cache_purge", "route": route.name, "path": path})
-        return _json(200, {"route": route.name, "url": url, "purged": removed})
+        return _json(200, {"route": route.name, "url": url, "purged": removed, "found": found})
 
     def _route_and_key(self, params: dict[str, str]) -> tuple[Any, str]:
         route = self.config.route(params.get("route", ""))
@@ -426,12 +426,14 @@ class _AdminError(Exception):
         self.status = status
         self.title = {
             400: "Bad Request",
+            404: "Not Found",
             409: "Conflict",
             413: "Content Too Large",
             503: "Service Unavailable",
         }.get(status, "Error")
         self.code = {
             400: "bad_admin_request",
+            404: "admin_not_found",
             409: "admin_conflict",
             413: "admin_body_too_large",
         }.get(status, "admin_unavailable")

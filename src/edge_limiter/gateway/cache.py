@@ -256,11 +256,15 @@ class Cache:
         out.set(CACHE_HEADER, label)
         return Response(status, out, body)
 
-    async def purge(self, host: str, path: str, query: str, scope_key: str | None) -> str:
+    async def purge(
+        self, host: str, path: str, query: str, scope_key: str | None, *, look: bool = False
+    ) -> tuple[str, bool | None]:
         """Forget the stored GET answer for this canonical host, path and query (and, for
         ``scope = "key"``, this rate-limit key): the next request is a miss. Returns the
-        KV key removed. Its variants need no removal: a lookup starts at this key, and the
-        next manifest stored there is of a new generation, which reaches none of them."""
+        KV key removed and, when asked to ``look`` first, whether an entry stood there
+        (as this location's KV sees it). Its variants need no removal: a lookup starts at
+        this key, and the next manifest stored there is of a new generation, which reaches
+        none of them."""
         base = base_key(
             self.settings,
             route=self.route.name,
@@ -271,8 +275,9 @@ class Cache:
             scope_key=scope_key,
         )
         self._written.pop(base, None)
+        found = (await self.kv.get(base)) is not None if look else None
         await self.kv.delete(base)
-        return base
+        return base, found
 
     async def invalidate(self, exchange: Exchange) -> None:
         """After an unsafe request to this route's URI succeeded (RFC 9111 section 4.4):
