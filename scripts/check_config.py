@@ -99,6 +99,19 @@ def table(config: Config) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _shown(value: object) -> str:
+    """An explained value as text: lists joined, a table as name=value, yes/no, none."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_shown(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, list | tuple):
+        return ", ".join(_shown(item) for item in value) or "none"
+    return str(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -157,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(result, indent=2))
         else:
             for name, value in result.items():
-                print(f"{name + ':':<18}{value}")
+                print(f"{name + ':':<18}{_shown(value)}")
         return 0 if "error" not in result else 2
     where = path.name if path is not None else "vars.EDGE_LIMITER"
     env = f" [env.{args.env}]" if args.env else ""

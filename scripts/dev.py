@@ -354,7 +354,7 @@ def _print_example_requests(url: str) -> None:
     print(f"  curl -i {url}/health                       # no route: forwarded untouched")
     print(f"  curl -i {url}/cdn-cgi/handler/scheduled    # run the health checks (cron)")
     print(
-        f"  curl -i -H 'MF-CF-Blob: {{\"country\":\"DE\",\"continent\":\"EU\"}}' "
+        f'  curl -i -H \'MF-CF-Blob: {{"country":"DE","continent":"EU"}}\' '
         f"{url}/v1/tenants/acme/items   # from Germany: X-Origin: eu (else us)"
     )
 

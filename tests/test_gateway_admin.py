@@ -79,6 +79,20 @@ def test_the_page_accepts_basic_auth_and_asks_for_it() -> None:
     assert "<script" not in html and 'http-equiv="refresh"' in html and "api" in html
 
 
+def test_the_page_writes_limits_and_expiries_as_people_read_them() -> None:
+    bursting = {"name": "b", "match": {"path": "/b"}, "algorithm": "gcra"}
+    bursting["limits"] = [{"rate": "10/s", "burst": 20}]
+    h = harness(bursting, admin_token=TOKEN)
+    body = {"route": "b", "key": "203.0.113.9", "limits": "100/second", "expires_in": "1h"}
+    assert admin(h, "/api/overrides", "POST", body=json.dumps(body).encode()).status == 200
+    page = admin(h, "/")
+    html = page.body.decode() if isinstance(page.body, bytes) else ""
+    assert "10 per second, burst 20" in html  # the route's limit, burst included
+    assert "100 per second" in html and "per 1000 ms" not in html  # the override's
+    assert " UTC" in html  # its expiry as a time, not epoch milliseconds
+    assert "shadow hits 5 min" in html
+
+
 def test_admin_paths_are_never_rate_limited_by_user_routes() -> None:
     h = gw()
     statuses = [admin(h, "/api/config").status for _ in range(5)]

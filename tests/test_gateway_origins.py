@@ -5,6 +5,7 @@ stale-if-error and refunds (fake origins, clock, sleep and breaker store)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -245,6 +246,31 @@ def test_a_429_parks_the_origin_until_its_retry_after_where_the_pool_says_so() -
     assert h.send(from_("DE", "EU")).headers.get("x-origin") == "us"
     h.clock.advance(10_001)
     assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
+
+
+def test_an_origin_parked_by_its_429_shows_as_paused_to_the_operator() -> None:
+    origins = Origins()
+    origins.status["eu"] = 429
+    origins.headers["eu"] = [("retry-after", "30")]
+    breaker = {**POOLS["api"]["breaker"], "pause_on_429": True}
+    token = "t0ken-t0ken"
+    h = harness(
+        ROUTE,
+        upstream=FakeOrigin(respond=origins.respond),
+        origin=None,
+        pools={"api": {**POOLS["api"], "breaker": breaker}},
+        admin_token=token,
+    )
+    h.send(from_("DE", "EU"))
+
+    def phases() -> Any:
+        auth = {"authorization": f"Bearer {token}"}
+        answer = h.send(request("/_edge-limiter/api/breakers", headers=auth))
+        return json.loads(answer.body or b"{}")["breakers"]
+
+    assert phases()["eu"] == "paused"
+    h.clock.advance(30_001)
+    assert phases()["eu"] == "closed"
 
 
 def test_the_bulkhead_sends_excess_to_the_next_origin_or_answers_503_at_once() -> None:

@@ -201,7 +201,7 @@ def explain(
     out.update(
         key=key,
         durable_object=object_name(route.name, key),
-        limits=[str(lim.rate) for lim in route.limits.limits],
+        limits=[str(lim) for lim in route.limits.limits],
         algorithm=route.limits.algorithm,
         shadow=route.limits.shadow or config.ops.shadow,
         origins=[origin.name for origin in order],

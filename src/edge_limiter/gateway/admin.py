@@ -381,7 +381,10 @@ class Admin:
                 if breakers is not None:
                     try:
                         text = await breakers.sync(origin.name, SyncCall(pool.breaker).to_json())
-                        phase = current_phase(state_from_json(text), now).value
+                        state = state_from_json(text)
+                        # Parked by its own 429 (pause_on_429): no call goes to it until then.
+                        paused = now < state.cool_down_until
+                        phase = "paused" if paused else current_phase(state, now).value
                     except Exception:
                         phase = "unreachable"
                 phases[origin.name] = phase

@@ -3,11 +3,13 @@ refreshing itself every few seconds."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
 from ..core.config import Config
 from ..core.explain import describe_route
+from ..core.rates import Rate
 
 REFRESH_SECONDS = 5
 
@@ -54,12 +56,13 @@ def render(
                 route.name,
                 f"{' '.join(info['match']['methods']) if isinstance(info['match']['methods'], list) else '*'} "
                 f"{info['match']['path']}",
-                ", ".join(limit["rate"] for limit in info["limits"]),
+                ", ".join(str(limit) for limit in route.limits.limits),
                 info["algorithm"],
                 ", ".join(info["key"]),
                 "yes" if info["shadow"] or config.ops.shadow else "",
                 denied5,
                 denied60,
+                counts5.get("shadow", 0),
                 counts60.get("shadow", 0),
             ]
         )
@@ -70,9 +73,9 @@ def render(
         [
             o["route"],
             o["key"],
-            "exempt" if o["exempt"] else ", ".join(f"{q} per {w} ms" for q, w in o["limits"]),
+            "exempt" if o["exempt"] else ", ".join(_rate(q, w) for q, w in o["limits"]),
             o["reason"],
-            o["expires_at"] or "never",
+            _when(o["expires_at"]),
             o["id"],
         ]
         for o in overrides
@@ -102,6 +105,7 @@ def render(
                 "shadow",
                 "denied 5 min",
                 "denied 60 min",
+                "shadow hits 5 min",
                 "shadow hits 60 min",
             ],
             routes,
@@ -115,3 +119,18 @@ def render(
         + _table(["origin", "state"], breaker_rows, "No origin has a shared breaker yet.")
         + "</body></html>"
     )
+
+
+def _rate(quota: int, window_ms: int) -> str:
+    """An override's limit as the config writes it (``100 per second``)."""
+    try:
+        return str(Rate(quota, window_ms))
+    except ValueError:
+        return f"{quota} per {window_ms} ms"
+
+
+def _when(epoch_ms: int | None) -> str:
+    """An override's expiry in UTC, or ``never``."""
+    if not epoch_ms:
+        return "never"
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -146,12 +146,15 @@ class BreakerBoard:
     ) -> None:
         copy = self._copy(origin)
         before = current_phase(copy.state, now)
+        paused_before = copy.state.cool_down_until
         if outcome is Outcome.OVERLOAD and overloaded_until > now:
             copy.state = overloaded(copy.state, now, overloaded_until)
         copy.state = record(copy.state, settings, now, outcome, permit)
         copy.pending.append(Report(now, outcome, permit, overloaded_until))
         del copy.pending[:-MAX_PENDING_REPORTS]
-        if current_phase(copy.state, now) != before:
+        if current_phase(copy.state, now) != before or copy.state.cool_down_until > paused_before:
+            # A trip, a close, or a new pause: every isolate should know now, not with a
+            # later request (there may be none for a while).
             copy.urgent = True
 
     def sync_soon(
