@@ -253,9 +253,11 @@ def test_the_alarm_is_armed_rarely_and_cleanup_leaves_no_rows() -> None:
             armed.append(at)
     assert armed == [T0 + DEFAULT_CLEANUP_AFTER_MS]  # once, a minute out
     for algorithm in ALGORITHMS:
+        # One key under five algorithms' rows: each carries the others' use (at most a
+        # full minute-long limit, so idle within two minutes).
         ask(store, request(algorithm=algorithm), T0 + 1_000)
     assert store.cleanup(T0 + DEFAULT_CLEANUP_AFTER_MS) is not None  # the minute-long rows remain
-    assert store.cleanup(T0 + 1_000 + 60_000) is None
+    assert store.cleanup(T0 + 1_000 + 120_000) is None
     assert table(sql, "limits") == [] and table(sql, "log") == []
     # And a fresh object on the emptied storage starts from nothing.
     assert ask(KeyStore(sql), request(), T0 + 70_000).decisions[1].remaining == 2
@@ -267,3 +269,43 @@ def test_the_cleanup_delay_comes_with_the_request() -> None:
     assert StoreRequest.from_json(req.to_json()) == req
     store.decide(req.to_json(), T0)
     assert store.alarm_wanted(T0) == T0 + 1_000  # the 2/second row is idle by then
+
+
+def limits_of(text: str) -> tuple[Limit, ...]:
+    return tuple(Limit(rate) for rate in parse_rates(text))
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_use_under_other_limits_carries_over(algorithm: str) -> None:
+    # An override set, changed or removed gives the key other limits (other rows): what it
+    # used moments ago still counts, so lowering a limit never hands out a fresh allowance.
+    store = KeyStore(SqliteSql())
+    base, lowered = limits_of("5/10 seconds"), limits_of("2/10 seconds")
+    assert ask(store, request(algorithm=algorithm, limits=base), T0).decision.allowed
+    admitted = [
+        ask(store, request(algorithm=algorithm, limits=lowered), T0 + 1 + i).decision.allowed
+        for i in range(3)
+    ]
+    assert admitted == [True, False, False]  # 2 in 10 s: one used, one left
+    # Raised, then taken away again: the 20 used under the override count on the base.
+    store = KeyStore(SqliteSql())
+    raised = limits_of("100/10 seconds")
+    for i in range(20):
+        assert ask(store, request(algorithm=algorithm, limits=raised), T0 + i).decision.allowed
+    assert not ask(store, request(algorithm=algorithm, limits=base), T0 + 30).decision.allowed
+
+
+def test_use_within_a_longer_window_does_not_carry_into_a_shorter_one() -> None:
+    # 500 of a day is no measure of the last second: the per-second limit starts whole.
+    store = KeyStore(SqliteSql())
+    daily, fast = limits_of("1000/day"), limits_of("10/second")
+    for i in range(500):
+        ask(store, request(algorithm="gcra", limits=daily), T0 + i)
+    answer = ask(store, request(algorithm="gcra", limits=fast), T0 + 2_000)
+    assert answer.decision.allowed and answer.decision.remaining == 9
+    # The other way round it does: the last second's use is part of the day's.
+    store = KeyStore(SqliteSql())
+    for i in range(8):
+        ask(store, request(algorithm="gcra", limits=fast), T0 + i)
+    later = ask(store, request(algorithm="gcra", limits=limits_of("20/day")), T0 + 10)
+    assert later.decision.remaining == 20 - 8 - 1

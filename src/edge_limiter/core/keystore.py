@@ -287,7 +287,12 @@ class KeyStore:
         self.cleanup_after_ms = compiled.cleanup_after_ms
         algorithms, ids = compiled.algorithms, compiled.ids
         states_map = self.states
-        states = [states_map.get(rid) for rid in ids]
+        stored = [states_map.get(rid) for rid in ids]
+        states = stored
+        if len(states_map) > len(ids) - stored.count(None):
+            # Rows of other limits of this key (an override set, changed or removed; a
+            # deploy that changed the route's limits): their recent use carries over.
+            states = self._carried(algorithms, ids, stored, now)
         op = compiled.op
         if op == "check":
             result = check_all(algorithms, states, now, compiled.cost)
@@ -295,7 +300,7 @@ class KeyStore:
         elif op == "peek":
             # A peek is the check's answer with nothing stored.
             result = check_all(algorithms, states, now, compiled.cost)
-            new_states = states
+            new_states = stored
         else:
             # refund and reset answer for the next single request.
             if op == "refund":
@@ -315,8 +320,56 @@ class KeyStore:
                 # Admitted, and the next request like it would be denied now: the states
                 # go along, so the isolate's deny cache can answer that next request.
                 answer = _with_states(answer, algorithms, new_states, now)
-        self._store(compiled, states, new_states, now)
+        self._store(compiled, stored, new_states, now)
         return answer
+
+    def _carried(
+        self,
+        algorithms: Sequence[Algorithm[Any]],
+        ids: Sequence[str],
+        states: Sequence[Any],
+        now: int,
+    ) -> list[Any]:
+        """``states`` with the recent use of the key's other rows carried into them.
+
+        The same key counted under other limits moments ago (before an override was set,
+        changed or deleted, or before a deploy changed the route) has used what those rows
+        say; a limit of the request's set must not start from less. What a row of window
+        ``w`` holds was used within ``w``, so it is at most what was used within any longer
+        window: a limit takes the most used (up to its capacity) among the other rows whose
+        window is no longer than its own, when that is more than its own row says. A row
+        of a longer window is left out: its use may be older than this limit's window.
+        """
+        ids_set = set(ids)
+        others: list[tuple[int, int]] = []  # (window, units used now)
+        for rid, state in self.states.items():
+            if rid in ids_set or state is None:
+                continue
+            algorithm = self._algorithm_for(rid)
+            if algorithm is None:
+                continue
+            available = algorithm.peek(state, now, 0)
+            if available.limit > available.remaining:
+                others.append((algorithm.window_ms, available.limit - available.remaining))
+        out = list(states)
+        if not others:
+            return out
+        for index, algorithm in enumerate(algorithms):
+            used = max(
+                (units for window, units in others if window <= algorithm.window_ms), default=0
+            )
+            used = min(used, algorithm.capacity)
+            if used <= 0:
+                continue
+            own = out[index]
+            if own is not None:
+                standing = algorithm.peek(own, now, 0)
+                if standing.limit - standing.remaining >= used:
+                    continue
+            decision, seeded = algorithm.check(None, now, used)
+            if decision.allowed:
+                out[index] = seeded
+        return out
 
     def _store(
         self,
@@ -408,6 +461,8 @@ class KeyStore:
         if request.observed_rate:
             rates[request.holder] = (request.observed_rate, now)
         states = [self.states.get(rid) for rid in ids]
+        if len(self.states) > len(ids) - states.count(None):
+            states = self._carried(algorithms, ids, states, now)  # as for a check
         current: Sequence[Any] = states
         held = by_holder.pop(request.holder, None)
         if held is not None and now >= held.kept_until:
