@@ -119,6 +119,15 @@ def test_bad_parts(bad: object) -> None:
         parse_key_part(bad)
 
 
+def test_whitespace_around_a_header_value_is_no_part_of_the_key() -> None:
+    # RFC 9110: a field value excludes it, and origins read it so; the runtime keeps
+    # trailing whitespace, which must not make a counter apart from the value's own.
+    key = spec("header:x-api-key")
+    plain = key.compute(view(headers={"x-api-key": "K"}), {})
+    for spaced in ("K ", "K\t", "K  \t", " K"):
+        assert key.compute(view(headers={"x-api-key": spaced}), {}) == plain, repr(spaced)
+
+
 def test_a_value_sent_twice_with_different_values_is_ambiguous() -> None:
     """The origin might read the other one: identity must not be a guess (400)."""
     with pytest.raises(AmbiguousRequestError, match="query parameter 'user'"):

@@ -146,6 +146,20 @@ def test_an_override_reaches_the_other_isolate_within_the_refresh(
     admin(ops_gateway, f"/api/overrides/{override_id}", "DELETE")
 
 
+def test_a_lowered_limit_counts_what_the_key_already_used(ops_gateway: LocalGateway) -> None:
+    key = f"lowered_{time.time_ns()}"
+    assert call(ops_gateway.url, "/ov/x", key).status_code == 200  # 1 of 2/hour
+    lowered = {"route": "ov", "key": key, "limits": "1/hour", "reason": "abuse"}
+    created = admin(ops_gateway, "/api/overrides", "POST", json=lowered)
+    assert created.status_code == 200
+    # In effect at once here, and the request already made counts: no fresh allowance.
+    denied = call(ops_gateway.url, "/ov/x", key)
+    assert denied.status_code == 429 and denied.headers["x-ratelimit-limit"] == "1"
+    ident = next(o["id"] for o in created.json()["overrides"] if o["key"].endswith(key))
+    admin(ops_gateway, f"/api/overrides/{ident}", "DELETE")
+    assert call(ops_gateway.url, "/ov/x", key).status_code == 200  # 2 of 2/hour again
+
+
 def test_the_deny_cache_answers_an_abusive_client_without_the_durable_object(
     ops_gateway: LocalGateway,
 ) -> None:

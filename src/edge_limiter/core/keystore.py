@@ -569,6 +569,15 @@ class KeyStore:
                     ask_at = min(expires_at, now + pace_ms(growth, share))
                     rationed = f',"rn":2,"na":{ask_at}'
             returnable = f',"ru":{until}' if until else ""
+            if rationed:
+                # When a lease of min_units could be granted again, the reserve kept: the
+                # holder's denials until then say that, not when it may ask.
+                wait = max(
+                    algorithm.peek(state, now, min_units + algorithm.lease_reserve(ttl)).retry_after
+                    for algorithm, state in zip(algorithms, result.states, strict=True)
+                )
+                if wait > 0:
+                    rationed += f',"gw":{wait}'
             answer = f'{answer[:-1]},"g":{granted},"x":{expires_at}{rationed}{returnable}}}'
             self._store(compiled, states, result.states, now)
             return answer
@@ -578,8 +587,14 @@ class KeyStore:
         # retry_after says when a lease of min_units could be granted.
         decisions = []
         for algorithm, state in zip(algorithms, current, strict=True):
-            decision = algorithm.peek(state, now, min_units + algorithm.lease_reserve(ttl))
-            decisions.append(decision if not decision.allowed else algorithm.peek(state, now, 0))
+            reserve = algorithm.lease_reserve(ttl)
+            decision = algorithm.peek(state, now, min_units + reserve)
+            if decision.allowed:
+                decision = algorithm.peek(state, now, 0)
+            else:
+                # The reserve is not this holder's to use: none of it is "remaining".
+                decision = decision._replace(remaining=max(0, decision.remaining - reserve))
+            decisions.append(decision)
         answer = _with_states(_answer(decisions, combine(decisions)), algorithms, current, now)
         self._store(compiled, states, current, now)
         return answer

@@ -238,6 +238,7 @@ class Lease:
     __slots__ = (
         "cut",
         "expires_at",
+        "grant_at",
         "granted",
         "paced_at",
         "rationed",
@@ -273,6 +274,8 @@ class Lease:
         """Windows: the object's ``returnable_until`` for these units (0: none)."""
         self.paced_at = 0
         """A paced rationed lease: when its holder may ask again (0: not paced)."""
+        self.grant_at = 0
+        """A rationed lease: when the object could grant a lease again (0: unknown)."""
         self.returnable = True
         """Its unused units may be given back: the object's record of this holder's lease
         is this one (see :meth:`Holding.request`)."""
@@ -734,7 +737,18 @@ class Holding:
             return None
         # A planned allowance may have nothing accrued yet: then it is kept for later,
         # and the requests it was asked for are denied.
+        if answer.grant_wait_ms:
+            lease.grant_at = now + answer.grant_wait_ms
         taken = lease.reserve(reserved, now)
         self._prune(now)
         self.leases.append(lease)
         return lease if taken else None
+
+    def admits_at(self, now: int) -> int:
+        """When a request denied here now could be admitted (0: when it may ask): a
+        rationed lease used up waits for its end, and for the object to have a lease to
+        grant again (its reserve kept), whichever is later."""
+        ask_at = self.ask_at(now)
+        if ask_at and self.leases and now >= self.denied_until:
+            return max(ask_at, self.leases[-1].grant_at)
+        return ask_at

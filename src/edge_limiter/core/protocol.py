@@ -194,6 +194,10 @@ class StoreResponse:
     allowance: Allowance | None = None
     """A sliding window's planned grant (:mod:`edge_limiter.core.lease_plan`): the
     holder's units as they accrue until the window's end (``granted`` is their total)."""
+    grant_wait_ms: int = 0
+    """A rationed grant: how long from the answer until the object could grant the
+    smallest lease again (its reserve kept), so the holder's denials until then say when
+    a request will really be admitted, not when it may ask."""
 
     @property
     def decision(self) -> Decision:
@@ -216,6 +220,8 @@ class StoreResponse:
                 data["ru"] = self.returnable_until
             if self.allowance is not None:
                 data["pl"] = self.allowance.to_list()
+            if self.grant_wait_ms:
+                data["gw"] = self.grant_wait_ms
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -256,8 +262,19 @@ class StoreResponse:
                 allowance = Allowance.from_list(data["pl"])
                 if not rationed or allowance.final != granted or allowance.end != expires_at:
                     raise ValueError(f"bad planned grant {data['pl']!r}")
+            grant_wait = int(data.get("gw", 0))
+            if grant_wait < 0 or (grant_wait and not rationed):
+                raise ValueError(f"bad grant wait {grant_wait!r}")
             return cls(
-                decisions, rows, granted, expires_at, bool(rationed), until, ask_at, allowance
+                decisions,
+                rows,
+                granted,
+                expires_at,
+                bool(rationed),
+                until,
+                ask_at,
+                allowance,
+                grant_wait,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc

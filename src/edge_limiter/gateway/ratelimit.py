@@ -308,7 +308,8 @@ class RateLimit:
             if now < holding.denied_until:
                 decisions = shifted(holding.decisions, elapsed)
             else:  # rationed: this isolate's share of a short limit is used up
-                decisions = held_back(holding.decisions, ask_at - now, elapsed)
+                admits_at = holding.admits_at(now)
+                decisions = held_back(holding.decisions, admits_at - now, elapsed)
             return self._deny(exchange, decisions, digest, 0, override, cached=True)
         started = clock.now_ms()
         try:
@@ -321,7 +322,7 @@ class RateLimit:
             ask_at = holding.ask_at(finished)
             if ask_at and finished >= holding.denied_until:
                 # Granted, but its units accrue later (a sliding window's planned share).
-                decisions = held_back(decisions, ask_at - finished, 0)
+                decisions = held_back(decisions, holding.admits_at(finished) - finished, 0)
             return self._deny(
                 exchange, decisions, digest, finished - started, override, cached=False
             )

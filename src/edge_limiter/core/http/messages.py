@@ -257,7 +257,10 @@ class Request:
         if not values:
             return None
         if len(values) == 1 and "," not in values[0]:
-            return values[0]  # the usual case, checked first
+            # The usual case, checked first. A field value excludes the whitespace around
+            # it (RFC 9110 section 5.5) and origins read it so; the runtime keeps trailing
+            # whitespace, which would otherwise count "K " apart from "K".
+            return values[0].strip(" \t")
         folded = name.lower()
         if folded in JOINED_BY_RUNTIME or folded in LISTS_BY_DEFINITION:
             items = {value.strip() for value in values}
