@@ -359,13 +359,31 @@ def _print_example_requests(url: str) -> None:
     )
 
 
-def watch(gateway: LocalGateway, every_s: float = 1.0) -> None:
+def refuses(port: int) -> bool:
+    """Whether nothing listens on ``127.0.0.1:port`` any more (a busy server still counts
+    as listening: only a refused connection says it is gone)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+
+
+def watch(gateway: LocalGateway, every_s: float = 1.0, refused_after: int = 3) -> None:
     """Until interrupted: if the runtime dies, say why and start it again on the same port
-    (the counters persist on disk, so nothing admitted is forgotten)."""
+    (the counters persist on disk, so nothing admitted is forgotten). The runtime is dead
+    when its launcher exited, or when workerd alone died and its port refuses connections
+    ``refused_after`` checks in a row."""
+    refused = 0
     while True:
         time.sleep(every_s)
         if gateway.running:
-            continue
+            refused = refused + 1 if refuses(gateway.port) else 0
+            if refused < refused_after:
+                continue
+        refused = 0
         print(
             "\nthe local runtime stopped unexpectedly; starting it again (counters persist). "
             f"Its last output:\n{gateway.stderr_tail(20)}",

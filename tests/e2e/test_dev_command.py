@@ -209,8 +209,8 @@ def test_dev_refuses_an_origin_mapping_the_config_does_not_name(tmp_path: Path) 
     assert "the config names no origin nowhere.test" in done.stderr
 
 
-def _runtime_of(dev_pid: int) -> int:
-    """The pid (and process group) of the local runtime scripts/dev started."""
+def _child_of(parent_pid: int, marker: bytes) -> int:
+    """The pid of the process ``parent_pid`` started whose command line holds ``marker``."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -219,9 +219,14 @@ def _runtime_of(dev_pid: int) -> int:
             command = (proc / "cmdline").read_bytes()
         except (OSError, ValueError, IndexError):
             continue
-        if parent == dev_pid and b"launch.mjs" in command:
+        if parent == parent_pid and marker in command:
             return int(proc.name)
-    raise AssertionError(f"no runtime under scripts/dev ({dev_pid})")
+    raise AssertionError(f"no {marker.decode()} under {parent_pid}")
+
+
+def _runtime_of(dev_pid: int) -> int:
+    """The pid (and process group) of the local runtime scripts/dev started."""
+    return _child_of(dev_pid, b"launch.mjs")
 
 
 def test_dev_starts_the_runtime_again_if_it_dies_and_forgets_nothing(tmp_path: Path) -> None:
@@ -239,5 +244,12 @@ def test_dev_starts_the_runtime_again_if_it_dies_and_forgets_nothing(tmp_path: P
         # Same address, and the five admitted before the crash still count.
         assert httpx.post(f"{base}/v1/login", headers=client).status_code == 429
         assert httpx.get(f"{base}/health").status_code == 200
+        # workerd alone dies (its launcher lives on): noticed by its port, started again.
+        restarts = sum("running again" in line for line in lines)
+        os.kill(_child_of(_runtime_of(process.pid), b"workerd"), signal.SIGKILL)
+        while sum("running again" in line for line in lines) == restarts:
+            assert time.monotonic() < deadline + 60 and process.poll() is None, "".join(lines)
+            time.sleep(0.2)
+        assert httpx.post(f"{base}/v1/login", headers=client).status_code == 429
     finally:
         stop_dev(process, lines)
