@@ -227,6 +227,7 @@ def test_an_override_for_one_routes_key_is_stored_in_the_form_its_requests_get()
     value = {"route": "api", "key": "a b", "limits": "9/minute", "reason": "spaces"}
     stored = body_json(admin(h, "/api/overrides", "POST", body=json.dumps(value).encode()))
     assert stored["overrides"][-1]["key"] == "header:x-api-key=a%20b"
+    assert stored["override"] == stored["overrides"][-1]  # the one just set, by itself
     # A key no request of that route can have is a 400, never an override that never applies.
     for key in ("notakey", "999.1.1.1", "2001:db8::/48"):
         bad = {"route": "everything", "key": key, "exempt": True, "reason": "x"}

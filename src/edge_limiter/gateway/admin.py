@@ -368,9 +368,10 @@ class Admin:
         self.services.log(
             {"event": "admin_override_set", "route": override.route, "id": override.id}
         )
-        return await self._overrides(
-            json.dumps({"op": "put", "override": override.describe()}), now
-        )
+        described = override.describe()
+        answer = await self._control(json.dumps({"op": "put", "override": described}), now)
+        # The one just set first (its id, to delete it by), then the whole list.
+        return _json(200, {"override": described, **answer})
 
     async def _breakers(self, now: int) -> dict[str, str]:
         breakers = self.services.breakers
