@@ -309,3 +309,17 @@ def test_use_within_a_longer_window_does_not_carry_into_a_shorter_one() -> None:
         ask(store, request(algorithm="gcra", limits=fast), T0 + i)
     later = ask(store, request(algorithm="gcra", limits=limits_of("20/day")), T0 + 10)
     assert later.decision.remaining == 20 - 8 - 1
+
+
+def test_a_reset_forgets_the_use_under_other_limits_too() -> None:
+    # An operator's reset gives the key a fresh allowance: the rows of its other limits
+    # (an override's, the route's own) would otherwise carry their use straight back.
+    sql = SqliteSql()
+    store = KeyStore(sql)
+    base, override = limits_of("5/10 seconds"), limits_of("3/10 seconds")
+    for i in range(5):
+        ask(store, request(algorithm="sliding_log", limits=base), T0 + i)
+    ask(store, request("reset", algorithm="sliding_log", limits=override), T0 + 10)
+    fresh = ask(store, request(algorithm="sliding_log", limits=override), T0 + 11)
+    assert fresh.decision.allowed and fresh.decision.remaining == 2
+    assert table(sql, "log") == [row for row in table(sql, "log") if "3/" in row["id"]]

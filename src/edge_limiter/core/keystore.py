@@ -240,6 +240,15 @@ class KeyStore:
             self.algorithms[rid] = algorithm
         return algorithm
 
+    def _drop(self, rid: str) -> None:
+        """Delete one row of the key, its log entries included, from memory and storage."""
+        self.states.pop(rid, None)
+        self.idle.pop(rid, None)
+        self.dirty.pop(rid, None)
+        self.unpruned.pop(rid, None)
+        self.sql.run("DELETE FROM limits WHERE id = ?", rid)
+        self.sql.run("DELETE FROM log WHERE id = ?", rid)
+
     def _forget(self, rid: str) -> None:
         self.sql.run("DELETE FROM limits WHERE id = ?", rid)
         self.states.pop(rid, None)
@@ -311,6 +320,9 @@ class KeyStore:
                 # (an operator's reset gives the key more, never less), but not given back
                 # into it, which would admit them twice.
                 self.leases.pop(tuple(ids), None)
+                # The key's rows of other limits go too: their use would carry back.
+                for rid in [rid for rid in states_map if rid not in ids]:
+                    self._drop(rid)
             result = peek_all(algorithms, new_states, now, 1)
         answer = _answer(result.decisions, result.decision)
         if op == "check":
