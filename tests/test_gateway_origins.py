@@ -596,3 +596,35 @@ def test_a_503_with_retry_after_is_retried_on_the_same_origin_only_after_it() ->
         pools=pools,
     )
     assert late.send(request()).status == 503 and late.sleep.waits == []
+
+
+def test_a_retry_going_back_round_the_pool_still_waits_for_that_origins_retry_after() -> None:
+    # s1 asks for 2 s, s2 fails at once: the third attempt, back on s1, waits for s1's 2 s
+    # (it used to wait only when the origin was the one just tried).
+    seen: list[tuple[str, int]] = []
+    h: Harness
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        host = outgoing.url.split("://", 1)[1].split(".", 1)[0]
+        seen.append((host, h.clock.now))
+        if host == "s1" and len(seen) == 1:
+            return Response(503, Headers([("retry-after", "2")]), b"busy")
+        if host == "s2":
+            return Response(503, Headers(), b"down")
+        return Response(200, Headers(), b"ok")
+
+    pools = {
+        "two": {
+            "retry": {"attempts": 3, "base": "10ms", "cap": "50ms", "budget": 1.0},
+            "origins": [
+                {"name": "s1", "url": "http://s1.test"},
+                {"name": "s2", "url": "http://s2.test", "priority": 1},
+            ],
+        }
+    }
+    h = harness(
+        {**ROUTE, "pool": "two"}, upstream=FakeOrigin(respond=respond), origin=None, pools=pools
+    )
+    assert h.send(request()).status == 200
+    assert [host for host, _ in seen] == ["s1", "s2", "s1"]
+    assert seen[2][1] - seen[0][1] >= 2_000

@@ -365,8 +365,9 @@ class Upstream:
             )
         tried: list[_Tried] = []
         last: Response | None = None
-        previous: Origin | None = None
-        retry_after_ms: int | None = None
+        asked_until: dict[str, int] = {}
+        """Origins that answered with a Retry-After: until when (an attempt going back to
+        one, after the next origin in the order failed too, still waits for it)."""
         position = 0
         attempts = retry.attempts if retryable else 1
         for attempt in range(attempts):
@@ -383,7 +384,8 @@ class Upstream:
             position += 1  # the next attempt prefers the next origin in the order
             if attempt:
                 # Full jitter; an origin's Retry-After only holds for that same origin.
-                wait_for = retry_after_ms if origin is previous else None
+                until = asked_until.get(origin.name)
+                wait_for = max(0, until - now) if until is not None else None
                 delay = retry_delay_ms(
                     attempt - 1, retry.base_ms, retry.cap_ms, services.random, wait_for
                 )
@@ -407,7 +409,8 @@ class Upstream:
                 return response
             if response is not None:
                 last = response
-            previous = origin
+            if retry_after_ms:
+                asked_until[origin.name] = clock.now_ms() + retry_after_ms
         exchange.origin_failed = True
         if last is not None:
             return last  # the origin's own failure answer, passed on
