@@ -14,7 +14,13 @@ from edge_limiter.core.errors import ConfigError
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.core.resilience.breaker import BreakerSettings
 from edge_limiter.core.resilience.shared import HealthReport, SyncCall
-from edge_limiter.gateway import Gateway, OriginRequest, OriginUnreachableError, Services
+from edge_limiter.gateway import (
+    Gateway,
+    OriginRequest,
+    OriginTimeoutError,
+    OriginUnreachableError,
+    Services,
+)
 from edge_limiter.gateway.health import probe_all
 
 from .fakes import FakeOrigin, Harness, body_json, harness, request
@@ -628,3 +634,41 @@ def test_a_retry_going_back_round_the_pool_still_waits_for_that_origins_retry_af
     assert h.send(request()).status == 200
     assert [host for host, _ in seen] == ["s1", "s2", "s1"]
     assert seen[2][1] - seen[0][1] >= 2_000
+
+
+@pytest.mark.parametrize(
+    ("failure", "resent"),
+    [
+        ("refused", True),  # never reached: nothing was done
+        (503, True),  # "unable to handle the request"
+        ("timeout", False),  # it may be carrying it out
+        (502, False),
+        (500, False),
+    ],
+)
+def test_a_post_with_a_claim_is_sent_again_only_when_the_origin_cannot_have_acted(
+    failure: object, resent: bool
+) -> None:
+    seen: list[str] = []
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        host = outgoing.url.split("://", 1)[1].split(".", 1)[0]
+        seen.append(host)
+        if host == "eu":
+            if failure == "refused":
+                raise OriginUnreachableError("connection refused")
+            if failure == "timeout":
+                raise OriginTimeoutError("The operation was aborted due to timeout")
+            return Response(int(str(failure)), Headers(), b"failed")
+        return Response(201, Headers(), b"done")
+
+    payments = {
+        **ROUTE,
+        "match": {"path": "/v1/*", "methods": ["POST"]},
+        "idempotency": {"mode": "required"},
+    }
+    h = harness(payments, upstream=FakeOrigin(respond=respond), origin=None, pools=POOLS)
+    answer = h.send(from_("DE", "EU", method="POST", headers={"idempotency-key": "k1"}, body=b"{}"))
+    assert seen == (["eu", "us"] if resent else ["eu"])
+    # Sent again: the next origin's answer; else the failure is the answer.
+    assert (answer.status == 201) is resent

@@ -49,7 +49,7 @@ from ..core.resilience.breaker import (
 )
 from ..core.resilience.budget import RetryBudget, RetryBudgetState
 from ..core.resilience.bulkhead import Bulkhead
-from ..core.resilience.retry import RetrySettings, is_idempotent
+from ..core.resilience.retry import RetrySettings, is_idempotent, may_resend
 from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, state_from_json
 from ..core.routing.geo import ClientLocation, order_origins
 from ..core.routing.origins import Origin, Pool
@@ -411,6 +411,13 @@ class Upstream:
                 last = response
             if retry_after_ms:
                 asked_until[origin.name] = clock.now_ms() + retry_after_ms
+            if attempt + 1 < attempts and not may_resend(
+                request.method,
+                exchange.idempotency_token is not None,
+                response.status if response is not None else None,
+                tried[-1].outcome == "timeout",
+            ):
+                break  # the origin may have acted: not sent again (see may_resend)
         exchange.origin_failed = True
         if last is not None:
             return last  # the origin's own failure answer, passed on

@@ -123,6 +123,34 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
     return RetrySettings(attempts, base, cap, float(ratio), min_per_second, window)
 
 
+#: Answers that say the origin did not act on the request (RFC 9110: 503 the server is
+#: unable to handle it now, 408 it did not get it in time, 425 it would not risk a replay,
+#: 429 it refused it): an attempt ending so may be sent again whatever the method.
+NOT_ACTED = frozenset({408, 425, 429, 503})
+
+
+def may_resend(
+    method: str, holds_idempotency_claim: bool, status: int | None, timed_out: bool
+) -> bool:
+    """Whether a request whose attempt just failed (with ``status``, ``None`` when no
+    answer came) may go to an origin again.
+
+    A request retried only because it holds an Idempotency-Key claim (a POST, a PATCH)
+    is sent again only when the origin cannot have acted on it: it could not be reached,
+    or it answered :data:`NOT_ACTED`. After a timeout, a 500, 502 or 504 the origin may
+    have carried it out, and another origin (another region, with records of its own)
+    would carry it out again; the gateway's claim makes the client's own retry safe, not
+    a second send.
+    """
+    if method.upper() in IDEMPOTENT_METHODS:
+        return True
+    if not holds_idempotency_claim:
+        return False
+    if status is None:
+        return not timed_out
+    return status in NOT_ACTED
+
+
 def is_idempotent(method: str, holds_idempotency_claim: bool) -> bool:
     """Whether a request may be sent to the origin again after a failed attempt.
 
