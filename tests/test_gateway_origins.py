@@ -206,6 +206,22 @@ def test_health_probes_open_and_close_the_shared_breaker() -> None:
     assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
 
 
+def test_a_health_checks_verdict_holds_at_once_in_the_isolate_that_ran_it() -> None:
+    # This isolate's copy of eu's breaker is fresh (it just served a request): the cron's
+    # probes opening the shared breaker are taken into it at once, not after 10 s.
+    origins = Origins()
+    members = [dict(member) for member in POOLS["api"]["origins"]]
+    members[0]["health"] = {"path": "/health", "unhealthy_after": 2}
+    h = pooled(origins, pools={"api": {**POOLS["api"], "origins": members}})
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
+    origins.down.add("eu")
+    for _ in range(2):
+        asyncio.run(h.gateway.probe_health())
+    origins.hits.clear()
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "us"
+    assert origins.hits == ["us"]  # eu was not tried first
+
+
 def test_backoff_is_full_jitter_within_the_cap_and_the_deadline_holds() -> None:
     origins = Origins()
     origins.down.update({"eu", "us", "ap"})

@@ -9,6 +9,7 @@ its probes is opened before users hit it, and one that passes again is tried aga
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from ..core.config import Config
@@ -36,8 +37,10 @@ async def probe(
     pool: Pool,
     services: Services,
     origin_headers: tuple[tuple[str, str], ...] = (),
+    adopt: Callable[[str, str, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Probe one origin and report to its breaker; what happened, for the log.
+    """Probe one origin and report to its breaker; what happened, for the log. ``adopt``
+    takes the shared breaker's answer (origin, state, time) into this isolate's copy.
 
     The probe carries ``origin_headers`` like every request to an origin (an origin that
     answers only the gateway must answer its probes too)."""
@@ -74,7 +77,9 @@ async def probe(
     if services.breakers is not None:
         call = SyncCall(pool.breaker, health=HealthReport(ended, healthy, health.unhealthy_after))
         try:
-            await services.breakers.sync(origin.name, call.to_json())
+            answer = await services.breakers.sync(origin.name, call.to_json())
+            if adopt is not None:
+                adopt(origin.name, answer, ended)
         except Exception as exc:
             result["report_error"] = repr(exc)[:200]
     return result
@@ -84,12 +89,13 @@ async def probe_all(
     config: Config,
     services: Services,
     origin_fields: dict[str, tuple[tuple[str, str], ...]] | None = None,
+    adopt: Callable[[str, str, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Probe every origin with a health check, all at once; one log record each. Probes
     carry the fields requests to that origin carry (``origin_fields`` by pool name)."""
     by_pool = origin_fields or {}
     probes = [
-        probe(origin, pool, services, by_pool.get(pool.name, ()))
+        probe(origin, pool, services, by_pool.get(pool.name, ()), adopt)
         for pool in pools_of(config)
         for origin in pool.origins
         if origin.health is not None

@@ -12,6 +12,7 @@ converts the runtime's request into a :class:`Request` and the :class:`Response`
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config, Forwarding, Route
@@ -32,7 +33,7 @@ from ..core.http.origin_headers import merged, resolve_origin_headers
 from .admin import Admin
 from .cache import Cache
 from .exchange import Exchange, Handler, Stage, chain, problem_response
-from .health import pools_of
+from .health import pools_of, probe_all
 from .idempotency import Idempotency
 from .operations import Operating
 from .ports import Background, Services
@@ -98,6 +99,13 @@ class Gateway:
             stages.append(cache)
         stages.append(limiter)
         return stages
+
+    async def probe_health(self) -> list[dict[str, Any]]:
+        """The Cron Trigger's work: probe every origin with a health check, report to its
+        shared breaker, and take the verdict into this isolate's own copy at once."""
+        return await probe_all(
+            self.config, self.services, self.origin_fields, adopt=self.upstream.breakers.take
+        )
 
     async def handle(self, request: Request, background: Background | None = None) -> Response:
         """The response to ``request``; never raises for a bad request or a failing origin."""

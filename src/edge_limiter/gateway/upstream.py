@@ -121,6 +121,13 @@ class BreakerBoard:
             copy = self.copies[name] = _Copy()
         return copy
 
+    def take(self, origin: str, shared: str, now: int) -> None:
+        """Adopt the shared breaker's state (``shared``, as its object answers) into this
+        isolate's copy: a health probe's verdict holds here from the next request."""
+        copy = self._copy(origin)
+        copy.state = adopt(copy.state, state_from_json(shared))
+        copy.synced_at = now
+
     def allow(self, origin: str, settings: BreakerSettings, now: int) -> BreakerDecision:
         copy = self._copy(origin)
         decision, copy.state = allow(copy.state, settings, now)

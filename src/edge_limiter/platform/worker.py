@@ -13,7 +13,6 @@ from ..core.config.sources import CONFIG_VAR, ENV_VAR, select_config
 from ..core.errors import ConfigError
 from ..core.http import problems
 from ..gateway import Gateway, Services, log_line, problem_response
-from ..gateway.health import probe_all
 from .bindings import (
     AnalyticsDataset,
     DurableObjectBreakers,
@@ -136,7 +135,7 @@ async def handle_scheduled(env: Any) -> None:
     if isinstance(gateway, ConfigError):
         _log({"event": "config_error", "problems": gateway.problems})
         return
-    await probe_all(gateway.config, gateway.services, gateway.origin_fields)
+    await gateway.probe_health()
 
 
 async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
