@@ -201,6 +201,16 @@ ITEMS = {**ROUTE, "name": "items", "limits": "100/minute"}
             "",
             b"id=1&_method=DELETE",
         ),
+        # Spellings frameworks decode, a body of no type (Rack reads it as a form), JSON.
+        ("encoded query name", {}, "%5Fmethod=DELETE", None),
+        (
+            "encoded form name",
+            {"content-type": "application/x-www-form-urlencoded"},
+            "",
+            b"id=1&_metho%64=DELETE",
+        ),
+        ("untyped body", {}, "", b"_method=DELETE"),
+        ("json", {"content-type": "application/json"}, "", b'{"_method":"DELETE"}'),
     ],
 )
 def test_a_post_asking_for_delete_is_counted_and_sent_as_a_delete(
@@ -289,6 +299,12 @@ def test_a_form_is_read_for_its_method_only_where_the_method_decides_the_route()
     refusing = harness(DELETES, ITEMS, method_override="refuse")
     answer = refusing.send(request("/v1/other", "POST", headers=FORM, body=asking))
     assert answer.status == 400 and refusing.origin.sent == []
+    # A JSON body over the bound is not refused (JSON uploads may be large): it goes on
+    # unread, as the POST it is.
+    big_json = b'{"data":"' + b"x" * (2 << 20) + b'"}'
+    json_type = {"content-type": "application/json"}
+    answer = h.send(request("/v1/items/1", "POST", headers=json_type, body=big_json))
+    assert answer.status == 200 and h.origin.sent[-1].method == "POST"
 
 
 def test_a_form_is_read_on_a_route_that_protects_some_methods_with_idempotency() -> None:

@@ -324,7 +324,8 @@ def test_a_streamed_body_small_enough_is_kept_and_replayed() -> None:
 @pytest.mark.parametrize("streamed", [False, True])
 def test_a_request_body_over_max_request_bytes_is_refused_with_413(streamed: bool) -> None:
     h = paying(max_request_bytes=1000)
-    big = post(body=b"a" * 1001)
+    # Typed, so it is not read as a form for a _method first (Rack reads an untyped one so).
+    big = post(body=b"a" * 1001, headers={"content-type": "application/octet-stream"})
     if streamed:  # chunked: no length to go by, measured as it is read
         big.body = StreamedBody(b"a" * 1001)
     answer = h.send(big)

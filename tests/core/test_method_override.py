@@ -37,7 +37,22 @@ def test_is_form() -> None:
     assert is_form("Application/X-WWW-Form-URLEncoded; charset=utf-8")
     assert not is_form("multipart/form-data; boundary=x")
     assert not is_form("application/json")
-    assert not is_form(None)
+    assert is_form(None) and is_form("")  # Rack reads a POST body of no type as a form
+
+
+def test_a_method_asked_for_in_any_spelling_origins_decode_is_found() -> None:
+    # Rack, PHP and Express's qs decode parameter names; Rack 2 splits on ';'; Laravel
+    # reads a JSON body's _method.
+    for query in ("%5Fmethod=DELETE", "_metho%64=DELETE", "a=1;_method=DELETE"):
+        assert asked_methods([], query, None) == {"DELETE": "the _method query parameter"}
+    assert asked_methods([], "", b"%5Fmethod=DELETE") == {"DELETE": "the _method form field"}
+    json_asks = asked_methods([], "", None, b'{"_method": "DELETE"}')
+    assert json_asks == {"DELETE": "the _method member of the JSON body"}
+    assert asked_methods([], "", None, b'{"\\u005fmethod": "put"}') == {
+        "PUT": "the _method member of the JSON body"
+    }
+    assert asked_methods([], "", None, b'["_method"]') == {}
+    assert asked_methods([], "", None, b"not json _method") == {}
 
 
 @pytest.mark.parametrize("mode", ["apply", "refuse"])

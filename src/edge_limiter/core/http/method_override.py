@@ -21,6 +21,7 @@ so is a GET or HEAD asked for by a POST with a body (the platform cannot send on
 
 from __future__ import annotations
 
+import json
 from urllib.parse import parse_qsl
 
 from ..caching.fields import is_token, list_items
@@ -41,30 +42,69 @@ class MethodOverrideError(ValueError):
 
 
 def is_form(content_type: str | None) -> bool:
-    """Whether a ``Content-Type`` is a URL-encoded form (whose ``_method`` counts)."""
-    if not content_type:
-        return False
+    """Whether a body of this ``Content-Type`` is read as a URL-encoded form (whose
+    ``_method`` counts): a form, or a body of no type at all (Rack, hence Rails, parses a
+    POST body without a ``Content-Type`` as a form)."""
+    if not content_type or not content_type.strip():
+        return True
     return content_type.split(";", 1)[0].strip().lower() == FORM_TYPE
 
 
-def asked_methods(fields: list[tuple[str, str]], query: str, form: bytes | None) -> dict[str, str]:
+def is_json(content_type: str | None) -> bool:
+    """Whether a body of this ``Content-Type`` is JSON (Laravel takes a ``_method`` member
+    of a JSON body as the method too)."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def _params(text: str) -> list[tuple[str, str]]:
+    """Query or form parameters as origins read them: names and values decoded (Rack,
+    PHP and Express's ``qs`` decode ``%5Fmethod`` to ``_method``), ``;`` separating them
+    as ``&`` does (Rack 2)."""
+    return parse_qsl(text.replace(";", "&"), keep_blank_values=True)
+
+
+def _json_method(body: bytes) -> str | None:
+    """A JSON object body's ``_method`` member, if it is a string."""
+    if PARAM.encode() not in body and b"\\u" not in body:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    value = data.get(PARAM) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def asked_methods(
+    fields: list[tuple[str, str]],
+    query: str,
+    form: bytes | None,
+    json_body: bytes | None = None,
+) -> dict[str, str]:
     """Every method a request asks to be taken as, upper-cased, each with where it was
     asked (for the message): ``fields`` are the override fields' (name, value) pairs as
     received (a value the runtime joined from several lines holds commas), ``query`` the
-    raw query, ``form`` the body when it is a URL-encoded form."""
+    raw query, ``form`` the body when it is read as a URL-encoded form, ``json_body`` the
+    body when it is JSON."""
     asked: dict[str, str] = {}
     for name, value in fields:
         for method in list_items(value):
             asked.setdefault(method.upper(), f"the {name} field")
-    if PARAM in query:
-        for key, value in parse_qsl(query, keep_blank_values=True):
+    if PARAM in query or "%" in query:  # the name may be written encoded
+        for key, value in _params(query):
             if key == PARAM and value.strip():
                 asked.setdefault(value.strip().upper(), "the _method query parameter")
-    if form and PARAM.encode() in form:
-        text = form.decode("utf-8", errors="replace")
-        for key, value in parse_qsl(text, keep_blank_values=True):
+    if form and (PARAM.encode() in form or b"%" in form):
+        for key, value in _params(form.decode("utf-8", errors="replace")):
             if key == PARAM and value.strip():
                 asked.setdefault(value.strip().upper(), "the _method form field")
+    if json_body:
+        member = _json_method(json_body)
+        if member is not None and member.strip():
+            asked.setdefault(member.strip().upper(), "the _method member of the JSON body")
     return asked
 
 
