@@ -23,7 +23,7 @@ from edge_limiter.gateway import (
 )
 from edge_limiter.gateway.health import probe_all
 
-from .fakes import FakeOrigin, Harness, body_json, harness, request
+from .fakes import FakeOrigin, Harness, StreamedBody, body_json, harness, request
 
 POOLS: dict[str, Any] = {
     "api": {
@@ -688,3 +688,28 @@ def test_a_post_with_a_claim_is_sent_again_only_when_the_origin_cannot_have_acte
     assert seen == (["eu", "us"] if resent else ["eu"])
     # Sent again: the next origin's answer; else the failure is the answer.
     assert (answer.status == 201) is resent
+
+
+def test_uploads_the_client_abandons_never_open_the_breaker() -> None:
+    # A streamed body that stops (the client went away) fails the attempt as a dead origin
+    # would; with no answer, such an attempt says nothing of the origin.
+    origins = Origins()
+    h = pooled(origins)
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        if outgoing.body is not None:
+            raise OriginUnreachableError("Network connection lost.")
+        return await origins.respond(outgoing)
+
+    h.origin.respond = respond
+    for _ in range(20):
+        upload = from_("DE", "EU", method="PUT", headers={"transfer-encoding": "chunked"})
+        upload.body = StreamedBody(b"x" * 10)  # type: ignore[assignment]
+        assert h.send(upload).status == 502
+    assert h.gateway.upstream.breakers.phase("eu", h.clock.now) == "closed"
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
+    # A dead origin is still found out by requests that carry no body.
+    origins.down.add("eu")
+    for _ in range(4):
+        h.send(from_("DE", "EU"))
+    assert h.gateway.upstream.breakers.phase("eu", h.clock.now) == "open"

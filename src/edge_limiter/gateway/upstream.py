@@ -484,14 +484,26 @@ class Upstream:
             if overload:
                 pause = min(retry_after_ms or 1_000, MAX_RETRY_AFTER_MS)
                 overloaded_until = ended + pause
-        self.breakers.record(
-            origin.name,
-            pool.breaker,
-            ended,
-            outcome,
-            permit=permit,
-            overloaded_until=overloaded_until,
-        )
+        if (
+            response is None
+            and request.body is not None
+            and not isinstance(request.body, BytesBody)
+        ):
+            # The client's body was streamed to the origin as it came: a client that stops
+            # sending (or sends slowly) fails the attempt just as a dead origin would. No
+            # answer with such a body says nothing about the origin, so it counts neither
+            # way: clients aborting uploads must not open the breaker for everyone.
+            # (Bodiless requests, buffered bodies and health probes still judge it.)
+            self.breakers.give_back(origin.name, pool.breaker, permit)
+        else:
+            self.breakers.record(
+                origin.name,
+                pool.breaker,
+                ended,
+                outcome,
+                permit=permit,
+                overloaded_until=overloaded_until,
+            )
         self.breakers.sync_soon(origin.name, pool.breaker, ended, exchange.background)
         kind = "timeout" if error == "timeout" else ("unreachable" if error else outcome.value)
         tried.append(_Tried(origin.name, kind, status))
