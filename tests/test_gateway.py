@@ -573,3 +573,16 @@ def test_a_get_or_head_with_a_body_is_a_400_and_never_forwarded(method: str) -> 
     if method == "GET":
         assert body_json(answer)["code"] == "body_not_allowed"
     assert h.origin.sent == []
+
+
+def test_a_path_key_of_bytes_that_are_not_utf8_is_counted_never_a_500() -> None:
+    tenants = {
+        "name": "tenant",
+        "match": {"path": "/v1/t/{tenant}/*"},
+        "limits": "1/minute",
+        "key": "path:tenant",
+    }
+    h = harness(tenants)
+    assert h.send(request("/v1/t/%FF/x")).status == 200
+    assert h.send(request("/v1/t/%ff/y")).status == 429  # the same tenant, counted
+    assert h.send(request("/v1/t/%FE/x")).status == 200  # another one

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from edge_limiter.core.canonical import decode_segment
 from edge_limiter.core.errors import AmbiguousRequestError, KeySpecError
 from edge_limiter.core.http.messages import Client, Headers, Request
 from edge_limiter.core.keys import (
@@ -217,6 +218,23 @@ def test_a_cookie_origins_would_read_differently_is_ambiguous() -> None:
     # A comma elsewhere in the line is no matter for this cookie.
     assert view(headers={"cookie": "sid=K; prefs=a,b"}).cookie("sid") == "K"
     assert view(headers={"cookie": "a=1, b=2; sid=K"}).cookie("sid") == "K"
+
+
+def test_a_cookie_is_read_percent_decoded_as_rack_and_express_read_it() -> None:
+    # Each spelling of K7 is K7 to those origins: one counter, not one per spelling.
+    spellings = ("sid=K7", "sid=%4B7", "sid=%4b7", "sid=K%37", "sid=%4B%37")
+    assert {view(headers={"cookie": line}).cookie("sid") for line in spellings} == {"K7"}
+    # A name spelled encoded is that name: two different values for it are ambiguous.
+    with pytest.raises(AmbiguousRequestError, match="cookie 'sid'"):
+        view(headers={"cookie": "s%69d=K7; sid=rnd1"}).cookie("sid")
+    assert view(headers={"cookie": "sid=%zz"}).cookie("sid") == "%zz"  # no escape: as sent
+
+
+def test_a_path_key_of_bytes_that_are_not_utf8_is_a_key_not_an_error() -> None:
+    spec = KeySpec((KeyPart("path", "tenant"),))
+    for segment in ("%FF", "%C0%AE", "%ED%A0%80"):
+        key = spec.compute(view(), {"tenant": decode_segment(segment)})
+        assert key == f"path:tenant={segment}" and given_key(spec, key) == key
 
 
 def test_cookie_values_python_rejects_are_taken_as_sent() -> None:

@@ -80,7 +80,9 @@ class KeySpec:
         values: list[str] = []
         for part in self.parts:
             value = self._value(part, request, path_params)
-            values.append(f"{part}={quote(value, safe='')}")
+            # A path segment's bytes that are not UTF-8 come as \udcXX escapes: written
+            # back as the bytes they were (%XX), never an error.
+            values.append(f"{part}={quote(value, safe='', errors='surrogateescape')}")
         return "|".join(values)
 
     def _value(self, part: KeyPart, request: Request, params: dict[str, str]) -> str:
@@ -115,7 +117,7 @@ def given_key(spec: KeySpec, given: str) -> str:
     if len(items) == len(labels) and all(
         label == written and sep for (written, sep, _), label in zip(items, labels, strict=True)
     ):
-        values = [unquote(value) for _, _, value in items]
+        values = [unquote(value, errors="surrogateescape") for _, _, value in items]
     elif len(labels) == 1:
         # A one-part key's value alone; for ``global`` (whose value is always empty) its
         # name alone too.
@@ -131,7 +133,7 @@ def given_key(spec: KeySpec, given: str) -> str:
                 f"a global key has no value: every request counts as 'global=' (or give "
                 f"'global'), got {given!r}"
             )
-        out.append(f"{label}={quote(value, safe='')}")
+        out.append(f"{label}={quote(value, safe='', errors='surrogateescape')}")
     return "|".join(out)
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from ..caching.fields import list_items
 from ..errors import AmbiguousRequestError
@@ -315,14 +315,21 @@ def _cookie_values(line: str, name: str) -> list[str]:
 
     Values are taken as sent (browsers send values RFC 6265 does not allow), except that a
     double-quoted value is unquoted as Python's ``http.cookies`` does (backslash escapes,
-    octal ones included), so ``sid="a"`` and ``sid=a`` are the same value.
+    octal ones included), so ``sid="a"`` and ``sid=a`` are the same value, and that names
+    and values are percent-decoded as Rack and Express's ``cookie`` read them: ``sid=%4B7``
+    is ``K7`` to those origins, so it is ``K7`` here too (one counter, not one per
+    spelling), and ``s%69d`` is ``sid``.
     """
     found = []
     for part in line.split(";"):
         cookie_name, sep, value = part.strip().partition("=")
-        if sep and cookie_name.strip() == name:
-            found.append(_unquote_cookie(value.strip()))
+        if sep and _percent_decoded(cookie_name.strip()) == name:
+            found.append(_percent_decoded(_unquote_cookie(value.strip())))
     return found
+
+
+def _percent_decoded(text: str) -> str:
+    return unquote(text, errors="replace") if "%" in text else text
 
 
 _COOKIE_ESCAPE = re.compile(r"\\(?:([0-3][0-7][0-7])|(.))", re.DOTALL)
