@@ -256,10 +256,12 @@ def test_a_page_at_an_allowed_origin_can_read_the_429_and_the_rate_limit_fields(
 def test_path_override_fields_are_dropped_before_the_origin(gateway: LocalGateway) -> None:
     sneaky = {"x-original-url": "/small/x", "x-rewrite-url": "/small/x", "x-kept": "1"}
     sneaky |= {"x-forwarded-host": "other.test", "x-forwarded-prefix": "/small"}
+    sneaky |= {"forwarded": "host=other.test;proto=https", "x-forwarded-uri": "/small/x"}
     echo = get(gateway, "/not-limited", fresh_ip(), headers=sneaky).json()
     assert echo["path"] == "/not-limited" and echo["headers"]["x-kept"] == "1"
     assert "x-original-url" not in echo["headers"] and "x-rewrite-url" not in echo["headers"]
-    assert not {"x-forwarded-host", "x-forwarded-prefix"} & set(echo["headers"])
+    dropped = {"x-forwarded-host", "x-forwarded-prefix", "forwarded", "x-forwarded-uri"}
+    assert not dropped & set(echo["headers"])
 
 
 def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
