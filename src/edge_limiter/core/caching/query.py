@@ -1,8 +1,8 @@
 """Canonical query strings: two queries an origin must read alike give the same text.
 
 A query is split on ``&`` into parameters and each parameter on its first ``=`` into a
-name and a value (a ``;`` is part of the value, except where it follows an ignored
-parameter: see :func:`_unignored`). ``?a`` and ``?a=`` stay apart (the value is absent in one and empty in the
+name and a value (a ``;`` is part of the value; a parameter holding one is never
+ignored, see below). ``?a`` and ``?a=`` stay apart (the value is absent in one and empty in the
 other), empty parameters (``a=1&&b=2``) are dropped and repeated parameters are kept.
 
 Each name and value is normalised only in ways RFC 3986 section 6.2.2 calls equivalent:
@@ -74,26 +74,23 @@ def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
     ignored = {normalize_part(name) for name in ignore}
     if ALL_PARAMS in ignored:
         return ""
-    if ignored and ";" in query:
-        query = "&".join(_unignored(item, ignored) for item in query.split("&"))
-    kept = [param for param in query_params(query) if param[0] not in ignored]
+    if ignored:
+        query = "&".join(
+            item
+            for item in query.split("&")
+            if ";" in item or normalize_part(item.partition("=")[0]) not in ignored
+        )
+    kept = query_params(query)
     kept.sort(key=lambda param: param[0])
     return "&".join(name if value is None else f"{name}={value}" for name, value in kept)
 
 
-def _unignored(item: str, ignored: set[str]) -> str:
-    """A parameter holding ``;``, without the ignored parameters it starts with.
-
-    Rack 2 (hence Rails) splits a query on ``;`` as on ``&``, other servers take
-    ``utm=1;x=2`` as one ``utm``: dropping it whole would leave ``x`` out of the key while a
-    Rack origin answers by it. A leading ignored piece is dropped (to a Rack origin a
-    parameter of its own, to the others part of an ignored value) and the rest kept;
-    pieces after a kept one are never dropped (to the others they are part of its value).
-    """
-    pieces = item.split(";")
-    while len(pieces) > 1 and normalize_part(pieces[0].partition("=")[0]) in ignored:
-        pieces.pop(0)
-    return ";".join(pieces)
+#: A parameter holding a ``;`` is never left out, even when it starts with an ignored
+#: name: Rack 2 (hence Rails) reads ``utm=1;x=2`` as ``utm`` and ``x``, other servers as a
+#: ``utm`` of ``1;x=2``. Leaving it out would key ``?utm=1;x=2`` as no query (a Rack
+#: origin answers by ``x``); leaving only ``utm=1`` out would key it as ``?x=2`` (the
+#: others answer as for no ``x``): either way one request could store its answer for
+#: another URL. Kept whole, it is its own entry under both readings.
 
 
 def _well_formed(text: str) -> bool:
