@@ -93,6 +93,18 @@ def test_the_page_writes_limits_and_expiries_as_people_read_them() -> None:
     assert "shadow hits 5 min" in html
 
 
+def test_every_spelling_of_the_admin_prefix_is_the_admin_apis_never_forwarded() -> None:
+    # An origin that folds case or drops ;params would read these as the admin path, and
+    # the operator's token would go with them.
+    h = gw()
+    for path in ("/_EDGE-LIMITER/api/config", "/_Edge-Limiter;x=1/api/config"):
+        assert h.send(request(path)).status == 401  # the admin API's, needing the token
+        answer = h.send(request(path, headers={"authorization": f"Bearer {TOKEN}"}))
+        assert answer.status == 200 and "routes" in body_json(answer)
+    assert h.origin.sent == []
+    assert h.send(request("/_edge-limiterx/y")).status != 401  # another path altogether
+
+
 def test_admin_paths_are_never_rate_limited_by_user_routes() -> None:
     h = gw()
     statuses = [admin(h, "/api/config").status for _ in range(5)]

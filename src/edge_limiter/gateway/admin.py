@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -73,6 +74,8 @@ def _json(status: int, data: Any) -> Response:
     return Response(status, headers, body)
 
 
+#: A segment's ``;params`` (matrix parameters).
+_MATRIX = re.compile(r";[^/]*")
 #: An override is a few hundred bytes of JSON; nothing larger is read.
 MAX_BODY_BYTES = 64 * 1024
 
@@ -98,9 +101,16 @@ class Admin:
         """The cache stage of each cached route (the gateway's own, filled as it builds)."""
         self.prefix = config.ops.admin_prefix
 
-    def owns(self, path: str) -> bool:
-        """Whether a canonical path is the admin API's."""
-        return path == self.prefix or path.startswith(self.prefix + "/")
+    def admin_path(self, path: str) -> str | None:
+        """The admin API's path for a canonical path under its prefix, in any case and with
+        any ``;params`` in it (``/_EDGE-LIMITER;x/api/config``): never forwarded, where an
+        origin that folds case or drops matrix params would read the admin path, with
+        the operator's token. ``None`` for every other path."""
+        bare = _MATRIX.sub("", path) if ";" in path else path
+        size = len(self.prefix)
+        if bare[:size].lower() != self.prefix.lower() or bare[size : size + 1] not in ("", "/"):
+            return None
+        return self.prefix + bare[size:]
 
     def _authorized(self, request: Request) -> bool:
         token = self.services.admin_token

@@ -116,8 +116,9 @@ class Gateway:
             self.services.log({"event": "bad_path", "reason": str(exc)})
             response = problem_response(problems.bad_path(str(exc)))
         else:
-            if self.admin.owns(path):  # never for other origins' pages: no CORS fields
-                return await self.admin.handle(request, path, self.services.clock.now_ms())
+            admin_path = self.admin.admin_path(path)
+            if admin_path is not None:  # never for other origins' pages: no CORS fields
+                return await self.admin.handle(request, admin_path, self.services.clock.now_ms())
             response = await self._route(request, path, background)
         cors = self.config.cors
         if cors is not None:
