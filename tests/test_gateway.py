@@ -305,6 +305,11 @@ def test_a_form_is_read_for_its_method_only_where_the_method_decides_the_route()
     json_type = {"content-type": "application/json"}
     answer = h.send(request("/v1/items/1", "POST", headers=json_type, body=big_json))
     assert answer.status == 200 and h.origin.sent[-1].method == "POST"
+    # So does a body of no type over it (an upload sent without one): only a body
+    # labelled a form is refused for its size.
+    untyped = b"\x00" * (2 << 20)
+    answer = h.send(request("/v1/items/1", "POST", body=untyped))
+    assert answer.status == 200 and h.origin.sent[-1].body == untyped
 
 
 def test_a_form_is_read_on_a_route_that_protects_some_methods_with_idempotency() -> None:
@@ -396,6 +401,12 @@ def test_a_clients_path_override_fields_never_reach_the_origin() -> None:
         "X-Host": "other-tenant.test",
         "X-Forwarded-Server": "other-tenant.test",
         "X-Forwarded-Port": "8443",
+        "X-Forwarded-Ssl": "on",
+        "X-Forwarded-Scheme": "https",
+        "Front-End-Https": "on",
+        "X-Url-Scheme": "https",
+        "X-Original-Host": "other-tenant.test",
+        "X-HTTP-Host-Override": "other-tenant.test",
     }
     for _ in range(3):
         assert h.send(request("/health", "POST", headers=sneaky)).status == 200

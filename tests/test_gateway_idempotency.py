@@ -137,6 +137,9 @@ def test_callers_sharing_a_rate_limit_key_never_get_each_others_answer() -> None
     assert anonymous.status == 422
     again = h.send(post(headers=alice))
     assert again.body == b"answer 1" and again.headers.get("idempotent-replayed") == "true"
+    # The scheme's name in another case is the same credentials (RFC 9110).
+    spelled = h.send(post(headers={"authorization": "bearer  alice "}))
+    assert spelled.headers.get("idempotent-replayed") == "true"
     assert len(h.origin.sent) == 1
 
 

@@ -92,3 +92,11 @@ def test_refuse_says_what_to_send_instead() -> None:
 )
 def test_pass_never_changes_or_refuses_anything(asked: dict[str, str], has_body: bool) -> None:
     assert overridden_method("pass", asked, has_body) is None
+
+
+@pytest.mark.parametrize("wanted", ["FOO", "LINK", "PROPFIND"])
+def test_an_override_asking_for_a_method_the_platform_cannot_send_is_refused(wanted: str) -> None:
+    # The platform's fetch refuses method names it does not know: forwarded, every attempt
+    # would fail as if the origin were down (and open its breaker for everyone).
+    with pytest.raises(MethodOverrideError, match="an override may ask for"):
+        overridden_method("apply", {wanted: "the _method form field"}, has_body=False)

@@ -211,9 +211,11 @@ class Gateway:
             if is_json(content_type):
                 # A JSON body over the bound goes on unread (JSON uploads may be large).
                 json_body = body
-            elif body is None:
+            elif body is None and content_type:
                 return problem_response(problems.form_too_large(MAX_FORM_BYTES))
             else:
+                # A body of no type over the bound (an upload sent without one) goes on
+                # unread too: only a body labelled a form is refused for its size.
                 form = body
         asked = asked_methods(fields, request.query, form, json_body)
         if not asked:

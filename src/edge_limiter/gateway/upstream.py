@@ -98,6 +98,13 @@ FORWARDED_AS_FIELDS = (
     "x-host",
     "x-forwarded-server",
     "x-forwarded-port",
+    "x-original-host",
+    "x-http-host-override",
+    # The scheme asked for, spelled the other ways (Rack reads X-Forwarded-Ssl first).
+    "x-forwarded-ssl",
+    "x-forwarded-scheme",
+    "front-end-https",
+    "x-url-scheme",
 )
 #: Fields dropped from every forwarded request besides those: ``Expect: 100-continue``
 #: asks the origin for an interim ``100 Continue``, which the runtime's fetch takes as the

@@ -329,7 +329,8 @@ def _cookie_values(line: str, name: str) -> list[str]:
 
 
 def _percent_decoded(text: str) -> str:
-    return unquote(text, errors="replace") if "%" in text else text
+    # Bytes that are not UTF-8 stay apart (\udcXX escapes, keyed as the bytes they were).
+    return unquote(text, errors="surrogateescape") if "%" in text else text
 
 
 _COOKIE_ESCAPE = re.compile(r"\\(?:([0-3][0-7][0-7])|(.))", re.DOTALL)

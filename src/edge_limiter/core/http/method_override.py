@@ -35,6 +35,10 @@ FORM_TYPE = "application/x-www-form-urlencoded"
 MAX_FORM_BYTES = 1 << 20
 #: Methods whose requests the platform's ``fetch`` can only send without a body.
 BODILESS = frozenset(("GET", "HEAD"))
+#: The methods a POST may ask to be taken as: those frameworks take in an override that
+#: the platform's ``fetch`` can also send (it refuses names it does not know, which would
+#: fail every attempt at the origin as if the origin were down).
+OVERRIDABLE = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 
 
 class MethodOverrideError(ValueError):
@@ -134,6 +138,12 @@ def overridden_method(mode: str, asked: dict[str, str], has_body: bool) -> str |
         raise MethodOverrideError(
             f"The request is a POST that asks, in {where}, to be taken as {wanted!r}, "
             "which is not a method."
+        )
+    if wanted not in OVERRIDABLE:
+        raise MethodOverrideError(
+            f"The request is a POST that asks, in {where}, to be taken as {wanted}: an "
+            f"override may ask for {', '.join(sorted(OVERRIDABLE - {'POST'}))}. Send a "
+            f"{wanted} request itself."
         )
     if wanted in BODILESS and has_body:
         raise MethodOverrideError(
