@@ -251,3 +251,33 @@ def test_a_bounded_read_measures_without_buffering_and_keeps_the_body_whole() ->
     assert fields["x-a"] == "1" and fields["x-origin"] == "eu"
     assert result["encoded_over"] is None
     assert result["request_over"] is None
+
+
+def test_discard_removes_the_named_fields_present_and_copies_only_then() -> None:
+    result = run(
+        """
+        import json
+        import js
+        from pyodide.ffi import to_js
+        from edge_limiter.platform.convert import JsHeaders
+
+        async def main():
+            original = js.Headers.new(to_js([["X-Forwarded-Host", "evil"], ["X-Kept", "1"]]))
+            headers = JsHeaders(original)
+            headers.discard(frozenset({"x-forwarded-host", "forwarded", "expect"}))
+            fields = js.Headers.new(to_js([["x-kept", "1"]]))
+            untouched = JsHeaders(fields)
+            untouched.discard(frozenset({"forwarded", "expect"}))
+            return json.dumps({
+                "left": headers.items(),
+                "original": js.Array.from_(original.entries()).to_py(),
+                "copied": headers.js is not original,
+                "untouched_copied": untouched.js is not fields,
+            })
+        """
+    )
+    assert result["left"] == [["x-kept", "1"]]
+    # The runtime's own object is never changed: the fields were copied first.
+    assert result["original"] == [["x-forwarded-host", "evil"], ["x-kept", "1"]]
+    assert result["copied"] is True
+    assert result["untouched_copied"] is False  # nothing to remove: nothing copied

@@ -110,7 +110,7 @@ FORWARDED_AS_FIELDS = (
 #: asks the origin for an interim ``100 Continue``, which the runtime's fetch takes as the
 #: final answer (local workerd hands it back as the response); the client's own
 #: expectation is the runtime's to answer, and the body is sent whole either way.
-DROPPED_FIELDS = (*PATH_OVERRIDE_FIELDS, *FORWARDED_AS_FIELDS, "expect")
+DROPPED_FIELDS = frozenset((*PATH_OVERRIDE_FIELDS, *FORWARDED_AS_FIELDS, "expect"))
 #: A request body is kept in memory for retries up to this size (its Content-Length);
 #: a larger one, or one of unknown length (chunked), is sent once, streamed.
 MAX_REPLAY_BODY_BYTES = 1 << 20
@@ -357,8 +357,7 @@ class Upstream:
         forward = exchange.forward
         pool, retry = forward.pool, forward.retry
         request = exchange.request
-        for name in DROPPED_FIELDS:
-            request.headers.delete(name)
+        request.headers.discard(DROPPED_FIELDS)
         for name, value in self.origin_fields.get(pool.name, ()):
             request.headers.set(name, value)  # whatever the client sent under that name
         if self.client_ip_header is not None:

@@ -219,6 +219,15 @@ class JsHeaders:
         if self.js.has(name):
             self._writable().delete(name)
 
+    def discard(self, names: frozenset[str]) -> None:
+        # The names present, in one call into JavaScript (the runtime lower-cases them),
+        # rather than one lookup per name asked about.
+        present = names.intersection(globals_.Array.from_(self.js.keys()).to_py())
+        if present:
+            writable = self._writable()
+            for name in present:
+                writable.delete(name)
+
     def items(self) -> list[tuple[str, str]]:
         return [(str(k), str(v)) for k, v in globals_.Array.from_(self.js.entries()).to_py()]
 

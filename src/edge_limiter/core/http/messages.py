@@ -41,6 +41,10 @@ class HeaderMap(Protocol):
         """Remove the field."""
         ...
 
+    def discard(self, names: frozenset[str]) -> None:
+        """Remove every field named in ``names`` (lower case) that is present."""
+        ...
+
     def items(self) -> list[tuple[str, str]]:
         """Every ``(name, value)``, names lower case, in order."""
         ...
@@ -79,6 +83,10 @@ class Headers:
         """Remove the field."""
         key = name.lower()
         self._items = [(k, v) for k, v in self._items if k != key]
+
+    def discard(self, names: frozenset[str]) -> None:
+        """Remove every field named in ``names`` (lower case) that is present."""
+        self._items = [(k, v) for k, v in self._items if k not in names]
 
     def items(self) -> list[tuple[str, str]]:
         """Every ``(name, value)``, in order."""
