@@ -753,13 +753,8 @@ class KeyStore:
             self._load()
         self.flush(now)
         for rid, idle_at in list(self.idle.items()):
-            if idle_at > now:
-                continue
-            self.states.pop(rid, None)
-            del self.idle[rid]
-            self.unpruned.pop(rid, None)
-            self.sql.run("DELETE FROM limits WHERE id = ?", rid)
-            self.sql.run("DELETE FROM log WHERE id = ?", rid)
+            if idle_at <= now:
+                self._drop(rid)
         for rid, state in self.states.items():
             algorithm = self.algorithms.get(rid)
             if algorithm is not None and algorithm.logged and state is not None:

@@ -159,7 +159,7 @@ class Admin:
             if action in ("/api/keys/reset", "/api/keys/refund") and method == "POST":
                 return await self._key(params, action.rsplit("/", 1)[1])
             if action == "/api/overrides" and method == "GET":
-                return await self._overrides('{"op":"list"}', now)
+                return _json(200, await self._control('{"op":"list"}', now))
             if action == "/api/overrides" and method == "POST":
                 return await self._set_override(request, now)
             if action.startswith("/api/overrides/") and method == "DELETE":
@@ -332,9 +332,6 @@ class Admin:
                 },
             },
         )
-
-    async def _overrides(self, call: str, now: int) -> Response:
-        return _json(200, await self._control(call, now))
 
     async def _control(self, call: str, now: int) -> dict[str, Any]:
         """The Control object's answer to an overrides call; this isolate takes the list."""

@@ -119,10 +119,6 @@ class Idempotency:
             for name in self.fingerprinted
             if (value := request.headers.get(name)) is not None
         }
-        if "authorization" in present:
-            # The scheme's name is case-insensitive (RFC 9110): "bearer t" is "Bearer t".
-            scheme, _, credentials = present["authorization"].strip().partition(" ")
-            present["authorization"] = f"{scheme.lower()} {credentials.strip()}"
         print_ = fingerprint(
             request.method,
             exchange.path,

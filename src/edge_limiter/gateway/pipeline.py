@@ -220,8 +220,8 @@ class Gateway:
         asked = asked_methods(fields, request.query, form, json_body)
         if not asked:
             return None
-        has_body = request.body is not None and (form is None or bool(form))
-        has_body = has_body and (json_body is None or bool(json_body))
+        read = form if form is not None else json_body
+        has_body = request.body is not None and (read is None or bool(read))
         try:
             wanted = overridden_method(self.config.method_override, asked, has_body)
         except MethodOverrideError as exc:

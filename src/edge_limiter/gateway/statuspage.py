@@ -122,11 +122,9 @@ def render(
 
 
 def _rate(quota: int, window_ms: int) -> str:
-    """An override's limit as the config writes it (``100 per second``)."""
-    try:
-        return str(Rate(quota, window_ms))
-    except ValueError:
-        return f"{quota} per {window_ms} ms"
+    """An override's limit as the config writes it (``100 per second``); stored overrides
+    were checked when they were set."""
+    return str(Rate(quota, window_ms))
 
 
 def _when(epoch_ms: int | None) -> str:

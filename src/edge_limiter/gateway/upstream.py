@@ -392,9 +392,9 @@ class Upstream:
             )
         tried: list[_Tried] = []
         last: Response | None = None
+        # Origins that answered with a Retry-After: until when (an attempt going back to
+        # one, after the next origin in the order failed too, still waits for it).
         asked_until: dict[str, int] = {}
-        """Origins that answered with a Retry-After: until when (an attempt going back to
-        one, after the next origin in the order failed too, still waits for it)."""
         position = 0
         attempts = retry.attempts if retryable else 1
         for attempt in range(attempts):

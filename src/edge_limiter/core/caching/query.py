@@ -2,8 +2,8 @@
 
 A query is split on ``&`` into parameters and each parameter on its first ``=`` into a
 name and a value (a ``;`` is part of the value; a parameter holding one is never
-ignored, see below). ``?a`` and ``?a=`` stay apart (the value is absent in one and empty in the
-other), empty parameters (``a=1&&b=2``) are dropped and repeated parameters are kept.
+ignored: see :func:`canonical_query`). ``?a`` and ``?a=`` stay apart (the value is absent
+in one and empty in the other), empty parameters (``a=1&&b=2``) are dropped and repeated parameters are kept.
 
 Each name and value is normalised only in ways RFC 3986 section 6.2.2 calls equivalent:
 hex digits of an escape are upper-cased, escapes of unreserved characters are decoded
@@ -69,7 +69,13 @@ def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
     two differently, so they must not share an entry).
 
     ``ignore`` names are compared in normal form, so ``utm_source`` also drops
-    ``utm%5Fsource``; ``"*"`` among them drops the whole query.
+    ``utm%5Fsource``; ``"*"`` among them drops the whole query. A parameter holding a
+    ``;`` is never left out: Rack 2 (hence Rails) reads ``utm=1;x=2`` as ``utm`` and
+    ``x``, other servers as a ``utm`` of ``1;x=2``. Leaving it out would key
+    ``?utm=1;x=2`` as no query (a Rack origin answers by ``x``), leaving only ``utm=1``
+    out would key it as ``?x=2`` (the others answer as for no ``x``): either way one
+    request could store its answer for another URL. Kept whole, it is its own entry under
+    both readings.
     """
     ignored = {normalize_part(name) for name in ignore}
     if ALL_PARAMS in ignored:
@@ -83,14 +89,6 @@ def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
     kept = query_params(query)
     kept.sort(key=lambda param: param[0])
     return "&".join(name if value is None else f"{name}={value}" for name, value in kept)
-
-
-#: A parameter holding a ``;`` is never left out, even when it starts with an ignored
-#: name: Rack 2 (hence Rails) reads ``utm=1;x=2`` as ``utm`` and ``x``, other servers as a
-#: ``utm`` of ``1;x=2``. Leaving it out would key ``?utm=1;x=2`` as no query (a Rack
-#: origin answers by ``x``); leaving only ``utm=1`` out would key it as ``?x=2`` (the
-#: others answer as for no ``x``): either way one request could store its answer for
-#: another URL. Kept whole, it is its own entry under both readings.
 
 
 def _well_formed(text: str) -> bool:

@@ -47,6 +47,10 @@ def fingerprint(
     fields: list[list[str | None]] = []
     for name in sorted({name.lower() for name in names}):
         value = lowered.get(name)
+        if value is not None and name in CREDENTIALS:
+            # The scheme's name is case-insensitive (RFC 9110): "bearer t" is "Bearer t".
+            scheme, _, credentials = value.strip(_OWS).partition(" ")
+            value = f"{scheme.lower()} {credentials.strip(_OWS)}"
         fields.append([name, None if value is None else value.strip(_OWS)])
     encoded = json.dumps(
         [
