@@ -112,6 +112,10 @@ def _shown(value: object) -> str:
     return str(value)
 
 
+#: The options that describe the request to explain (nothing without --explain).
+EXPLAIN_ONLY = ("header", "ip", "country", "continent", "asn", "lat", "lon", "json")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -129,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lon", default="", help="the client's longitude (request.cf)")
     parser.add_argument("--json", action="store_true", help="print --explain as JSON")
     args = parser.parse_args(argv)
+    if not args.explain:
+        given = [f"--{name}" for name in EXPLAIN_ONLY if getattr(args, name) not in ("", [], False)]
+        if given:
+            parser.error(f"{', '.join(given)}: only with --explain METHOD URL")
 
     # Problems of the wrangler environments not asked for are warnings here (the build,
     # which cannot tell which one wrangler deploys, refuses them all).

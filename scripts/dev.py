@@ -120,6 +120,17 @@ def parse_mappings(values: list[str]) -> dict[str, str]:
     return mappings
 
 
+def port_number(text: str) -> int:
+    """``--port``'s value: a TCP port, or 0 for any free one (argparse says what is wrong)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {port}")
+    return port
+
+
 def port_free(port: int) -> bool:
     """Whether a server could listen on ``127.0.0.1:port`` now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -178,7 +189,9 @@ class OriginMap:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=8787, help="gateway port (default 8787)")
+    parser.add_argument(
+        "--port", type=port_number, default=8787, help="gateway port (default 8787; 0: any free)"
+    )
     parser.add_argument(
         "--wrangler", type=Path, default=ROOT / "wrangler.toml", help="wrangler config"
     )
@@ -315,7 +328,7 @@ def serve(
             kind = "demo origin" if original in origins.demos else "your origin"
             print(f"  origin {original} -> {kind} {local}")
         print(f"  counters persist in {persist}/ (--fresh forgets them)")
-        if gateway.runtime.get("bindings", {}).get("EDGE_LIMITER_ADMIN_TOKEN"):
+        if str(gateway.runtime.get("bindings", {}).get("EDGE_LIMITER_ADMIN_TOKEN") or "").strip():
             print(f"  admin API and status page: {url}/_edge-limiter/ (token from .dev.vars)")
         else:
             print("  admin API: off (put EDGE_LIMITER_ADMIN_TOKEN=... in .dev.vars to enable it)")

@@ -168,10 +168,17 @@ def check_project(
         return result
     source = path.name if path is not None else ""
     if document is not None:
-        # Every environment of the file is checked, used by a deployment or not.
+        # Every environment of the file is checked, used by a deployment or not; when one
+        # deployment is about to run, the problems of tables it does not use are warnings.
+        used = _file_table(wrangler, deploying)
         for env_name in [None, *sorted(document.get("env") or {})]:
             label = f"{source}" + (f" [env.{env_name}]" if env_name else "")
-            _check_one(label, lambda n=env_name: apply_environment(document, n, source), result)
+            into = result if env_name in (None, used) or used == EVERY else Check()
+            _check_one(label, lambda n=env_name: apply_environment(document, n, source), into)
+            if into is not result:
+                result.warnings.extend(
+                    f"{problem} (a table this run does not use)" for problem in into.problems
+                )
     for env in environments(wrangler):
         dep = deployment(wrangler, env)
         if deploying in (EVERY, env):
@@ -182,6 +189,17 @@ def check_project(
         deploy = "npx wrangler deploy" + (f" --env {env}" if env else "")
         result.warnings.extend(f"`{deploy}` would fail: {problem}" for problem in other.problems)
     return result
+
+
+def _file_table(wrangler: dict[str, Any], deploying: str | None) -> str | None:
+    """The config file's env table the deployment ``deploying`` selects (its
+    ``EDGE_LIMITER_ENV``; ``None``: the top level), or :data:`EVERY` for every deployment."""
+    if deploying == EVERY:
+        return EVERY
+    try:
+        return str(deployment(wrangler, deploying).vars.get(ENV_VAR) or "") or None
+    except ProjectConfigError:
+        return EVERY  # no such wrangler environment: reported where it is used
 
 
 def _check_deployment(

@@ -86,7 +86,7 @@ def test_explain_names_route_canonical_path_key_and_durable_object() -> None:
     # The path the Worker is given (the runtime resolved the dot segments), as it is served.
     climbing = run("--explain", "GET", "https://api.example.com/x/../../v1/tenants/a/b", "--json")
     assert json.loads(climbing.stdout)["canonical_path"] == "/v1/tenants/a/b"
-    for bad in (["--ip", "1.2.3"], ["--lat", "100"]):
+    for bad in (["--ip", "1.2.3"], ["--lat", "100"], ["--asn", "AS13335x"]):
         refused = run("--explain", "GET", "https://api.example.com/v1/login", *bad)
         assert refused.returncode == 2 and "error:" in refused.stderr, bad
 
@@ -107,6 +107,23 @@ def test_another_environments_problem_is_a_warning_unless_it_is_asked_for(
     assert "has no [env.prod] table" in top.stdout and "add one" in top.stdout
     prod = run(str(tmp_path / "mine.toml"), "--wrangler", wrangler, "--env", "prod")
     assert prod.returncode == 1 and "has no [env.prod] table" in prod.stderr
+
+
+def test_a_broken_env_table_of_the_file_stops_only_the_runs_that_use_it(tmp_path: Path) -> None:
+    (tmp_path / "wrangler.toml").write_text(
+        WRANGLER + '[env.staging.vars]\nEDGE_LIMITER_ENV = "staging"\n'
+    )
+    (tmp_path / "mine.toml").write_text(
+        'origin = "https://a.test"\n[[routes]]\nname = "a"\nmatch = { path = "/a" }\n'
+        'limits = "5/s"\n[[env.staging.routes]]\nname = "bad"\nmatch = { path = "/x" }\n'
+        'limits = "5/minut"\n'
+    )
+    args = (str(tmp_path / "mine.toml"), "--wrangler", str(tmp_path / "wrangler.toml"))
+    top = run(*args)
+    assert top.returncode == 0, top.stderr
+    assert "warning: mine.toml [env.staging]: route 'bad'.limits" in top.stdout
+    staging = run(*args, "--env", "staging")
+    assert staging.returncode == 1 and "[env.staging]: route 'bad'.limits" in staging.stderr
 
 
 def test_the_command_reads_a_relative_path_from_where_it_is_run(tmp_path: Path) -> None:
@@ -130,3 +147,8 @@ def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + config.encode())
     done = run(str(tmp_path / "bom.toml"), "--wrangler", str(tmp_path / "wrangler.toml"))
     assert done.returncode == 0, done.stderr
+
+
+def test_the_options_of_a_request_to_explain_need_explain() -> None:
+    done = run("--json", "--ip", "203.0.113.5")
+    assert done.returncode == 2 and "--ip, --json: only with --explain" in done.stderr

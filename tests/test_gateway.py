@@ -110,7 +110,9 @@ def test_the_origin_gets_exactly_the_canonical_path_it_was_counted_on() -> None:
     assert sent.method == "POST"
 
 
-@pytest.mark.parametrize("path", ["/v1/a%2fb", "/v1/a%5Cb", "/v1/%00", "/v1/%zz", "/../v1/x"])
+@pytest.mark.parametrize(
+    "path", ["/v1/a%2fb", "/v1/a%5Cb", "/v1/%00", "/v1/%zz", "/../v1/x", "/v1/k\\x"]
+)
 def test_paths_without_a_canonical_form_get_400_and_are_never_forwarded(path: str) -> None:
     h = harness(ROUTE)
     answer = h.send(request(path))
@@ -118,6 +120,9 @@ def test_paths_without_a_canonical_form_get_400_and_are_never_forwarded(path: st
     body = body_json(answer)
     assert body["code"] == "bad_path" and "canonical form" in body["detail"]
     assert h.origin.sent == [] and h.store.calls == []
+    # The client is told its path; the log is not (a segment may be a route's key).
+    (logged,) = h.events("bad_path")
+    assert "v1" not in logged["reason"] and "<path>" in logged["reason"]
 
 
 def test_path_parameters_key_on_the_decoded_canonical_segment() -> None:
@@ -554,6 +559,11 @@ def test_an_origin_timeout_is_a_504_and_a_network_failure_a_502() -> None:
     answer = down.send(request())
     assert answer.status == 502
     assert "unreachable" in body_json(answer)["detail"]
+    # A plain origin URL is told to clients as "origin"; the operator's log names it.
+    assert body_json(answer)["tried"] == [{"origin": "origin", "outcome": "unreachable"}] * 3
+    assert "origin.test" not in answer.body.decode()
+    assert down.events("origin_attempt")[0]["origin"] == "origin.test"
+    assert harness(ROUTE).send(request()).headers.get("x-origin") == "origin"
     # The rate-limit headers are on failures too: the request was counted.
     assert answer.headers.get("x-ratelimit-remaining") == "2"
     # A POST is never retried.

@@ -196,6 +196,15 @@ def test_a_keys_state_peek_reset_and_refund() -> None:
     assert admin(h, "/api/keys?route=api").status == 400
 
 
+def test_a_peek_of_a_key_another_limit_denies_says_what_each_limit_has_left() -> None:
+    h = harness({**ROUTES[0], "limits": "2/minute; 10/hour"}, admin_token=TOKEN)
+    for _ in range(2):
+        h.send(request("/v1/x", headers={"x-api-key": "bob"}))
+    minute, hour = body_json(admin(h, "/api/keys?route=api&key=bob"))["limits"]
+    assert minute["available"] == 0
+    assert hour["available"] == 8  # the denied probe took nothing from the hour (it said 9)
+
+
 def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> None:
     h = gw()
     for _ in range(3):
@@ -212,6 +221,10 @@ def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> 
     bad = admin(h, "/api/overrides", "POST", body=b'{"route": "api", "key": "x"}')
     assert bad.status == 400 and "either limits" in body_json(bad)["detail"]
     assert admin(h, "/api/overrides", "POST", body=b"not json").status == 400
+    costly = harness({**ROUTES[0], "cost": 3}, admin_token=TOKEN)
+    below = {"route": "api", "key": "k", "limits": "2/minute"}
+    refused = admin(costly, "/api/overrides", "POST", body=json.dumps(below).encode())
+    assert refused.status == 400 and "cost of 3" in body_json(refused)["detail"]
     huge = admin(h, "/api/overrides", "POST", body=b" " * (64 * 1024 + 1))
     assert huge.status == 413 and body_json(huge)["code"] == "admin_body_too_large"
     # A new override for the same route and key replaces it: the one asked for last applies.
@@ -277,6 +290,17 @@ def test_breakers_and_stats() -> None:
     assert counts.get("limited", 0) + counts.get("cached_denial", 0) >= 1
     assert stats["top_limited"][0]["route"] == "api"
     assert admin(h, "/api/nothing-here").status == 404
+    # A known endpoint asked with another method: 405 with the methods it takes.
+    for path, method, allow in [
+        ("/api/keys/reset", "GET", "POST"),
+        ("/api/overrides", "PUT", "GET, POST"),
+        ("/api/overrides/abc", "GET", "DELETE"),
+        ("/", "POST", "GET, HEAD"),
+    ]:
+        wrong = admin(h, path, method)
+        assert wrong.status == 405 and wrong.headers.get("allow") == allow, path
+        assert body_json(wrong)["code"] == "admin_method_not_allowed"
+    assert admin(h, "/api/overrides/a/b", "DELETE").status == 404
 
 
 def test_stats_include_the_last_decisions_of_an_isolate_gone_quiet() -> None:

@@ -149,6 +149,8 @@ def test_overrides_change_limits_live_and_exempt_keys() -> None:
     assert statuses == [200] * 2 + [429]
     denials = [r for r in h.logs if r.get("event") in ("limited", "cached_denial")]
     assert denials[-1]["override"]  # every use of an override is in the log
+    allowed = h.events("allowed")  # admitted ones too (none sampled: sample_allowed is 0)
+    assert len(allowed) == 2 and {r["override"] for r in allowed} == {denials[-1]["override"]}
     exempt = [h.send(call("internal")) for _ in range(10)]
     assert all(a.status == 200 for a in exempt)
     assert exempt[-1].headers.get("x-edgelimiter-reason") == "exempt"

@@ -130,3 +130,15 @@ def test_an_override_is_described_with_its_rates_as_a_person_writes_them() -> No
         == override.limits
     )  # what it says can be given back as it is
     assert decode_overrides(encode_overrides([override]))[0].limits == override.limits
+
+
+def test_an_override_below_a_routes_cost_is_refused_naming_the_route() -> None:
+    costs = {"api": 10, "login": 1}
+    data = {"route": "api", "key": "k", "limits": "5/minute"}
+    with pytest.raises(OverrideError, match=r"route 'api'.*cost of 10"):
+        parse_override(data, NOW, ALGORITHMS, costs=costs)
+    # On every route ('*'), the costliest route decides; the route's own cost is allowed.
+    with pytest.raises(OverrideError, match="route 'api'"):
+        parse_override({**data, "route": "*"}, NOW, ALGORITHMS, costs=costs)
+    assert parse_override({**data, "limits": "10/minute"}, NOW, ALGORITHMS, costs=costs).limits
+    assert parse_override({**data, "route": "login"}, NOW, ALGORITHMS, costs=costs).limits

@@ -434,13 +434,17 @@ def test_a_slow_origin_is_a_504_within_the_route_timeout(gateway: LocalGateway) 
     assert get(gateway, "/slow/10", fresh_ip()).status_code == 200
 
 
-def test_an_unreachable_origin_is_a_502_naming_it(gateway: LocalGateway) -> None:
+def test_an_unreachable_origin_is_a_502_naming_it_to_the_operator_only(
+    gateway: LocalGateway,
+) -> None:
     answer = get(gateway, "/dead", fresh_ip())
     assert answer.status_code == 502
     problem = answer.json()
-    assert problem["code"] == "origin_unreachable" and problem["pool"] == "127.0.0.1:9"
+    # A plain origin URL is never shown to clients; the log names it.
+    assert problem["code"] == "origin_unreachable" and problem["pool"] == "origin"
     assert {t["outcome"] for t in problem["tried"]} == {"unreachable"}
-    assert gateway.saw('"event":"origin_attempt","route":"dead"')
+    assert "127.0.0.1:9" not in answer.text
+    assert gateway.saw('"event":"origin_attempt","route":"dead","origin":"127.0.0.1:9"')
 
 
 def test_the_runtime_gets_what_wrangler_toml_gives_production(gateway: LocalGateway) -> None:

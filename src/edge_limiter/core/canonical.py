@@ -50,15 +50,20 @@ def _canonical_segment(raw: str, whole: str) -> str:
         if ch == "%":
             hex_digits = raw[i + 1 : i + 3]
             if len(hex_digits) != 2 or not all(h in _HEX for h in hex_digits):
-                raise PathError(f"invalid percent-encoding at {raw[i : i + 3]!r} in {whole!r}")
+                raise PathError(
+                    f"invalid percent-encoding at {raw[i : i + 3]!r} in {whole!r}", whole
+                )
             code = int(hex_digits, 16)
             if code in (0x2F, 0x5C):
                 raise PathError(
                     f"an encoded {'/' if code == 0x2F else chr(0x5C)} ({raw[i : i + 3]}) in "
-                    f"{whole!r} is ambiguous: servers disagree on whether it separates segments"
+                    f"{whole!r} is ambiguous: servers disagree on whether it separates segments",
+                    whole,
                 )
             if _is_control(code):
-                raise PathError(f"an encoded control character ({raw[i : i + 3]}) in {whole!r}")
+                raise PathError(
+                    f"an encoded control character ({raw[i : i + 3]}) in {whole!r}", whole
+                )
             decoded = chr(code)
             out.append(decoded if decoded in _UNRESERVED else f"%{code:02X}")
             i += 3
@@ -67,7 +72,9 @@ def _canonical_segment(raw: str, whole: str) -> str:
         if _is_control(code):
             raise PathError(f"a raw control character (0x{code:02X}) in the path")
         if ch == "\\":
-            raise PathError(f"a backslash in {whole!r} is ambiguous: some servers read it as '/'")
+            raise PathError(
+                f"a backslash in {whole!r} is ambiguous: some servers read it as '/'", whole
+            )
         if ch in _RAW_OK:
             out.append(ch)
         else:
@@ -115,7 +122,7 @@ def canonical_path(raw: str, matrix_params: str = "keep") -> str:
     a path holding any. Raises :class:`PathError` saying why a path has no canonical form.
     """
     if not raw.startswith("/"):
-        raise PathError(f"the request target {raw[:64]!r} is not an absolute path")
+        raise PathError(f"the request target {raw[:64]!r} is not an absolute path", raw[:64])
     segments: list[str] = []
     # A trailing slash is kept: "/a/" and "/a" may be different resources to an origin
     # (both match the same routes). A dot segment at the end leaves one too ("/a/." is "/a/").
@@ -124,7 +131,7 @@ def canonical_path(raw: str, matrix_params: str = "keep") -> str:
         raw_segment = piece
         if ";" in piece and matrix_params != "keep":
             if matrix_params == "reject":
-                raise PathError(f"';' parameters in a path segment are not accepted: {raw!r}")
+                raise PathError(f"';' parameters in a path segment are not accepted: {raw!r}", raw)
             raw_segment = piece.split(";", 1)[0]
         if not raw_segment:
             continue
@@ -132,7 +139,7 @@ def canonical_path(raw: str, matrix_params: str = "keep") -> str:
         trailing = segment in (".", "..")
         if segment == "..":
             if not segments:
-                raise PathError(f"{raw!r} climbs above the root with '..'")
+                raise PathError(f"{raw!r} climbs above the root with '..'", raw)
             segments.pop()
         elif segment != ".":
             segments.append(segment)

@@ -30,7 +30,20 @@ class DurationError(EdgeLimiterError, ValueError):
 
 
 class PathError(EdgeLimiterError, ValueError):
-    """A request path has no canonical form (the gateway answers 400 and never forwards it)."""
+    """A request path has no canonical form (the gateway answers 400 and never forwards it).
+
+    ``path`` is the path the message quotes (the client is shown it; a log must not be: a
+    path segment may be a route's key).
+    """
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+    def without_path(self) -> str:
+        """The message with the quoted path left out, for a log line."""
+        text = str(self)
+        return text.replace(repr(self.path), "<path>") if self.path else text
 
 
 class AmbiguousRequestError(EdgeLimiterError, ValueError):

@@ -106,6 +106,8 @@ def explained_client(
             raise ExplainError(
                 f"{ip!r} is not an IP address (the client's CF-Connecting-IP)"
             ) from None
+    if asn and not (asn.strip().isascii() and asn.strip().isdigit()):
+        raise ExplainError(f"asn must be a number (request.cf.asn, e.g. 13335), got {asn!r}")
     coordinates: list[float | None] = []
     for name, text, bound in (("latitude", latitude, 90), ("longitude", longitude, 180)):
         if not text:
@@ -122,7 +124,7 @@ def explained_client(
         ip=ip.strip(),
         country=country.upper(),
         continent=continent.upper(),
-        asn=asn,
+        asn=asn.strip(),
         latitude=coordinates[0],
         longitude=coordinates[1],
     )

@@ -74,11 +74,17 @@ class Override:
 
 
 def parse_override(
-    data: object, now: int, algorithms: Mapping[str, str], new_id: str | None = None
+    data: object,
+    now: int,
+    algorithms: Mapping[str, str],
+    new_id: str | None = None,
+    costs: Mapping[str, int] | None = None,
 ) -> Override:
     """An override from the admin API's JSON body; raises :class:`OverrideError`.
 
-    ``algorithms`` maps each route name to its algorithm (the limits must suit it).
+    ``algorithms`` maps each route name to its algorithm (the limits must suit it), and
+    ``costs`` each route name to its cost: a limit smaller than a request's cost would deny
+    every request for ever, so it is refused, as the config refuses it.
     """
     if not isinstance(data, Mapping):
         raise OverrideError("the body must be a JSON object with route, key, and limits or exempt")
@@ -115,6 +121,12 @@ def parse_override(
                     make_algorithm(algorithms[name], limit)
                 except ValueError as exc:
                     raise OverrideError(f"for route {name!r}: {exc}") from exc
+                cost = (costs or {}).get(name, 1)
+                if cost > limit.capacity:
+                    raise OverrideError(
+                        f"for route {name!r}: {limit.rate} is below the route's cost of "
+                        f"{cost} per request: no request could ever pass"
+                    )
     reason = data.get("reason", "")
     if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
         raise OverrideError(f"reason must be a string of at most {MAX_REASON_LENGTH} characters")

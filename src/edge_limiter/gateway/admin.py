@@ -176,7 +176,19 @@ class Admin:
                 return _json(200, await self._stats())
         except _AdminError as exc:
             return _fail(exc.status, exc.title, str(exc), exc.code)
-        return _fail(404, "Not Found", f"No admin endpoint {method} {action}.", "no_admin_endpoint")
+        allowed = ("GET", "HEAD") if page else _methods(action)
+        if not allowed:
+            return _fail(
+                404, "Not Found", f"No admin endpoint {method} {action}.", "no_admin_endpoint"
+            )
+        response = _fail(
+            405,
+            "Method Not Allowed",
+            f"{action} takes {' or '.join(allowed)}, not {method}.",
+            "admin_method_not_allowed",
+        )
+        response.headers.set("allow", ", ".join(allowed))
+        return response
 
     # --- endpoints ------------------------------------------------------------------------
 
@@ -318,7 +330,9 @@ class Admin:
                         "limit": d.limit,
                         # What the key may still use now; ``remaining`` is what a request
                         # of the route's cost would leave (as its headers would say).
-                        "available": d.remaining + probe if d.allowed else d.remaining,
+                        # A denied request consumes nothing: then no limit's remaining
+                        # has the probe taken off.
+                        "available": d.remaining + probe if decision.allowed else d.remaining,
                         "remaining": d.remaining,
                         "reset_after_ms": d.reset_after,
                         "retry_after_ms": d.retry_after,
@@ -360,8 +374,9 @@ class Admin:
         except ValueError as exc:
             raise _AdminError(400, f"the body is not JSON: {exc}") from exc
         algorithms = {route.name: route.limits.algorithm for route in self.config.routes}
+        costs = {route.name: route.limits.cost for route in self.config.routes}
         try:
-            override = parse_override(data, now, algorithms)
+            override = parse_override(data, now, algorithms, costs=costs)
         except OverrideError as exc:
             raise _AdminError(400, str(exc)) from exc
         route = self.config.route(override.route)
@@ -448,3 +463,24 @@ class _AdminError(Exception):
             409: "admin_conflict",
             413: "admin_body_too_large",
         }.get(status, "admin_unavailable")
+
+
+#: Each admin endpoint's methods (for the 405 answer to another method).
+_ENDPOINT_METHODS = {
+    "/api/config": ("GET",),
+    "/api/explain": ("GET",),
+    "/api/keys": ("GET",),
+    "/api/keys/reset": ("POST",),
+    "/api/keys/refund": ("POST",),
+    "/api/overrides": ("GET", "POST"),
+    "/api/cache/purge": ("POST",),
+    "/api/breakers": ("GET",),
+    "/api/stats": ("GET",),
+}
+
+
+def _methods(action: str) -> tuple[str, ...]:
+    """The methods ``action`` takes; none when no endpoint has that path."""
+    if action.startswith("/api/overrides/") and action.count("/") == 3:
+        return ("DELETE",)
+    return _ENDPOINT_METHODS.get(action, ())

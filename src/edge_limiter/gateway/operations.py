@@ -110,7 +110,8 @@ class Operating:
         if decision is not None:
             remaining, limit = decision.remaining, decision.limit
             near = limit > 0 and (limit - remaining) >= ops.near_limit * limit
-        if event != "allowed" or (ops.sample_allowed and services.random() < ops.sample_allowed):
+        logged = event != "allowed" or (extra is not None and "override" in extra)
+        if logged or (ops.sample_allowed and services.random() < ops.sample_allowed):
             record: dict[str, Any] = {
                 "event": event,
                 "route": route,

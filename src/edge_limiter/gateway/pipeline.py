@@ -113,7 +113,7 @@ class Gateway:
         try:
             path = canonical_path(request.path, self.config.matrix_params)
         except PathError as exc:
-            self.services.log({"event": "bad_path", "reason": str(exc)})
+            self.services.log({"event": "bad_path", "reason": exc.without_path()})
             response = problem_response(problems.bad_path(str(exc)))
         else:
             admin_path = self.admin.admin_path(path)

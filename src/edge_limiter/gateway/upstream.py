@@ -323,7 +323,7 @@ class Upstream:
             origin = order[position]
             bulkhead = self._bulkhead(origin)
             if not bulkhead.try_acquire():
-                tried.append(_Tried(origin.name, "bulkhead_full"))
+                tried.append(_Tried(origin.label, "bulkhead_full"))
                 continue
             await self.breakers.refresh_if_old(origin.name, pool.breaker, now)
             decision = self.breakers.allow(origin.name, pool.breaker, now)
@@ -333,7 +333,7 @@ class Upstream:
                 bulkhead.release()
                 refusal = decision.refusal.value if decision.refusal else "open"
                 outcome = "breaker_open" if refusal != "overloaded" else "overloaded"
-                tried.append(_Tried(origin.name, outcome, retry_after_ms=decision.retry_after_ms))
+                tried.append(_Tried(origin.label, outcome, retry_after_ms=decision.retry_after_ms))
                 continue
             return position, origin, decision.permit
         return None
@@ -495,7 +495,7 @@ class Upstream:
         overloaded_until = 0
         if response is not None:
             exchange.reached_origin = True
-            response.headers.set(ORIGIN_HEADER, origin.name)
+            response.headers.set(ORIGIN_HEADER, origin.label)
             overload = outcome is Outcome.OVERLOAD and pool.breaker.pause_on_429
             if outcome is Outcome.FAILURE or overload:
                 # Only a failure is retried or parks the origin: any other answer is passed
@@ -526,7 +526,7 @@ class Upstream:
             )
         self.breakers.sync_soon(origin.name, pool.breaker, ended, exchange.background)
         kind = "timeout" if error == "timeout" else ("unreachable" if error else outcome.value)
-        tried.append(_Tried(origin.name, kind, status))
+        tried.append(_Tried(origin.label, kind, status))
         if attempt or outcome is not Outcome.SUCCESS:
             # A first attempt that succeeds is the ordinary case (the access log has it);
             # every failure, and every retry, is logged.
@@ -570,7 +570,7 @@ class Upstream:
     def _failure(self, exchange: Exchange, tried: list[_Tried]) -> problems.Problem:
         """The answer when no origin answered: which were tried, and why each failed."""
         route = exchange.route_name
-        pool = exchange.forward.pool.name
+        pool = exchange.forward.pool.label
         described = [t.describe() for t in tried]
         attempted = [t for t in tried if t.outcome in ("timeout", "unreachable")]
         if not attempted:

@@ -524,7 +524,9 @@ class _Upstreams:
         key = f"{url}#{timeout_ms}"
         if key not in self.by_url:
             # A plain URL has no concurrency cap (a pool's origins have max_in_flight).
-            origin = Origin(name=name, url=url, timeout_ms=timeout_ms, max_in_flight=UNCAPPED)
+            origin = Origin(
+                name=name, url=url, timeout_ms=timeout_ms, max_in_flight=UNCAPPED, named=False
+            )
             self.by_url[key] = Pool(name, (origin,))
         return self.by_url[key]
 

@@ -143,6 +143,16 @@ class Origin:
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     health: HealthCheck | None = None
+    named: bool = True
+    """Whether the config gave the name (a pool's origin), or it is a plain ``origin`` URL's."""
+
+    @property
+    def label(self) -> str:
+        """The origin as clients are told it (``X-Origin``, a failure's problem body): its
+        name, or ``"origin"`` for a plain URL, whose host and path are never shown to
+        clients (the Cloudflare convention: a client that learns the origin's address can go
+        round the gateway). Logs and the admin API use :attr:`name`."""
+        return self.name if self.named else PLAIN_LABEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +165,15 @@ class Pool:
     retry: RetrySettings = field(default_factory=RetrySettings)
     headers: tuple[OriginHeader, ...] = ()
     """The pool's own fields for its origins (over the top-level ``origin_headers``)."""
+
+    @property
+    def label(self) -> str:
+        """The pool as clients are told it: its name, or ``"origin"`` for a plain URL's."""
+        return self.name if all(origin.named for origin in self.origins) else PLAIN_LABEL
+
+
+#: How clients are told a plain ``origin`` URL (see :attr:`Origin.label`).
+PLAIN_LABEL = "origin"
 
 
 def parse_pools(raw: object, problems: Problems) -> dict[str, Pool]:
