@@ -494,8 +494,26 @@ def test_forwarded_host_tells_origins_the_host_and_scheme_asked_for() -> None:
 
 def test_without_forwarded_host_a_clients_forwarded_host_is_dropped() -> None:
     h = harness(ROUTE, upstream=FakeOrigin(), origin=None, pools=POOLS)
-    h.send(from_("DE", "EU", headers={"x-forwarded-host": "other-tenant.test"}))
-    assert "x-forwarded-host" not in dict(h.origin.sent[-1].headers)
+    forged = {"x-forwarded-host": "other-tenant.test", "X-Forwarded-Proto": "http"}
+    asked = from_("DE", "EU", headers=forged)
+    asked.scheme = "https"
+    h.send(asked)
+    fields = [(name.lower(), value) for name, value in h.origin.sent[-1].headers]
+    assert "x-forwarded-host" not in dict(fields)
+    # The scheme is the one the client used, never its claim (a Rack origin would answer a
+    # forged "http" with a redirect to https, cacheable for everyone).
+    assert [v for n, v in fields if n == "x-forwarded-proto"] == ["https"]
+    told = harness(
+        ROUTE,
+        upstream=FakeOrigin(),
+        origin=None,
+        pools=POOLS,
+        origin_headers={"X-Forwarded-Proto": "https"},
+    )
+    plain = from_("DE", "EU")
+    plain.scheme = "http"
+    told.send(plain)
+    assert dict(told.origin.sent[-1].headers)["x-forwarded-proto"] == "https"  # the config's
 
 
 GATEWAY_KEY = {"X-Gateway-Key": "$GATEWAY_KEY", "X-Via": "edge-limiter"}

@@ -111,6 +111,8 @@ FORWARDED_AS_FIELDS = (
 #: final answer (local workerd hands it back as the response); the client's own
 #: expectation is the runtime's to answer, and the body is sent whole either way.
 DROPPED_FIELDS = frozenset((*PATH_OVERRIDE_FIELDS, *FORWARDED_AS_FIELDS, "expect"))
+#: The scheme field every forwarded request carries (see ``Upstream.__call__``).
+PROTO_FIELD = FORWARDED_HOST_FIELDS[1]
 #: A request body is kept in memory for retries up to this size (its Content-Length);
 #: a larger one, or one of unknown length (chunked), is sent once, streamed.
 MAX_REPLAY_BODY_BYTES = 1 << 20
@@ -358,6 +360,10 @@ class Upstream:
         pool, retry = forward.pool, forward.retry
         request = exchange.request
         request.headers.discard(DROPPED_FIELDS)
+        # The scheme the client used, never what it claims (Rails' force_ssl would answer a
+        # client's "http" with a redirect, cached for everyone); origin_headers may say
+        # otherwise.
+        request.headers.set(PROTO_FIELD, request.scheme)
         for name, value in self.origin_fields.get(pool.name, ()):
             request.headers.set(name, value)  # whatever the client sent under that name
         if self.client_ip_header is not None:
@@ -371,9 +377,7 @@ class Upstream:
         if self.forwarded_host:
             # What the client asked for, as matched (the canonical host): the request's
             # own Host names the origin once it is sent there.
-            host_field, proto_field = FORWARDED_HOST_FIELDS
-            request.headers.set(host_field, exchange.host)
-            request.headers.set(proto_field, request.scheme)
+            request.headers.set(FORWARDED_HOST_FIELDS[0], exchange.host)
         order = self._order(pool, exchange)
         start = clock.now_ms()
         deadline = start + forward.timeout_ms
