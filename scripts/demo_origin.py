@@ -12,7 +12,8 @@ to the response (for cache tests: ``?h=cache-control:max-age%3D1``), ``reason=te
 sets the status line's reason phrase, ``interim=103`` (or ``102``) sends that interim
 answer before the final one, ``events=N`` answers N server-sent events and holds the
 stream open, ``pad=N`` adds N bytes to the JSON (a ``"pad"``
-member), and ``chunked=1`` sends the answer chunked (no ``Content-Length``). Request
+member), ``drip=MS`` sends the body in four pieces MS milliseconds apart, and
+``chunked=1`` sends the answer chunked (no ``Content-Length``). Request
 bodies are read whether they come with a length or chunked.
 """
 
@@ -107,6 +108,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(header.strip(), header_value.strip())
         self.end_headers()
         if self.command == "HEAD":
+            return
+        drip = options.get("drip", "")
+        if not chunked and drip.isdigit():
+            # The body in four pieces, ``drip`` ms apart (a slow but steady answer).
+            quarter = -(-len(payload) // 4)
+            for start in range(0, len(payload), quarter):
+                if start:
+                    time.sleep(min(int(drip), 60_000) / 1000)
+                self.wfile.write(payload[start : start + quarter])
+                self.wfile.flush()
             return
         if not chunked:
             self.wfile.write(payload)

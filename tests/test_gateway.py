@@ -439,13 +439,21 @@ def test_a_clients_expect_field_never_reaches_the_origin() -> None:
     [(100, "an interim 100"), (103, "an interim 103"), (600, "status 600"), (999, "status 999")],
 )
 def test_an_answer_that_is_not_final_is_a_502_not_a_crash(status: int, said: str) -> None:
-    h = harness(ROUTE, upstream=FakeOrigin(respond=answering(status, body=b"")))
+    roomy = {**ROUTE, "limits": "1000/minute"}
+    h = harness(roomy, upstream=FakeOrigin(respond=answering(status, body=b"")))
     answer = h.send(request("/v1/a"))
     assert answer.status == 502
     problem = body_json(answer)
     assert problem["code"] == "origin_unreachable"
     attempts = h.events("origin_attempt")
     assert attempts and all(said in a["detail"] for a in attempts)
+    if status < 200:
+        # The origin is up and acted: not sent again, and its breaker not told (a page
+        # that sends Early Hints must not open it for every route).
+        assert len(h.origin.sent) == 1 and attempts[0]["outcome"] == "interim_answer"
+        assert [h.send(request("/v1/a")).status for _ in range(10)] == [502] * 10
+        assert len(h.origin.sent) == 11
+        assert h.gateway.upstream.breakers.phase("origin.test", h.clock.now) == "closed"
 
 
 def test_an_ambiguous_key_value_is_a_400_naming_it() -> None:

@@ -91,6 +91,18 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             # Origins that are slow or gone.
             route("slow", "/slow/*", "1000/hour", timeout="400ms"),
             route("dead", "/dead", "1000/hour", origin="http://127.0.0.1:9"),
+            # The timeout bounds the wait for the answer's head; a body the gateway reads
+            # itself is bounded per read.
+            route(
+                "slow-cached", "/slow-cached/*", "1000/hour", timeout="400ms", cache={"ttl": "5m"}
+            ),
+            route(
+                "slow-pay",
+                "/slow-pay/*",
+                "1000/hour",
+                timeout="400ms",
+                idempotency={"mode": "required"},
+            ),
             # The KV response cache.
             route("cached", "/cached/*", "3/hour", algorithm="sliding_log", cache={"ttl": "5m"}),
             route(

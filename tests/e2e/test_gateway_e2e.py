@@ -434,6 +434,34 @@ def test_a_slow_origin_is_a_504_within_the_route_timeout(gateway: LocalGateway) 
     assert get(gateway, "/slow/10", fresh_ip()).status_code == 200
 
 
+def test_the_timeout_bounds_the_answers_head_not_a_body_that_keeps_coming(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # The routes' timeout is 400 ms; each body comes in four pieces. 250 ms apart (750 ms
+    # in all) it arrives whole, stored by the cache and by the idempotency record alike.
+    for path in ("/slow-cached/steady?drip=250", "/slow-pay/steady?drip=250"):
+        method = "POST" if "pay" in path else "GET"
+        headers = {"idempotency-key": f'"{fresh_ip()}"'} if method == "POST" else {}
+        answer = get(gateway, path, fresh_ip(), method=method, headers=headers)
+        assert answer.status_code == 200, (path, answer.text[:300])
+        assert answer.json()["path"].endswith("/steady"), path
+    hit = get(gateway, "/slow-cached/steady?drip=250", fresh_ip())
+    assert hit.status_code == 200 and hit.headers["x-cache"] == "HIT"
+    # A body that stalls for longer than the timeout is not waited for without end: 502,
+    # nothing stored; the idempotent request is then replayed without its body, never
+    # forwarded again (the origin acted).
+    stalled = get(gateway, "/slow-cached/stall?drip=900", fresh_ip())
+    assert stalled.status_code == 502 and stalled.json()["code"] == "origin_body_broken"
+    payer = fresh_ip()  # one caller: the idempotency scope is the rate-limit key
+    key = {"idempotency-key": f'"{payer}"'}
+    paid = get(gateway, "/slow-pay/stall?drip=900", payer, method="POST", headers=key)
+    assert paid.status_code == 502 and paid.json()["code"] == "origin_body_broken"
+    before = origin.hits.count(("POST", "/slow-pay/stall"))
+    again = get(gateway, "/slow-pay/stall?drip=900", payer, method="POST", headers=key)
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+    assert origin.hits.count(("POST", "/slow-pay/stall")) == before == 1
+
+
 def test_an_unreachable_origin_is_a_502_naming_it_to_the_operator_only(
     gateway: LocalGateway,
 ) -> None:

@@ -852,7 +852,7 @@ def test_a_crash_mid_load_loses_no_admission_and_the_restart_admits_no_extra(
 def test_an_origin_that_answers_garbage_or_cuts_its_body_off(load_gateway: LocalGateway) -> None:
     """Garbage instead of HTTP is a 502; a body cut off mid-way is never cached or kept for
     an idempotent replay (502 ``origin_body_broken``), and a retry of the idempotent request
-    is not forwarded again while its claim holds."""
+    is never forwarded again (its status and fields are replayed)."""
     base = load_gateway.url
     garbage = httpx.get(f"{base}/broken/garbage", timeout=30)
     assert garbage.status_code == 502, (garbage.headers, garbage.content[:300])
@@ -865,7 +865,9 @@ def test_an_origin_that_answers_garbage_or_cuts_its_body_off(load_gateway: Local
     assert paid.status_code == 502
     assert paid.json()["code"] == "origin_body_broken"
     retry = httpx.post(f"{base}/broken-pay/cut", headers=headers, content=b"{}", timeout=30)
-    assert retry.status_code == 409
+    # The origin acted: the retry is replayed its status and fields, never forwarded again.
+    assert retry.status_code == 200 and retry.headers["idempotent-replayed"] == "true"
+    assert "cut off" in retry.headers["idempotent-replayed-body"]
     # Streamed straight through, the body is the runtime's to end: locally workerd ends it
     # early (an empty chunked body, status 200). Never padded, never stored: the next
     # request goes to the origin again and is cut again.

@@ -57,7 +57,7 @@ def test_a_runtime_call_answers_or_times_out_and_leaves_nothing_behind() -> None
         import asyncio, json
         import js
         from pyodide.ffi import create_proxy
-        from edge_limiter.platform import bindings
+        from edge_limiter.platform import convert as bindings  # within lives there
 
         async def main():
             out = {"value": await bindings.within(js.Promise.resolve("ok"), 1000)}

@@ -64,7 +64,8 @@ def replay(stored: StoredResponse) -> Response:
     if stored.body_too_large:
         headers.set(
             BODY_OMITTED_HEADER,
-            "omitted; larger than the route's idempotency.max_bytes, or a live stream",
+            "omitted; larger than the route's idempotency.max_bytes, a live stream, or cut "
+            "off on its way from the origin",
         )
     return Response(stored.status, headers, stored.body or None)
 
@@ -171,14 +172,31 @@ class Idempotency:
                 else await response.read_body_at_most(settings.max_bytes)
             )
         except BodyReadError as exc:
-            # The origin acted but its answer was cut off: nothing to replay. The claim is
-            # neither completed nor released: a retry gets 409 until the lock runs out
-            # (never a wrong replay), then takes it over.
+            # The origin acted but its answer was cut off (or stalled): the record keeps
+            # its status and fields without a body, as for a body too large to keep, so a
+            # retry is replayed that much and never forwarded again (exactly once).
             self._log("idempotency_error", op="origin_body", error=repr(exc))
             origin = response.headers.get("x-origin") or "origin"
+            fields = origin_fields(response.headers.items())
+            await self._complete(
+                exchange,
+                name,
+                print_,
+                token,
+                stored_response(response.status, fields, None, settings),
+            )
             return problem_response(problems.origin_body_broken(self.route.name, origin))
         fields = origin_fields(response.headers.items())
-        kept = stored_response(response.status, fields, data, settings)
+        await self._complete(
+            exchange, name, print_, token, stored_response(response.status, fields, data, settings)
+        )
+        return response
+
+    async def _complete(
+        self, exchange: Exchange, name: str, print_: str, token: int, kept: StoredResponse
+    ) -> None:
+        """Store the answer under the claim ``token`` holds (and copy it to the edge)."""
+        settings = self.settings
         try:
             done = await self._call(
                 name,
@@ -188,13 +206,12 @@ class Idempotency:
             )
         except (Exception, asyncio.CancelledError) as exc:
             self._log("idempotency_error", op="complete", error=repr(exc))
-            return response
+            return
         if done.outcome is Outcome.COMPLETED:
             self._copy_to_edge(exchange, name, print_, kept)
         else:
             # Fenced: our lock ran out and another request holds (or completed) the key.
             self._log("idempotency_fenced", reason=done.reason)
-        return response
 
     async def _call(self, name: str, call: IdempotencyCall) -> IdempotencyAnswer:
         text = await self.store.call(name, call.to_json(), self.timeout_ms)

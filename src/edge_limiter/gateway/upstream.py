@@ -442,6 +442,8 @@ class Upstream:
                 last = response
             if retry_after_ms:
                 asked_until[origin.name] = clock.now_ms() + retry_after_ms
+            if tried[-1].outcome == "interim_answer":
+                break  # the origin answered (and acted): sending it again would act again
             if attempt + 1 < attempts and not may_resend(
                 request.method,
                 exchange.idempotency_token is not None,
@@ -477,6 +479,7 @@ class Upstream:
         )
         response: Response | None = None
         error: str | None = None
+        interim = False
         try:
             # The origin port enforces the timeout (the platform aborts the fetch, which
             # also closes the connection): no timer of the gateway's own per request.
@@ -489,8 +492,11 @@ class Upstream:
             # An interim answer (100 Continue, 102, 103 Early Hints) handed back as if it
             # were the final one (local workerd's fetch does this), or a status HTTP does
             # not have (600 and up): there is no answer to pass on, and the runtime cannot
-            # even build a response with that status.
+            # even build a response with that status. The origin is up and acted: the
+            # attempt is neither retried (it would act again) nor judged by the breaker
+            # (one page sending Early Hints must not open it for every route).
             error = f"unreachable: {_not_final(response.status)} came instead of an answer"
+            interim = 100 <= response.status <= 199
             response = None
         ended = clock.now_ms()
         status = response.status if response is not None else None
@@ -508,7 +514,7 @@ class Upstream:
             if overload:
                 pause = min(retry_after_ms or 1_000, MAX_RETRY_AFTER_MS)
                 overloaded_until = ended + pause
-        if (
+        if interim or (
             response is None
             and request.body is not None
             and not isinstance(request.body, BytesBody)
@@ -530,6 +536,8 @@ class Upstream:
             )
         self.breakers.sync_soon(origin.name, pool.breaker, ended, exchange.background)
         kind = "timeout" if error == "timeout" else ("unreachable" if error else outcome.value)
+        if interim:
+            kind = "interim_answer"
         tried.append(_Tried(origin.label, kind, status))
         if attempt or outcome is not Outcome.SUCCESS:
             # A first attempt that succeeds is the ordinary case (the access log has it);
@@ -576,7 +584,7 @@ class Upstream:
         route = exchange.route_name
         pool = exchange.forward.pool.label
         described = [t.describe() for t in tried]
-        attempted = [t for t in tried if t.outcome in ("timeout", "unreachable")]
+        attempted = [t for t in tried if t.outcome in ("timeout", "unreachable", "interim_answer")]
         if not attempted:
             waits = [t.retry_after_ms for t in tried if t.retry_after_ms > 0]
             busy = all(t.outcome == "bulkhead_full" for t in tried)

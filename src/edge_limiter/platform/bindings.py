@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Awaitable
 from typing import Any
 
-from pyodide.ffi import JsException, create_proxy, to_js
+from pyodide.ffi import JsException, to_js
 
 from ..core.control import CONTROL_OBJECT
 from ..core.http.messages import Response
@@ -22,6 +21,7 @@ from .convert import (
     js_headers,
     js_object,
     untouched,
+    within,
 )
 
 
@@ -36,63 +36,6 @@ def as_bytes(value: Any) -> bytes | None:
     if to_bytes is not None:
         return bytes(to_bytes())
     return bytes(value.to_py())
-
-
-#: Runtime calls waiting under a deadline, by number; the timer's callback cancels one,
-#: and each call removes its own entry when it ends.
-_waiting: dict[int, asyncio.Future[Any]] = {}
-_numbers = itertools.count()
-_expire_proxy: Any = None
-#: Every so many calls, the entries of calls begun more than ``_PRUNE_AFTER`` calls ago
-#: are dropped: a request the runtime abandoned mid-call (its timer cancelled with it)
-#: never removes its own. (At 1,000 calls a second that is a minute, past any timeout;
-#: a call dropped while still waiting only loses its timeout.)
-_PRUNE_EVERY = 4096
-_PRUNE_AFTER = 65_536
-
-
-def _expire(number: int) -> None:
-    call = _waiting.pop(int(number), None)
-    if call is not None:
-        call.cancel()
-
-
-def _prune(newest: int) -> None:
-    for number in [n for n in _waiting if n < newest - _PRUNE_AFTER]:
-        del _waiting[number]
-
-
-async def within(call: Any, timeout_ms: int) -> Any:
-    """``await call`` (a runtime call), or :class:`TimeoutError` after ``timeout_ms``
-    (0: no limit).
-
-    Not ``asyncio.wait_for``: its timer is a runtime ``setTimeout`` that it never clears,
-    so when the request ends first the runtime cancels it and its Python callback is
-    never freed (about one handle and one context leaked per limited or idempotent
-    request). Here the timer is cleared as soon as the call answers, and nothing calls
-    back into Python unless it fires. Every timer calls the same callback (made once per
-    isolate) with the call's number, so a call costs no callback of its own.
-    """
-    if not timeout_ms:
-        return await call
-    global _expire_proxy  # noqa: PLW0603 - one callback for the isolate, on purpose
-    if _expire_proxy is None:
-        _expire_proxy = create_proxy(_expire)
-    call = asyncio.ensure_future(call)
-    number = next(_numbers)
-    if number % _PRUNE_EVERY == 0:
-        _prune(number)
-    _waiting[number] = call
-    timer = globals_.setTimeout(_expire_proxy, timeout_ms, number)
-    try:
-        return await call
-    except asyncio.CancelledError:
-        if number not in _waiting:
-            raise TimeoutError(f"no answer within {timeout_ms} ms") from None
-        raise
-    finally:
-        if _waiting.pop(number, None) is not None:
-            globals_.clearTimeout(timer)
 
 
 class DurableObjectStore:
@@ -198,10 +141,18 @@ class FetchOrigin:
     """Sends origin requests with the runtime's ``fetch``; redirects are passed through."""
 
     async def send(self, request: OriginRequest) -> Response:
-        # Aborting closes the connection (the port enforces the timeout).
+        # The timeout bounds the wait for the answer's status and fields: the fetch is
+        # aborted then (which closes the connection), and the timer is cleared once they
+        # arrive, so a body that keeps coming is never cut off (an AbortSignal.timeout
+        # would cut it at the deadline too). A body the gateway reads itself (to store it)
+        # is bounded per read instead: no bytes for the timeout ends it (JsBody).
         init = js_object()
         init.redirect = "manual"
-        init.signal = globals_.AbortSignal.timeout(request.timeout_ms)
+        controller = globals_.AbortController.new()
+        init.signal = controller.signal
+        timer = globals_.setTimeout(
+            controller.abort.bind(controller, _timed_out()), request.timeout_ms
+        )
         native = request.native
         if untouched(request.headers, request.body, native):
             # Method, headers and body stream go on as they came: one call, no copies.
@@ -219,9 +170,24 @@ class FetchOrigin:
             if "TimeoutError" in str(exc) or "timed out" in str(exc).lower():
                 raise OriginTimeoutError(str(exc)) from exc
             raise OriginUnreachableError(_short(str(exc))) from exc
+        finally:
+            globals_.clearTimeout(timer)
         status = int(answer.status)
-        body = JsBody(answer)
+        body = JsBody(answer, idle_ms=request.timeout_ms)
         return Response(status, JsHeaders.of_response(answer, body, status), body, answer)
+
+
+_timeout_reason: Any = None
+
+
+def _timed_out() -> Any:
+    """The reason an origin fetch is aborted with at its timeout (one per isolate)."""
+    global _timeout_reason  # noqa: PLW0603 - made once, on first use
+    if _timeout_reason is None:
+        _timeout_reason = globals_.DOMException.new(
+            "the origin did not answer within the timeout", "TimeoutError"
+        )
+    return _timeout_reason
 
 
 def _short(message: str) -> str:

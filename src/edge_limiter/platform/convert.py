@@ -8,11 +8,13 @@ them, and a request or response nothing changed goes back to the runtime as it c
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import math
 from typing import Any
 
 import js
-from pyodide.ffi import JsException, jsnull, to_js
+from pyodide.ffi import JsException, create_proxy, jsnull, to_js
 
 from ..core.caching.fields import content_length
 from ..core.errors import BodyReadError
@@ -42,14 +44,74 @@ def absent(value: Any) -> bool:
     return value is None or value is jsnull
 
 
+#: Runtime calls waiting under a deadline, by number; the timer's callback cancels one,
+#: and each call removes its own entry when it ends.
+_waiting: dict[int, asyncio.Future[Any]] = {}
+_numbers = itertools.count()
+_expire_proxy: Any = None
+#: Every so many calls, the entries of calls begun more than ``_PRUNE_AFTER`` calls ago
+#: are dropped: a request the runtime abandoned mid-call (its timer cancelled with it)
+#: never removes its own. (At 1,000 calls a second that is a minute, past any timeout;
+#: a call dropped while still waiting only loses its timeout.)
+_PRUNE_EVERY = 4096
+_PRUNE_AFTER = 65_536
+
+
+def _expire(number: int) -> None:
+    call = _waiting.pop(int(number), None)
+    if call is not None:
+        call.cancel()
+
+
+def _prune(newest: int) -> None:
+    for number in [n for n in _waiting if n < newest - _PRUNE_AFTER]:
+        del _waiting[number]
+
+
+async def within(call: Any, timeout_ms: int) -> Any:
+    """``await call`` (a runtime call), or :class:`TimeoutError` after ``timeout_ms``
+    (0: no limit).
+
+    Not ``asyncio.wait_for``: its timer is a runtime ``setTimeout`` that it never clears,
+    so when the request ends first the runtime cancels it and its Python callback is
+    never freed (about one handle and one context leaked per limited or idempotent
+    request). Here the timer is cleared as soon as the call answers, and nothing calls
+    back into Python unless it fires. Every timer calls the same callback (made once per
+    isolate) with the call's number, so a call costs no callback of its own.
+    """
+    if not timeout_ms:
+        return await call
+    global _expire_proxy  # noqa: PLW0603 - one callback for the isolate, on purpose
+    if _expire_proxy is None:
+        _expire_proxy = create_proxy(_expire)
+    call = asyncio.ensure_future(call)
+    number = next(_numbers)
+    if number % _PRUNE_EVERY == 0:
+        _prune(number)
+    _waiting[number] = call
+    timer = globals_.setTimeout(_expire_proxy, timeout_ms, number)
+    try:
+        return await call
+    except asyncio.CancelledError:
+        if number not in _waiting:
+            raise TimeoutError(f"no answer within {timeout_ms} ms") from None
+        raise
+    finally:
+        if _waiting.pop(number, None) is not None:
+            globals_.clearTimeout(timer)
+
+
 class JsBody:
     """The body of a runtime Request or Response, read only when a stage asks for it."""
 
-    __slots__ = ("_data", "_source")
+    __slots__ = ("_data", "_idle_ms", "_source")
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: Any, idle_ms: int = 0) -> None:
         self._source = source
         self._data: bytes | None = None
+        # When set (an origin's answer), a read that gets no bytes for this long fails:
+        # a body that stalls is not waited for without end.
+        self._idle_ms = idle_ms
 
     @property
     def source(self) -> Any:
@@ -80,12 +142,43 @@ class JsBody:
     async def read(self) -> bytes:
         """The whole body, read once."""
         if self._data is None:
+            if self._idle_ms:
+                self._data = await self._read_chunks()
+                return self._data
             try:
                 buffer = await self._source.arrayBuffer()
             except JsException as exc:
                 raise BodyReadError(str(exc)[:200]) from exc
             self._data = bytes(buffer.to_bytes())
         return self._data
+
+    async def _read_chunks(self) -> bytes:
+        """The whole body, chunk by chunk, each within the idle bound."""
+        stream = self._source.body
+        if absent(stream):
+            return b""
+        reader = stream.getReader()
+        chunks: list[bytes] = []
+        while True:
+            step = await self._next(reader)
+            if step.done:
+                return b"".join(chunks)
+            chunks.append(bytes(step.value.to_bytes()))
+
+    async def _next(self, reader: Any) -> Any:
+        """``reader.read()``, within the idle bound when there is one; a stall or a broken
+        stream is a :class:`BodyReadError` (the stream is then cancelled)."""
+        try:
+            if not self._idle_ms:
+                return await reader.read()
+            return await within(reader.read(), self._idle_ms)
+        except TimeoutError:
+            reader.cancel()
+            raise BodyReadError(
+                f"the origin sent no bytes of its body for {self._idle_ms} ms"
+            ) from None
+        except JsException as exc:
+            raise BodyReadError(str(exc)[:200]) from exc
 
     async def read_at_most(self, limit: int) -> bytes | None:
         """The whole body if it is at most ``limit`` bytes (then kept), else ``None``.
@@ -120,7 +213,7 @@ class JsBody:
         size = 0
         try:
             while True:
-                step = await reader.read()
+                step = await self._next(reader)
                 if step.done:
                     break
                 chunk = step.value
@@ -130,9 +223,9 @@ class JsBody:
                     self._source = globals_.Response.new(kept, source)
                     return None
                 chunks.append(bytes(chunk.to_bytes()))
-        except JsException as exc:
+        except BodyReadError:
             kept.cancel()
-            raise BodyReadError(str(exc)[:200]) from exc
+            raise
         kept.cancel()
         self._data = b"".join(chunks)
         return self._data
