@@ -358,6 +358,28 @@ def test_the_gateways_own_answers_allow_the_listed_page_origins() -> None:
     )
 
 
+def test_a_cors_preflight_is_forwarded_uncounted_unless_the_route_lists_options() -> None:
+    preflight = {"origin": "https://app.test", "access-control-request-method": "DELETE"}
+    h = harness({**ROUTE, "limits": "1/minute"})
+    assert [h.send(request("/v1/a", "OPTIONS", headers=preflight)).status for _ in range(5)] == [
+        200
+    ] * 5
+    assert h.store.calls == [] and [s.method for s in h.origin.sent] == ["OPTIONS"] * 5
+    # The real request is counted as ever, and its 429 reaches the page (the preflight
+    # before it passed).
+    assert [h.send(request("/v1/a", "DELETE")).status for _ in range(2)] == [200, 429]
+    assert h.send(request("/v1/a", "OPTIONS", headers=preflight)).status == 200
+    # An OPTIONS that is no preflight is counted; so are preflights where OPTIONS is listed.
+    assert h.send(request("/v1/a", "OPTIONS")).status == 429
+    listed = harness(
+        {**ROUTE, "limits": "1/minute", "match": {"path": "/v1/*", "methods": ["GET", "OPTIONS"]}}
+    )
+    statuses = [
+        listed.send(request("/v1/a", "OPTIONS", headers=preflight)).status for _ in range(2)
+    ]
+    assert statuses == [200, 429]
+
+
 def test_an_origin_answer_that_allows_the_page_gets_the_rate_limit_fields_exposed() -> None:
     allowing = FakeOrigin(
         respond=answering(

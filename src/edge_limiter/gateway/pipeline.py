@@ -18,7 +18,7 @@ from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config, Forwarding, Route
 from ..core.errors import BodyReadError, ConfigError, PathError
 from ..core.http import problems
-from ..core.http.cors import CorsSettings, exposed, with_vary_origin
+from ..core.http.cors import CorsSettings, exposed, is_preflight, with_vary_origin
 from ..core.http.messages import Request, Response
 from ..core.http.method_override import (
     BODILESS,
@@ -153,7 +153,14 @@ class Gateway:
             exchange = self._exchange(request, path, host, route.forward, background)
             exchange.route = route
             exchange.params = params
-            response = await self._routes[route.name](exchange)
+            if route.match.methods is None and is_preflight(request.method, request.headers):
+                # A browser's CORS preflight asks the origin whether it may send the
+                # request; it is not the request. Counted, it would take a unit per call
+                # and, denied, fail the browser's check, so the page never sees the 429
+                # its real request would get. A route listing OPTIONS counts them.
+                response = await self._unmatched(exchange)
+            else:
+                response = await self._routes[route.name](exchange)
         if (
             self.caches
             and request.method not in SAFE_METHODS

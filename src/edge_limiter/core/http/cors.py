@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from ..caching.fields import list_items
 from ..validation import Problems, boolean, shown, table, unknown_fields
+from .messages import HeaderMap
 
 #: The fields the gateway adds that browser code may want to read.
 EXPOSED = (
@@ -157,3 +158,13 @@ def _origin_problem(item: object) -> str | None:
             f"'https://app.example.com', got {shown(item)}"
         )
     return None
+
+
+def is_preflight(method: str, headers: HeaderMap) -> bool:
+    """Whether a request is a CORS preflight (the Fetch standard's: ``OPTIONS`` with
+    ``Origin`` and ``Access-Control-Request-Method``)."""
+    return (
+        method == "OPTIONS"
+        and headers.get("access-control-request-method") is not None
+        and headers.get("origin") is not None
+    )
