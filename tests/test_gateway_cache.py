@@ -635,7 +635,9 @@ def test_a_slow_kv_does_not_hold_the_writes_answer(monkeypatch: pytest.MonkeyPat
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("media", ["text/event-stream", "Text/Event-Stream; charset=utf-8"])
+@pytest.mark.parametrize(
+    "media", ["text/event-stream", "Text/Event-Stream; charset=utf-8", "application/x-ndjson"]
+)
 def test_a_live_stream_is_passed_on_as_it_comes_never_held_or_stored(media: str) -> None:
     # Server-sent events may never end: reading them to measure or keep them would hold
     # the client forever.

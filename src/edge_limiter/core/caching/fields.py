@@ -71,8 +71,20 @@ def content_length(fields: Fields) -> int | None:
 
 
 #: Media types of answers that are live streams (Server-Sent Events, MJPEG-style
-#: multipart replace): never held to be measured or kept, each client gets its own.
-STREAM_TYPES = frozenset({"text/event-stream", "multipart/x-mixed-replace"})
+#: multipart replace, and the newline-delimited JSON of streamed completions and watch
+#: APIs): never held to be measured or kept, each client gets its own as it comes.
+STREAM_TYPES = frozenset(
+    {
+        "text/event-stream",
+        "multipart/x-mixed-replace",
+        "application/x-ndjson",
+        "application/ndjson",
+        "application/jsonl",
+        "application/x-jsonlines",
+        "application/json-seq",
+        "application/stream+json",
+    }
+)
 
 
 def is_stream(fields: Fields) -> bool:
