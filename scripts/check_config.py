@@ -49,7 +49,14 @@ def _limits(route: dict[str, Any]) -> str:
         if limit["capacity"] != int(text.split(" ", 1)[0]):
             text += f" (burst {limit['capacity']})"
         parts.append(text)
-    return "; ".join(parts)
+    extras = []
+    if route["cost"] != 1:
+        extras.append(f"cost {route['cost']}")
+    if route["leases"]:
+        extras.append(f"leases {route['leases']['ttl_ms']} ms")
+    if route["write_behind_ms"]:
+        extras.append(f"write-behind {route['write_behind_ms']} ms")
+    return "; ".join(parts) + (f" [{', '.join(extras)}]" if extras else "")
 
 
 def table(config: Config) -> str:

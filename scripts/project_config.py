@@ -80,6 +80,11 @@ def read_toml(path: Path) -> dict[str, Any]:
     try:
         # utf-8-sig: a byte-order mark (some Windows editors write one) is not TOML.
         return tomllib.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise ProjectConfigError(
+            f"{path}: not UTF-8 text (TOML is UTF-8): byte {exc.object[exc.start]:#04x} at "
+            f"offset {exc.start}"
+        ) from exc
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ProjectConfigError(f"{path}: {exc}") from exc
 

@@ -25,6 +25,7 @@ def test_the_example_config_prints_its_routes_in_order() -> None:
     names = [line.split()[0] for line in lines[4:11]]
     assert names == ["login", "search", "tenant-api", "reports", "payments", "catalog", "api"]
     assert "10 per second (burst 20); 1000 per hour" in done.stdout
+    assert "60 per minute [cost 10]" in done.stdout  # what a route's requests cost
     assert "regional (2)" in done.stdout and "required" in done.stdout
     assert "method overrides on POST: apply" in done.stdout
     assert "CORS on the gateway's own answers: http://localhost:3000" in done.stdout
@@ -152,3 +153,12 @@ def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
 def test_the_options_of_a_request_to_explain_need_explain() -> None:
     done = run("--json", "--ip", "203.0.113.5")
     assert done.returncode == 2 and "--ip, --json: only with --explain" in done.stderr
+
+
+def test_a_config_file_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "edge-limiter.toml"
+    bad.write_bytes(b'origin = "https://a.test"\n\xff\xfe')
+    (tmp_path / "wrangler.toml").write_text(WRANGLER)
+    done = run(str(bad), "--wrangler", str(tmp_path / "wrangler.toml"))
+    assert done.returncode == 1 and "not UTF-8 text" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -190,6 +190,12 @@ def test_paths_settings_case_and_matrix() -> None:
     assert not parsed.routes[1].match.path.case_insensitive
     assert parsed.match("GET", "h", "/v1/LOGIN")[0].name == "a"  # type: ignore[index]
     assert parsed.match("GET", "h", "/X") is None
+    # A pattern that holds ';params' can never match where they are stripped or refused.
+    for mode in ("strip", "reject"):
+        said = problems_of(config(route(match={"path": "/p;v=1"}), paths={"matrix_params": mode}))
+        assert len(said) == 1 and said[0].startswith("route 'r'.match.path: holds ';'"), said
+    kept = config(route(match={"path": "/p;v=1"}), paths={"matrix_params": "keep"})
+    assert parse_config(kept).match("GET", "h", "/p;v=1") is not None
 
 
 def test_one_error_lists_every_problem_with_route_and_field() -> None:
@@ -327,6 +333,9 @@ def test_methods_may_be_any_token() -> None:
     parsed = parse_config(config(route(match={"path": "/x", "methods": ["purge", "GET"]})))
     # GET takes HEAD too: an origin answers HEAD by running GET.
     assert parsed.routes[0].match.methods == frozenset({"PURGE", "GET", "HEAD"})
+    # The runtime answers PURGE itself (501) before the Worker runs: said as a warning.
+    (warning,) = parsed.warnings
+    assert "match.methods" in warning and "PURGE" in warning and "501" in warning
     parsed = parse_config(config(route(match={"path": "/x", "methods": ["POST"]})))
     assert parsed.routes[0].match.methods == frozenset({"POST"})
 
@@ -428,3 +437,11 @@ def test_a_config_without_routes_is_valid_and_says_nothing_is_limited() -> None:
     parsed = parse_config({"origin": "https://api.example.com"})
     assert parsed.routes == ()
     assert any("there are no routes: nothing is limited" in w for w in parsed.warnings)
+
+
+def test_a_path_pattern_with_a_query_is_refused_and_dates_are_shown_as_written() -> None:
+    (said,) = problems_of(config(route(match={"path": "/p4?x=1"})))
+    assert "route 'r'.match.path" in said and "query" in said and "key = 'query:NAME'" in said
+    written = tomllib.loads('[[routes]]\nname = "r"\nmatch = { path = "/x" }\nlimits = 1979-05-27')
+    problems = problems_of({"origin": "https://a.test", **written})
+    assert any("1979-05-27 (a TOML date" in p for p in problems), problems

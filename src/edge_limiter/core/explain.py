@@ -52,6 +52,7 @@ def describe_route(route: Route) -> dict[str, Any]:
         "cost": limits.cost,
         "shadow": limits.shadow,
         "leases": _leases(route),
+        "write_behind_ms": limits.write_behind_ms,
         "on_store_error": "open" if route.failure.fail_open else "closed",
         "pool": route.forward.pool.name,
         "origins": [origin.name for origin in route.forward.pool.origins],

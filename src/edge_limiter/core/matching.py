@@ -56,6 +56,11 @@ class PathPattern:
             return cls(source, (), (), True, case_insensitive)
         if not source.startswith("/"):
             raise PatternError(f"path pattern {source!r} must start with '/' (or be '*')")
+        if "?" in source or "#" in source:
+            raise PatternError(
+                f"path pattern {source!r} holds a query or fragment ('?', '#'): a route "
+                "matches the path only (a query parameter can be a key: key = 'query:NAME')"
+            )
         parts = source.split("/")[1:]
         if parts and parts[-1] == "":
             parts.pop()  # a trailing slash is not significant

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import reprlib
 from collections.abc import Mapping
 from typing import Any, TypeGuard
@@ -17,7 +18,10 @@ _SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxtuple = 6
 
 
 def shown(value: object) -> str:
-    """``repr(value)`` cut to a readable size: config values can be huge or nested deeply."""
+    """``repr(value)`` cut to a readable size: config values can be huge or nested deeply.
+    A TOML date or time is shown as written, not as Python's repr of it."""
+    if isinstance(value, datetime.date | datetime.time):
+        return f"{value.isoformat()} (a TOML date or time)"
     return _SHOWN.repr(value)
 
 

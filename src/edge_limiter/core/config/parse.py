@@ -122,6 +122,9 @@ ROUTE_FIELDS = (
 )
 MATCH_FIELDS = ("methods", "path", "host", "case_insensitive")
 LIMIT_FIELDS = ("rate", "name", "burst")
+#: The methods local workerd hands to the Worker; others (TRACE, CONNECT, WebDAV's,
+#: QUERY, made-up names) it answers itself, so a route for them draws a warning.
+REACHABLE_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
 LEASE_FIELDS = ("ttl",)
 #: A lease longer than this only makes its units sit longer in an isolate that went away.
 MAX_LEASE_TTL_MS = 60_000
@@ -310,6 +313,14 @@ def _parse_match(value: object, case_default: bool, where: str, problems: Proble
             )
         else:
             methods = frozenset(m.upper() for m in listed)
+            unusual = sorted(methods - REACHABLE_METHODS)
+            if unusual:
+                problems.warn(
+                    f"{where}.match.methods",
+                    f"{', '.join(unusual)}: local workerd answers such requests itself (501) "
+                    "before the Worker runs; the routes reach GET, HEAD, POST, PUT, DELETE, "
+                    "PATCH and OPTIONS",
+                )
             if "GET" in methods:
                 # Origins answer HEAD by running GET (RFC 9110 9.3.2): a HEAD must not
                 # reach the origin uncounted where a GET is limited.
@@ -773,6 +784,18 @@ def parse_config(raw: object) -> Config:
         route = _parse_route(raw_route, name, where, defaults, problems)
         if route is not None:
             routes.append(route)
+    if matrix_params != "keep":
+        for route in routes:
+            if ";" in route.match.path.source:
+                problems.add(
+                    f"route {shown(route.name)}.match.path",
+                    f"holds ';' but paths.matrix_params = {matrix_params!r} "
+                    + (
+                        "removes ';params' from every request path: it can never match"
+                        if matrix_params == "strip"
+                        else "refuses every request path with ';params': it can never match"
+                    ),
+                )
     if problems.items:
         raise ConfigError(problems.items)
     _unreachable(routes, problems)
