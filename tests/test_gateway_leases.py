@@ -96,6 +96,23 @@ def test_one_isolate_admits_exactly_the_limit_with_few_calls_and_exact_headers()
     assert len(h.origin.sent) == 100
 
 
+@pytest.mark.parametrize("algorithm", ["token_bucket", "gcra"])
+def test_a_buckets_remaining_never_counts_the_reserve_it_cannot_lend(algorithm: str) -> None:
+    # The object keeps a ttl of refill back from every grant; units it will not grant are
+    # not "remaining": the last request admitted says 0, and the next one is denied.
+    (h,) = isolates(1, route("5/10 seconds", algorithm))
+    answers = []
+    for _ in range(8):
+        answers.append(h.send(request()))
+        h.clock.advance(10)
+    statuses = [a.status for a in answers]
+    admitted = statuses.count(200)
+    assert statuses == [200] * admitted + [429] * (8 - admitted)
+    remaining = [int(a.headers.get("x-ratelimit-remaining") or -1) for a in answers[:admitted]]
+    assert remaining[-1] == 0, remaining
+    assert remaining == sorted(remaining, reverse=True)
+
+
 @pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "token_bucket", "gcra"])
 def test_isolates_together_never_exceed_the_limit(algorithm: str) -> None:
     hs = isolates(3, route("50/s", algorithm))
@@ -279,6 +296,7 @@ def test_every_limit_of_a_route_holds_with_leases() -> None:
         ("gcra", "20/minute"),
         ("fixed_window", "20/minute"),
         ("sliding_window", "50/10 seconds"),
+        ("sliding_window", "5/10 seconds"),  # planned: a unit at the window's start
     ],
 )
 def test_a_leased_denial_says_when_a_request_is_admitted(algorithm: str, limits: str) -> None:

@@ -105,6 +105,17 @@ def test_reaches_at_is_the_first_instant_an_allowance_has_the_units(
     assert at == start or allowance.at(at - 1) < units
 
 
+def test_one_holders_allowance_is_the_counters_own_room() -> None:
+    # 5 per 10 s, all 5 used in the previous window: the counter admits one at once (its
+    # estimate rounds down), and a holder alone must not wait for a whole unit to slide
+    # out (it was denied a request sent at the counter's Retry-After).
+    plan = plan_window(T0, 10_000, 5, current=0, previous=5, rates={"a": 5_000}, binding=0.0)
+    assert plan is not None
+    allowance = plan.allowances["a"]
+    for t in range(T0 + 1, T0 + 10_000, 7):
+        assert allowance.at(t) == room(5, 0, 5, 10_000, t), t
+
+
 def test_the_busiest_share_the_last_units_and_the_quietest_stop_early() -> None:
     # A full previous window of 5,000 at 5,000/s: 5 units/ms slide out. The busiest
     # holders (their rates add up to the growth) keep their share to the end; the others

@@ -375,10 +375,11 @@ def test_window_returns_are_capped_by_the_holders_record_and_its_window() -> Non
 def test_bucket_returns_are_capped_by_the_refill_since_the_grant() -> None:
     store = KeyStore(SqliteSql())
     first = ask(store, lease("token_bucket", wanted=5, ttl=300), T0)
-    assert (first.granted, first.decision.remaining) == (5, 5)
+    # 5 left in the bucket, 3 of them the reserve (300 ms of refill) lent to no one.
+    assert (first.granted, first.decision.remaining) == (5, 5 - 3)
     # 250 ms later 2.5 units have refilled: of 5 unused, 5 - 3 = 2 may come back.
     again = ask(store, lease("token_bucket", wanted=1, ttl=300, returned=5), T0 + 250)
-    assert again.decision.remaining == 5 + 2 + 2 - 1
+    assert again.decision.remaining == 5 + 2 + 2 - 1 - 3
 
 
 def test_a_restarted_object_keeps_the_units_it_granted_and_ignores_returns() -> None:
@@ -701,7 +702,7 @@ def test_window_grants_merge_so_units_of_any_lease_come_back() -> None:
     # rounded up): 4.
     for algorithm, ttl, remaining in (
         ("fixed_window", 1_000, 100 - 15 + 12 - 1),
-        ("token_bucket", 100, 88),
+        ("token_bucket", 100, 88 - 10),  # less its reserve: 100 ms of refill
     ):
         store = KeyStore(SqliteSql())
         first = ask(store, lease(algorithm, 10, holder="a", limits=limit, ttl=ttl), T0 + 1)

@@ -555,7 +555,13 @@ class KeyStore:
                     by_holder[request.holder] = _Held(granted, now, expires_at, until)
             else:
                 by_holder[request.holder] = _Held(granted, now, expires_at)
-            answer = _answer(result.decisions, result.decision)
+            # The reserve is not lent to anyone: none of it is "remaining" (the isolate's
+            # headers add the units it holds to this figure).
+            lent = tuple(
+                d._replace(remaining=max(0, d.remaining - algorithm.lease_reserve(ttl)))
+                for algorithm, d in zip(algorithms, result.decisions, strict=True)
+            )
+            answer = _answer(lent, result.decision)
             # A rationed holder waits for its lease's end when nothing grows grantable
             # meanwhile (a fixed window), or when the lease ends by its ttl (a bucket's,
             # or a long window's), not by its window's end. Else (a sliding window's

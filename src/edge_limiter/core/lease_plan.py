@@ -211,9 +211,15 @@ def plan_window(
         return None
 
     def supply(t: int) -> int:
-        """What the window can give by ``t``, in SCALE units, rounded down (the exact
-        room is ``room - floor(previous * (end - t) / window)``, never less)."""
-        return (room * window_ms - previous * (end - t)) * SCALE // window_ms
+        """What the window can give by ``t``, in SCALE units: the continuous room
+        ``room - previous * (end - t) / window`` rounded down, plus one unit less a
+        millionth. The counter's exact room is ``room - floor(previous * (end - t) /
+        window)``, the continuous room plus its fraction: so the whole units of this are
+        never more than the exact room, and are that room whenever the fraction is at
+        least a millionth (without it, a plan lagged the counter by a unit: a request
+        sent at the Retry-After the counter said was denied for another window / previous
+        ms)."""
+        return (room * window_ms - previous * (end - t)) * SCALE // window_ms + SCALE - 1
 
     # The plan starts when the supply is no longer negative (a rounding of the estimate
     # can leave it a fraction below zero at first).
