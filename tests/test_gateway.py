@@ -585,6 +585,9 @@ def test_an_origin_timeout_is_a_504_and_a_network_failure_a_502() -> None:
     attempts = slow.events("origin_attempt")
     assert [a["outcome"] for a in attempts] == ["timeout"] * 3  # a GET is retried
     assert [t["outcome"] for t in body["tried"]] == ["timeout"] * 3
+    # Each attempt says the timeout that ran out (what was left of the route's 3 s).
+    assert all(0 < t["timeout_ms"] <= 3_000 for t in body["tried"])
+    assert "timeout after" in body["detail"]
     down = harness(ROUTE, upstream=FakeOrigin(respond=unreachable))
     answer = down.send(request())
     assert answer.status == 502

@@ -216,12 +216,13 @@ def test_an_origin_failure_releases_the_claim_for_the_retry() -> None:
     upstream = FakeOrigin(respond=unreachable)
     h = paying(upstream)
     assert h.send(post()).status == 502
-    # Holding the claim made the POST safe to retry at the origins: 3 attempts.
-    assert len(upstream.sent) == 3
+    # No answer may still mean the origin acted (a reset after the whole request): sent
+    # once; the claim is released, so the client's own retry is forwarded.
+    assert len(upstream.sent) == 1
     upstream.respond = answering(201)
     retried = h.send(post())
     assert retried.status == 201 and "idempotent-replayed" not in retried.headers
-    assert len(upstream.sent) == 4
+    assert len(upstream.sent) == 2
 
 
 def test_a_5xx_is_released_unless_the_route_stores_them() -> None:

@@ -673,7 +673,9 @@ def test_a_retry_going_back_round_the_pool_still_waits_for_that_origins_retry_af
 @pytest.mark.parametrize(
     ("failure", "resent"),
     [
-        ("refused", True),  # never reached: nothing was done
+        # No answer: refused, or reset after the whole request arrived (the runtime says
+        # "Network connection lost" for both): it may have acted.
+        ("refused", False),
         (503, True),  # "unable to handle the request"
         ("timeout", False),  # it may be carrying it out
         (502, False),
@@ -731,3 +733,19 @@ def test_uploads_the_client_abandons_never_open_the_breaker() -> None:
     for _ in range(4):
         h.send(from_("DE", "EU"))
     assert h.gateway.upstream.breakers.phase("eu", h.clock.now) == "open"
+
+
+def test_a_504_says_the_timeout_that_ran_out_at_each_origin() -> None:
+    async def respond(outgoing: OriginRequest) -> Response:
+        raise OriginTimeoutError("The operation was aborted due to timeout")
+
+    pools = {"api": {**POOLS["api"], "origins": [{**POOLS["api"]["origins"][0], "timeout": "2s"}]}}
+    h = harness(
+        {**ROUTE, "timeout": "8s"}, upstream=FakeOrigin(respond=respond), origin=None, pools=pools
+    )
+    answer = h.send(from_("DE", "EU"))
+    assert answer.status == 504
+    problem = body_json(answer)
+    # The origin's own 2 s ran out, not the route's 8 s: an operator raises the right one.
+    assert problem["tried"][0] == {"origin": "eu", "outcome": "timeout", "timeout_ms": 2_000}
+    assert "eu (timeout after 2000 ms)" in problem["detail"] and problem["timeout_ms"] == 8_000

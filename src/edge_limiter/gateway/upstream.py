@@ -247,11 +247,15 @@ class _Tried:
     outcome: str
     status: int | None = None
     retry_after_ms: int = 0
+    timeout_ms: int = 0
+    """A timed-out attempt's own timeout (the origin's, or what was left of the route's)."""
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"origin": self.origin, "outcome": self.outcome}
         if self.status is not None:
             out["status"] = self.status
+        if self.timeout_ms:
+            out["timeout_ms"] = self.timeout_ms
         return out
 
 
@@ -448,7 +452,6 @@ class Upstream:
                 request.method,
                 exchange.idempotency_token is not None,
                 response.status if response is not None else None,
-                tried[-1].outcome == "timeout",
             ):
                 break  # the origin may have acted: not sent again (see may_resend)
         exchange.origin_failed = True
@@ -538,7 +541,8 @@ class Upstream:
         kind = "timeout" if error == "timeout" else ("unreachable" if error else outcome.value)
         if interim:
             kind = "interim_answer"
-        tried.append(_Tried(origin.label, kind, status))
+        waited = timeout_ms if kind == "timeout" else 0
+        tried.append(_Tried(origin.label, kind, status, timeout_ms=waited))
         if attempt or outcome is not Outcome.SUCCESS:
             # A first attempt that succeeds is the ordinary case (the access log has it);
             # every failure, and every retry, is logged.

@@ -189,8 +189,15 @@ def internal_error(reference: str) -> Problem:
 
 
 def _tried(origins: Sequence[dict[str, Any]]) -> str:
-    """``eu (timeout), us (breaker_open)``."""
-    return ", ".join(f"{item['origin']} ({item['outcome']})" for item in origins) or "none"
+    """``eu (timeout after 2000 ms), us (breaker_open)``."""
+    return (
+        ", ".join(
+            f"{item['origin']} ({item['outcome']}"
+            + (f" after {item['timeout_ms']} ms)" if item.get("timeout_ms") else ")")
+            for item in origins
+        )
+        or "none"
+    )
 
 
 def origin_unreachable(route: str | None, pool: str, tried: Sequence[dict[str, Any]]) -> Problem:
@@ -270,7 +277,8 @@ def origin_timeout(
     return Problem(
         504,
         "Gateway Timeout",
-        f"No origin of pool '{pool}' answered within {timeout_ms} ms; tried: {_tried(tried)}.",
+        f"No origin of pool '{pool}' answered in time (the route allows {timeout_ms} ms, "
+        f"each origin its own timeout within it); tried: {_tried(tried)}.",
         "origin_timeout",
         members={"route": route, "pool": pool, "tried": list(tried), "timeout_ms": timeout_ms},
     )

@@ -129,25 +129,22 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
 NOT_ACTED = frozenset({408, 425, 429, 503})
 
 
-def may_resend(
-    method: str, holds_idempotency_claim: bool, status: int | None, timed_out: bool
-) -> bool:
+def may_resend(method: str, holds_idempotency_claim: bool, status: int | None) -> bool:
     """Whether a request whose attempt just failed (with ``status``, ``None`` when no
     answer came) may go to an origin again.
 
     A request retried only because it holds an Idempotency-Key claim (a POST, a PATCH)
-    is sent again only when the origin cannot have acted on it: it could not be reached,
-    or it answered :data:`NOT_ACTED`. After a timeout, a 500, 502 or 504 the origin may
-    have carried it out, and another origin (another region, with records of its own)
-    would carry it out again; the gateway's claim makes the client's own retry safe, not
-    a second send.
+    is sent again only when the origin says it did not act on it (:data:`NOT_ACTED`).
+    After a timeout, a 500, 502 or 504 the origin may have carried it out, and another
+    origin (another region, with records of its own) would carry it out again; so may one
+    that dropped the connection with no answer: the runtime says "Network connection
+    lost" alike for a connection refused and for one reset after the whole request
+    arrived. The gateway's claim makes the client's own retry safe, not a second send.
     """
     if method.upper() in IDEMPOTENT_METHODS:
         return True
-    if not holds_idempotency_claim:
+    if not holds_idempotency_claim or status is None:
         return False
-    if status is None:
-        return not timed_out
     return status in NOT_ACTED
 
 
