@@ -346,10 +346,12 @@ def harness(
     admin_token: str | None = None,
     clock: FakeClock | None = None,
     secrets: dict[str, str] | None = None,
+    breakers: MemoryBreakers | None = None,
     **top: Any,
 ) -> Harness:
     """A gateway for ``routes`` (and top-level fields ``top``; ``origin=None`` for none).
-    Several harnesses given one ``store`` and one ``clock`` are isolates of one Worker."""
+    Several harnesses given one ``store`` and one ``clock`` (and ``breakers``) are
+    isolates of one Worker."""
     clock = clock if clock is not None else FakeClock()
     raw = {"origin": "http://origin.test", "routes": list(routes), **top}
     if raw["origin"] is None:
@@ -359,7 +361,7 @@ def harness(
     upstream = upstream if upstream is not None else FakeOrigin()
     kv = MemoryKV(clock)
     records = MemoryIdempotency(clock)
-    breakers = MemoryBreakers()
+    breakers = breakers if breakers is not None else MemoryBreakers()
     sleep = FakeSleep(clock)
     control = MemoryControl(clock)
     services = Services(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .fakes import Harness, body_json, harness, request
+from .fakes import FakeClock, Harness, MemoryBreakers, answering, body_json, harness, request
 
 TOKEN = "admin-secret-7f3c"
 ROUTES: list[dict[str, Any]] = [
@@ -323,3 +323,48 @@ def test_no_secret_or_raw_key_ever_reaches_a_log_line() -> None:
     for secret in ("sk_live_abcdef", "user-token", TOKEN, "wrong-token-value"):
         assert secret not in text
     assert h.events("allowed") and (h.events("limited") or h.events("cached_denial"))
+
+
+def test_an_operator_forces_an_origins_breaker_in_every_isolate() -> None:
+    pools = {
+        "two": {
+            "origins": [
+                {"name": "eu", "url": "https://eu.test", "priority": 0},
+                {"name": "us", "url": "https://us.test", "priority": 1},
+            ]
+        }
+    }
+    route = {"name": "g", "match": {"path": "/g"}, "limits": "1000/s"}
+    clock = FakeClock()
+    breakers = MemoryBreakers()
+    here, there = (
+        harness(
+            route,
+            admin_token=TOKEN,
+            origin=None,
+            pool="two",
+            pools=pools,
+            clock=clock,
+            breakers=breakers,
+        )
+        for _ in range(2)
+    )
+    assert there.send(request("/g")).headers.get("x-origin") == "eu"
+    # eu out for maintenance: this isolate at once, the other with its next refresh.
+    forced = admin(here, "/api/breakers/eu?state=open", "POST")
+    assert forced.status == 200 and body_json(forced)["breakers"]["eu"] == "forced_open"
+    assert here.send(request("/g")).headers.get("x-origin") == "us"
+    clock.advance(10_000)
+    assert there.send(request("/g")).headers.get("x-origin") == "us"
+    # Forced closed: used whatever it answers (its failures open nothing).
+    admin(here, "/api/breakers/eu?state=closed", "POST")
+    here.origin.respond = answering(503)
+    assert all(here.send(request("/g")).status == 503 for _ in range(30))
+    assert body_json(admin(here, "/api/breakers"))["breakers"]["eu"] == "forced_closed"
+    assert (
+        body_json(admin(here, "/api/breakers/eu?state=auto", "POST"))["breakers"]["eu"] == "closed"
+    )
+    assert admin(here, "/api/breakers/nope?state=open", "POST").status == 404
+    assert admin(here, "/api/breakers/eu?state=sideways", "POST").status == 400
+    assert admin(here, "/api/breakers/eu", "GET").headers.get("allow") == "POST"
+    assert here.events("admin_breaker_forced")[0]["state"] == "open"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,3 +125,39 @@ def test_the_shared_state_never_goes_half_open_before_its_open_time(
         state = apply_reports(state, SETTINGS, [Report(T0 + at, outcome)])
         if before.phase is Phase.OPEN and T0 + at < before.open_until:
             assert state.phase is Phase.OPEN and state.recent == before.recent
+
+
+def test_an_operator_forces_a_breaker_open_or_closed_and_hands_it_back() -> None:
+    from edge_limiter.core.resilience.breaker import Refusal, allow, record
+
+    stored = SharedState()
+    # Forced open (an origin out for maintenance): every call refused, reports and
+    # probes decide nothing; the state survives storage and the wire.
+    drained = apply_sync(SyncCall(SETTINGS, force="open"), stored)
+    decision, _ = allow(drained.breaker, SETTINGS, T0)
+    assert decision.refusal is Refusal.FORCED_OPEN and not decision.allowed
+    healthy = apply_sync(SyncCall(SETTINGS, health=HealthReport(T0, True)), drained)
+    assert healthy.breaker.forced == "open"
+    assert decode_shared(encode_shared(healthy)).breaker.forced == "open"
+    assert state_from_json(state_to_json(healthy.breaker)).forced == "open"
+    assert SyncCall.from_json(SyncCall(SETTINGS, force="closed").to_json()).force == "closed"
+    wire = json.loads(SyncCall(SETTINGS).to_json())
+    with pytest.raises(ProtocolError):
+        SyncCall.from_json(json.dumps({**wire, "force": "sideways"}))
+    # Forced closed: every call goes, failures count for nothing (it never trips).
+    kept = apply_sync(SyncCall(SETTINGS, force="closed"), stored)
+    kept = apply_sync(SyncCall(SETTINGS, reports=tuple(failures(10, T0 + 100))), kept)
+    assert kept.breaker.phase is Phase.CLOSED and kept.breaker.recent == ""
+    for _ in range(3):
+        failed = apply_sync(
+            SyncCall(SETTINGS, health=HealthReport(T0 + 200, False, unhealthy_after=1)), kept
+        )
+        assert failed.breaker.phase is Phase.CLOSED
+    decision, state = allow(kept.breaker, SETTINGS, T0 + 300)
+    assert decision.allowed
+    assert record(state, SETTINGS, T0 + 301, Outcome.FAILURE, decision.permit) == state
+    # Auto: the breaker decides again, from the phase it had.
+    back = apply_sync(SyncCall(SETTINGS, force="auto"), kept)
+    assert back.breaker.forced == "" and back.breaker.generation > kept.breaker.generation
+    tripped = apply_sync(SyncCall(SETTINGS, reports=tuple(failures(4, T0 + 400))), back)
+    assert tripped.breaker.phase is Phase.OPEN

@@ -22,6 +22,7 @@ paths are never forwarded and never rate limited by the routes.
 ``POST {prefix}/api/cache/purge?url=``     forget the cached GET answer for a URL
                                            (``key=`` too on a route cached per key)
 ``GET  {prefix}/api/breakers``             every origin's shared breaker
+``POST {prefix}/api/breakers/{origin}``    force it: ``state=`` open, closed or auto
 ``GET  {prefix}/api/stats``                recent decisions by route, most limited keys
 =========================================  ================================================
 """
@@ -32,7 +33,7 @@ import base64
 import hmac
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -56,7 +57,7 @@ from ..core.keys import given_key, object_name
 from ..core.limiter import combine
 from ..core.overrides import OverrideError, decode_overrides, parse_override
 from ..core.protocol import StoreRequest, StoreResponse
-from ..core.resilience.breaker import current_phase
+from ..core.resilience.breaker import FORCED, current_phase
 from ..core.resilience.shared import SyncCall, state_from_json
 from .cache import Cache
 from .exchange import problem_response
@@ -100,6 +101,8 @@ class Admin:
         self.caches: Mapping[str, Cache] = caches if caches is not None else {}
         """The cache stage of each cached route (the gateway's own, filled as it builds)."""
         self.prefix = config.ops.admin_prefix
+        self.adopt_breaker: Callable[[str, str, int], None] | None = None
+        """Takes a shared breaker's answer into this isolate's copy (the gateway sets it)."""
 
     def admin_path(self, path: str) -> str | None:
         """The admin API's path for a canonical path under its prefix, in any case and with
@@ -172,6 +175,8 @@ class Admin:
                 return await self._purge(params)
             if action == "/api/breakers" and method == "GET":
                 return _json(200, {"breakers": await self._breakers(now)})
+            if action.startswith("/api/breakers/") and method == "POST":
+                return await self._force(action.removeprefix("/api/breakers/"), params, now)
             if action == "/api/stats" and method == "GET":
                 return _json(200, await self._stats())
         except _AdminError as exc:
@@ -395,6 +400,32 @@ class Admin:
         # The one just set first (its id, to delete it by), then the whole list.
         return _json(200, {"override": described, **answer})
 
+    async def _force(self, origin: str, params: dict[str, str], now: int) -> Response:
+        """Force an origin's shared breaker open (out of every pool's rotation), closed
+        (used whatever it answers) or back to ``auto``; this isolate takes it at once,
+        the others with their next refresh (about a second of traffic, 10 s at most)."""
+        pools = pools_of(self.config)
+        pool = next((p for p in pools if any(o.name == origin for o in p.origins)), None)
+        if pool is None:
+            names = ", ".join(sorted(o.name for p in pools for o in p.origins))
+            raise _AdminError(404, f"no origin is named {origin!r} (origins: {names})")
+        state = params.get("state", "")
+        if state not in (*FORCED, "auto"):
+            raise _AdminError(400, f"state must be open, closed or auto, got {state!r}")
+        breakers = self.services.breakers
+        if breakers is None:
+            raise _AdminError(503, "forcing a breaker needs the BREAKERS Durable Object binding")
+        try:
+            text = await breakers.sync(origin, SyncCall(pool.breaker, force=state).to_json())
+        except Exception as exc:
+            raise _AdminError(
+                503, f"the breaker's Durable Object failed: {type(exc).__name__}"
+            ) from exc
+        if self.adopt_breaker is not None:
+            self.adopt_breaker(origin, text, now)
+        self.services.log({"event": "admin_breaker_forced", "origin": origin, "state": state})
+        return _json(200, {"origin": origin, "state": state, "breakers": await self._breakers(now)})
+
     async def _breakers(self, now: int) -> dict[str, str]:
         breakers = self.services.breakers
         phases: dict[str, str] = {}
@@ -408,6 +439,8 @@ class Admin:
                         # Parked by its own 429 (pause_on_429): no call goes to it until then.
                         paused = now < state.cool_down_until
                         phase = "paused" if paused else current_phase(state, now).value
+                        if state.forced:
+                            phase = f"forced_{state.forced}"
                     except Exception:
                         phase = "unreachable"
                 phases[origin.name] = phase
@@ -483,4 +516,6 @@ def _methods(action: str) -> tuple[str, ...]:
     """The methods ``action`` takes; none when no endpoint has that path."""
     if action.startswith("/api/overrides/") and action.count("/") == 3:
         return ("DELETE",)
+    if action.startswith("/api/breakers/") and action.count("/") == 3:
+        return ("POST",)
     return _ENDPOINT_METHODS.get(action, ())

@@ -67,6 +67,7 @@ class Gateway:
             forwarded_host=config.forwarded_host,
         )
         self.upstream = forward
+        self.admin.adopt_breaker = forward.breakers.take
         self._routes: dict[str, Handler] = {}
         self.limiters: dict[str, RateLimit] = {}
         """Each route's rate-limit stage, by route name."""

@@ -162,7 +162,8 @@ class BreakerBoard:
         copy.state = record(copy.state, settings, 0, Outcome.OVERLOAD, permit)
 
     def phase(self, origin: str, now: int) -> str:
-        return current_phase(self._copy(origin).state, now).value
+        state = self._copy(origin).state
+        return f"forced_{state.forced}" if state.forced else current_phase(state, now).value
 
     def record(
         self,
@@ -338,7 +339,7 @@ class Upstream:
                 self.breakers.sync_soon(origin.name, pool.breaker, now, background)
                 bulkhead.release()
                 refusal = decision.refusal.value if decision.refusal else "open"
-                outcome = "breaker_open" if refusal != "overloaded" else "overloaded"
+                outcome = refusal if refusal in ("overloaded", "forced_open") else "breaker_open"
                 tried.append(_Tried(origin.label, outcome, retry_after_ms=decision.retry_after_ms))
                 continue
             return position, origin, decision.permit

@@ -22,6 +22,11 @@ The phases:
 Beside the phases, an origin that answers 429 with ``Retry-After`` is *overloaded*, not
 failing: :func:`overloaded` parks it until then without counting a failure.
 
+An operator may *force* the breaker (:func:`force`, resilience4j's FORCED_OPEN and
+DISABLED): ``open`` refuses every call (an origin taken out for maintenance), ``closed``
+lets every call through and counts none (an origin that must be used whatever it
+answers). Neither changes the phase underneath; ``auto`` hands back to it.
+
 Sharing one breaker between isolates (the intended use with a Durable Object):
 
 * the Durable Object holds the authoritative state and is the only one that hands out
@@ -110,6 +115,12 @@ class Refusal(StrEnum):
     """Half-open, and every trial permit is out."""
     OVERLOADED = "overloaded"
     """The origin asked for a pause (429 with ``Retry-After``)."""
+    FORCED_OPEN = "forced_open"
+    """An operator took the origin out (:func:`force`)."""
+
+
+#: What :func:`force` takes: ``open``, ``closed``, or ``auto`` (the breaker decides).
+FORCED = ("open", "closed")
 
 
 # One letter per outcome in the window: a short string is cheap to slice and to store.
@@ -179,6 +190,9 @@ class BreakerState:
     trials_expire_at: int = 0
     cool_down_until: int = 0
     generation: int = 0
+    forced: str = ""
+    """``open`` or ``closed`` while an operator forces the breaker (:func:`force`); empty
+    while it decides by itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,8 +403,12 @@ def allow(
     Closed: permitted. Open before ``open_until``: refused, ``retry_after_ms`` until then.
     Open at or after ``open_until``: the breaker goes half-open. Half-open: a trial permit
     while fewer than ``half_open_calls`` are out, else refused. An overload pause refuses
-    every call until it ends, whatever the phase.
+    every call until it ends, whatever the phase. A forced breaker does as it is told.
     """
+    if state.forced:
+        if state.forced == "open":
+            return BreakerDecision(None, 0, Refusal.FORCED_OPEN), state
+        return BreakerDecision(Permit(False, state.generation)), state
     if now < state.cool_down_until:
         wait = state.cool_down_until - now
         if state.phase is Phase.OPEN and now < state.open_until:
@@ -434,9 +452,9 @@ def record(
     an ordinary call's outcome arriving while half-open, is stale and ignored. Without a
     permit the outcome applies to the current phase. Outcomes are ignored while open, and
     while half-open with no trial out. An :attr:`Outcome.OVERLOAD` counts neither way; a
-    trial that met one hands its permit back.
+    trial that met one hands its permit back. A forced breaker counts nothing.
     """
-    if state.phase is Phase.OPEN:
+    if state.phase is Phase.OPEN or state.forced:
         return state
     half_open = state.phase is Phase.HALF_OPEN
     if permit is not None and (permit.generation != state.generation or permit.trial != half_open):
@@ -475,6 +493,18 @@ def _trip(state: BreakerState, settings: BreakerSettings, now: int) -> BreakerSt
         cool_down_until=state.cool_down_until,
         generation=state.generation + 1,
     )
+
+
+def force(state: BreakerState, forced: str) -> BreakerState:
+    """The breaker forced ``open`` or ``closed`` by an operator, or back to deciding by
+    itself (``auto``); raises ``ValueError`` for anything else."""
+    if forced not in (*FORCED, "auto"):
+        raise ValueError(f"a breaker is forced 'open', 'closed' or 'auto', got {forced!r}")
+    wanted = "" if forced == "auto" else forced
+    if wanted == state.forced:
+        return state
+    # A new generation: permits issued before the change decide nothing after it.
+    return replace(state, forced=wanted, generation=state.generation + 1)
 
 
 def overloaded(state: BreakerState, now: int, until_ms: int) -> BreakerState:
@@ -536,6 +566,8 @@ def encode_state(state: BreakerState) -> dict[str, Any]:
     data: dict[str, Any] = {"v": STATE_VERSION, "phase": state.phase.value}
     if state.recent:
         data["recent"] = state.recent
+    if state.forced:
+        data["forced"] = state.forced
     for name in _STATE_INTS:
         value = getattr(state, name)
         if value:
@@ -547,7 +579,7 @@ def decode_state(data: object) -> BreakerState:
     """Inverse of :func:`encode_state`; raises :class:`StateError` on anything else."""
     if not isinstance(data, Mapping) or data.get("v") != STATE_VERSION:
         raise StateError(f"breaker state must be a dict with v={STATE_VERSION}, got {shown(data)}")
-    unknown = set(data) - {"v", "phase", "recent", *_STATE_INTS}
+    unknown = set(data) - {"v", "phase", "recent", "forced", *_STATE_INTS}
     if unknown:
         raise StateError(f"breaker state has unknown fields {sorted(map(str, unknown))}")
     raw_phase = data.get("phase")
@@ -565,7 +597,10 @@ def decode_state(data: object) -> BreakerState:
         ints[name] = int(value)
     if ints["successes"] > ints["issued"]:
         raise StateError("breaker state has more trial successes than trial permits")
-    return BreakerState(phase=phase, recent=recent, **ints)
+    forced = data.get("forced", "")
+    if forced not in ("", *FORCED):
+        raise StateError(f"breaker state has an unknown forced value {shown(forced)}")
+    return BreakerState(phase=phase, recent=recent, forced=str(forced), **ints)
 
 
 def encode_report(report: Report) -> list[Any]:

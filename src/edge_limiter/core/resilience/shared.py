@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import ProtocolError, StateError
 from .breaker import (
+    FORCED,
     BreakerSettings,
     BreakerState,
     Outcome,
@@ -36,6 +37,7 @@ from .breaker import (
     decode_state,
     encode_report,
     encode_state,
+    force,
     open_duration_ms,
     overloaded,
     record,
@@ -70,6 +72,8 @@ class SyncCall:
     settings: BreakerSettings
     reports: tuple[Report, ...] = ()
     health: HealthReport | None = None
+    force: str | None = None
+    """An operator's ``open``, ``closed`` or ``auto`` (:func:`~.breaker.force`)."""
 
     def to_json(self) -> str:
         """Compact JSON text for the RPC call."""
@@ -79,6 +83,8 @@ class SyncCall:
         }
         if self.health is not None:
             data["health"] = [self.health.at, self.health.healthy, self.health.unhealthy_after]
+        if self.force is not None:
+            data["force"] = self.force
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -94,7 +100,10 @@ class SyncCall:
                 if not isinstance(at, int) or not isinstance(healthy, bool) or after < 1:
                     raise ProtocolError(f"bad health report {data['health']!r}")
                 health = HealthReport(at, healthy, int(after))
-            return cls(settings, reports, health)
+            forced = data.get("force")
+            if forced is not None and forced not in (*FORCED, "auto"):
+                raise ProtocolError(f"bad force {forced!r}")
+            return cls(settings, reports, health, forced)
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError, StateError) as exc:
@@ -122,6 +131,9 @@ def apply_health(
     """A probe's effect: open after ``unhealthy_after`` failures in a row; a passing probe
     ends an open breaker's wait (its next calls are half-open trials)."""
     breaker = shared.breaker
+    if breaker.forced:
+        # Forced by an operator: probes still run (and are logged), but decide nothing.
+        return SharedState(breaker, 0 if probe.healthy else shared.failed_probes + 1)
     if probe.healthy:
         if breaker.phase is Phase.OPEN and probe.at < breaker.open_until:
             breaker = replace(breaker, open_until=probe.at)
@@ -144,6 +156,8 @@ def apply_sync(call: SyncCall, stored: SharedState) -> SharedState:
     shared = replace(stored, breaker=apply_reports(stored.breaker, call.settings, call.reports))
     if call.health is not None:
         shared = apply_health(shared, call.settings, call.health)
+    if call.force is not None:
+        shared = replace(shared, breaker=force(shared.breaker, call.force))
     return shared
 
 
