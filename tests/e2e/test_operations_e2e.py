@@ -120,8 +120,28 @@ def test_every_admin_endpoint(ops_gateway: LocalGateway) -> None:
     assert call(ops_gateway.url, "/ops/x", key).status_code == 200
     admin(ops_gateway, f"/api/keys/reset?route=ops&key={full}", "POST")
     assert [call(ops_gateway.url, "/ops/x", key).status_code for _ in range(3)] == [200] * 3
-    assert admin(ops_gateway, "/api/breakers").json()["breakers"]
+    (origin_name,) = admin(ops_gateway, "/api/breakers").json()["breakers"]
     assert "routes" in admin(ops_gateway, "/api/stats").json()
+    # An operator takes the origin out: this isolate at once, the other one after about
+    # a second of its own traffic; then hands it back.
+    forced = admin(ops_gateway, f"/api/breakers/{origin_name}?state=open", "POST")
+    assert forced.status_code == 200 and forced.json()["breakers"][origin_name] == "forced_open"
+    out = call(ops_gateway.url, "/ops/x", f"{key}-out")
+    assert out.status_code == 503 and out.json()["tried"][0]["outcome"] == "forced_open"
+    other = ops_gateway.replica_urls[0]
+    seen = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and 503 not in seen:
+        seen.append(call(other, "/ops/x", f"{key}-{len(seen)}").status_code)
+        time.sleep(0.3)
+    assert seen[-1] == 503, seen
+    admin(ops_gateway, f"/api/breakers/{origin_name}?state=auto", "POST")
+    assert call(ops_gateway.url, "/ops/x", f"{key}-back").status_code == 200
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and seen[-1] != 200:
+        seen.append(call(other, "/ops/x", f"{key}-{len(seen)}").status_code)
+        time.sleep(0.3)
+    assert seen[-1] == 200, seen  # the other isolate has it back too
 
 
 def test_an_override_reaches_the_other_isolate_within_the_refresh(
