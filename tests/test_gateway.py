@@ -369,8 +369,10 @@ def test_a_cors_preflight_is_forwarded_uncounted_unless_the_route_lists_options(
     # before it passed).
     assert [h.send(request("/v1/a", "DELETE")).status for _ in range(2)] == [200, 429]
     assert h.send(request("/v1/a", "OPTIONS", headers=preflight)).status == 200
-    # An OPTIONS that is no preflight is counted; so are preflights where OPTIONS is listed.
+    # An OPTIONS that is no preflight is counted (one with a body too); so are preflights
+    # where OPTIONS is listed.
     assert h.send(request("/v1/a", "OPTIONS")).status == 429
+    assert h.send(request("/v1/a", "OPTIONS", headers=preflight, body=b"x")).status == 429
     listed = harness(
         {**ROUTE, "limits": "1/minute", "match": {"path": "/v1/*", "methods": ["GET", "OPTIONS"]}}
     )

@@ -154,7 +154,11 @@ class Gateway:
             exchange = self._exchange(request, path, host, route.forward, background)
             exchange.route = route
             exchange.params = params
-            if route.match.methods is None and is_preflight(request.method, request.headers):
+            if (
+                route.match.methods is None
+                and request.body is None  # a preflight has none
+                and is_preflight(request.method, request.headers)
+            ):
                 # A browser's CORS preflight asks the origin whether it may send the
                 # request; it is not the request. Counted, it would take a unit per call
                 # and, denied, fail the browser's check, so the page never sees the 429
