@@ -122,9 +122,16 @@ ROUTE_FIELDS = (
 )
 MATCH_FIELDS = ("methods", "path", "host", "case_insensitive")
 LIMIT_FIELDS = ("rate", "name", "burst")
-#: The methods local workerd hands to the Worker; others (TRACE, CONNECT, WebDAV's,
-#: QUERY, made-up names) it answers itself, so a route for them draws a warning.
-REACHABLE_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
+#: The methods local workerd hands to the Worker (checked one by one); others (CONNECT,
+#: LINK, MKCALENDAR, made-up names) it answers itself, so a route for them draws a warning.
+REACHABLE_METHODS = frozenset(
+    (
+        *("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "PURGE"),
+        *("QUERY", "PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK"),
+        *("SEARCH", "REPORT", "ACL", "BAN", "MKACTIVITY", "CHECKOUT", "MERGE", "NOTIFY"),
+        *("SUBSCRIBE", "UNSUBSCRIBE"),
+    )
+)
 LEASE_FIELDS = ("ttl",)
 #: A lease longer than this only makes its units sit longer in an isolate that went away.
 MAX_LEASE_TTL_MS = 60_000
@@ -317,9 +324,8 @@ def _parse_match(value: object, case_default: bool, where: str, problems: Proble
             if unusual:
                 problems.warn(
                     f"{where}.match.methods",
-                    f"{', '.join(unusual)}: local workerd answers such requests itself (501) "
-                    "before the Worker runs; the routes reach GET, HEAD, POST, PUT, DELETE, "
-                    "PATCH and OPTIONS",
+                    f"{', '.join(unusual)}: local workerd answers such requests itself (501, "
+                    "or 500 for CONNECT) before the Worker runs, so this never matches there",
                 )
             if "GET" in methods:
                 # Origins answer HEAD by running GET (RFC 9110 9.3.2): a HEAD must not
