@@ -353,6 +353,38 @@ def test_per_key_scope_never_serves_one_client_to_another() -> None:
     assert not any("alice" in key for key, _ in h.kv.puts)  # keys hold a hash, not the key
 
 
+def test_per_key_scope_keeps_apart_the_clients_that_share_a_key() -> None:
+    # One address behind a NAT on a key = "ip" route: one rate-limit key, several users.
+    h = harness(
+        {**CATALOG, "cache": {"ttl": "5m", "scope": "key"}},
+        upstream=FakeOrigin(respond=answering()),
+    )
+
+    def get(**headers: str) -> Any:
+        return h.send(request("/v1/catalog/me", headers=headers, ip="198.51.100.7"))
+
+    alice = get(authorization="Bearer alice")
+    assert get(authorization="Bearer bob").body != alice.body  # never alice's answer
+    assert get(cookie="s=carol").body != alice.body
+    assert get().headers.get("x-cache") == "MISS"  # no credentials: its own entry too
+    again = get(authorization="Bearer alice")
+    assert again.body == alice.body and again.headers.get("x-cache") == "HIT"
+    # A write by alice retires every variant of the URI for that key.
+    h.clock.advance(2_000)
+    assert (
+        h.send(
+            request(
+                "/v1/catalog/me",
+                "PUT",
+                headers={"authorization": "Bearer alice"},
+                ip="198.51.100.7",
+            )
+        ).status
+        == 200
+    )
+    assert get(cookie="s=carol").headers.get("x-cache") == "MISS"
+
+
 @pytest.mark.parametrize("credential", [("authorization", "Bearer t"), ("cookie", "s=1")])
 def test_credentials_never_meet_a_public_entry(credential: tuple[str, str]) -> None:
     h = cached()

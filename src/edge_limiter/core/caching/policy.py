@@ -122,6 +122,10 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
     return Lookup(True, True, LookupReason.CACHEABLE, only)
 
 
+#: What an entry cached per rate-limit key varies on besides the origin's ``Vary``.
+KEY_SCOPE_VARY = ("authorization", "cookie")
+
+
 class StoreReason(StrEnum):
     """Why a response is (or is not) stored."""
 
@@ -221,7 +225,11 @@ def store_decision(
         stale_until=fresh_until + stale_ms,
         revalidate_until=fresh_until + revalidate_ms if revalidate_ms > 0 else 0,
         initial_age_s=age_s,
-        vary=normalize_vary(vary_items),
+        # An entry per rate-limit key is one client's only if the key is the client's
+        # identity; clients sharing a key (one address behind a NAT, all lacking the key's
+        # header) are kept apart by their credentials, as if the origin had said
+        # Vary: Authorization, Cookie (RFC 9111 section 3.5).
+        vary=normalize_vary([*vary_items, *(KEY_SCOPE_VARY if settings.scope == "key" else ())]),
     )
     length = body_length if body_length is not None else content_length(response_headers)
     if length is None:
