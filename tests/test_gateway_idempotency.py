@@ -22,6 +22,7 @@ from .fakes import (
     harness,
     request,
     streaming,
+    timing_out,
     unreachable,
 )
 
@@ -114,6 +115,9 @@ def test_fingerprinted_headers_are_part_of_the_payload() -> None:
     h.send(post(headers={"x-account": "a"}))
     assert h.send(post(headers={"x-account": "b"})).status == 422
     assert h.send(post(headers={"x-account": "a", "x-trace": "t"})).status == 201
+    # Content-Type always is: the same bytes as a form or as JSON are another request.
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    assert h.send(post(headers={"x-account": "a", **form})).status == 422
 
 
 def test_two_callers_with_one_key_value_never_meet() -> None:
@@ -212,28 +216,43 @@ def test_a_rate_limited_request_keeps_no_claim() -> None:
     assert retried.status == 201 and "idempotent-replayed" not in retried.headers
 
 
-def test_an_origin_failure_releases_the_claim_for_the_retry() -> None:
-    upstream = FakeOrigin(respond=unreachable)
+@pytest.mark.parametrize("failure", ["unreachable", "timeout", "interim"])
+def test_an_attempt_that_got_no_answer_is_recorded_never_sent_again(failure: str) -> None:
+    # The origin may have acted (a reset after the whole request, a timeout while it
+    # works, an Early Hints before its answer): the gateway's failure is the record's.
+    respond = {
+        "unreachable": unreachable,
+        "timeout": timing_out,
+        "interim": answering(103, body=b""),
+    }[failure]
+    upstream = FakeOrigin(respond=respond)
     h = paying(upstream)
-    assert h.send(post()).status == 502
-    # No answer may still mean the origin acted (a reset after the whole request): sent
-    # once; the claim is released, so the client's own retry is forwarded.
+    first = h.send(post())
+    assert first.status in (502, 504)
     assert len(upstream.sent) == 1
     upstream.respond = answering(201)
     retried = h.send(post())
-    assert retried.status == 201 and "idempotent-replayed" not in retried.headers
-    assert len(upstream.sent) == 2
+    assert retried.status == first.status and retried.headers.get("idempotent-replayed") == "true"
+    assert len(upstream.sent) == 1
+    # store_5xx = false: such a failure gives the key back (at-least-once, asked for).
+    released = paying(FakeOrigin(respond=respond), store_5xx=False)
+    assert released.send(post()).status in (502, 504)
+    released.origin.respond = answering(201)
+    assert released.send(post()).status == 201 and len(released.origin.sent) == 2
 
 
-def test_a_5xx_is_released_unless_the_route_stores_them() -> None:
+def test_a_5xx_is_stored_but_an_answer_saying_not_processed_is_released() -> None:
     upstream = FakeOrigin(respond=answering(503))
     h = paying(upstream)
     assert [h.send(post()).status for _ in range(2)] == [503, 503]
     assert len(upstream.sent) == 6  # released each time: each request tried 3 times
-    stored = paying(FakeOrigin(respond=answering(500)), store_5xx=True)
+    stored = paying(FakeOrigin(respond=answering(500)))
     assert stored.send(post()).status == 500
     replay = stored.send(post())
     assert replay.status == 500 and replay.headers.get("idempotent-replayed") == "true"
+    released = paying(FakeOrigin(respond=answering(500)), store_5xx=False)
+    assert [released.send(post()).status for _ in range(2)] == [500, 500]
+    assert len(released.origin.sent) == 2
 
 
 def test_the_origins_429_releases_the_key_so_the_retry_goes_through() -> None:

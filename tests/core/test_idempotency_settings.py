@@ -30,7 +30,7 @@ def test_empty_table_takes_every_default() -> None:
     assert settings.lock_timeout_ms == 60_000
     assert settings.fingerprint_headers == ()
     assert settings.methods == ("PATCH", "POST")
-    assert settings.store_5xx is False
+    assert settings.store_5xx is True  # Stripe's way: the origin may have acted
     assert settings.max_bytes == 1024 * 1024
     assert settings.max_request_bytes == 4 * 1024 * 1024
 
@@ -116,14 +116,14 @@ def test_safe_methods_and_repeats_are_warned_about() -> None:
     assert len(problems.warnings) == 2
 
 
-def test_5xx_releases_unless_stored() -> None:
+def test_5xx_is_stored_unless_released() -> None:
     assert IdempotencySettings().stores_status(200)
     assert IdempotencySettings().stores_status(422)
-    assert not IdempotencySettings().stores_status(503)
-    assert IdempotencySettings(store_5xx=True).stores_status(503)
+    assert IdempotencySettings().stores_status(500)
+    assert not IdempotencySettings(store_5xx=False).stores_status(500)
 
 
-@pytest.mark.parametrize("status", [408, 425, 429])
+@pytest.mark.parametrize("status", [408, 425, 429, 503, 521, 522, 523, 525, 526])
 def test_an_answer_saying_the_request_was_not_processed_is_never_stored(status: int) -> None:
     assert not IdempotencySettings().stores_status(status)
     assert not IdempotencySettings(store_5xx=True).stores_status(status)

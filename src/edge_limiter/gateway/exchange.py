@@ -42,6 +42,9 @@ class Exchange:
     """Whether an origin answered (any status); False when the gateway answered itself."""
     origin_failed: bool = False
     """Whether every attempt at the origins failed (the answer is a failure)."""
+    sent_unanswered: bool = False
+    """Whether an attempt sent the request and got no answer (a timeout, a connection
+    lost, an interim answer): the origin may have acted on it."""
     idempotency_token: int | None = None
     """The fencing token of the Idempotency-Key claim this request holds, if any."""
     counted: bool = False

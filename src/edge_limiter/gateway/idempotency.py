@@ -33,7 +33,7 @@ from ..core.errors import BodyReadError, IdempotencyKeyError, IdempotencyRecordE
 from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, origin_fields
 from ..core.http.messages import Headers, Response
-from ..core.idempotency.fingerprint import CREDENTIALS, fingerprint
+from ..core.idempotency.fingerprint import ALWAYS_FINGERPRINTED, fingerprint
 from ..core.idempotency.keys import parse_idempotency_key, scoped_name
 from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
 from ..core.idempotency.records import (
@@ -87,7 +87,7 @@ class Idempotency:
         self.kv = kv
         self.services = services
         self.timeout_ms = route.failure.store_timeout_ms
-        self.fingerprinted = tuple(sorted({*CREDENTIALS, *settings.fingerprint_headers}))
+        self.fingerprinted = tuple(sorted({*ALWAYS_FINGERPRINTED, *settings.fingerprint_headers}))
         """The request fields in a fingerprint: the credentials and the route's own."""
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
@@ -157,9 +157,24 @@ class Idempotency:
         token = answer.token
         exchange.idempotency_token = token
         response = await call_next(exchange)
+        if (
+            not exchange.reached_origin
+            and exchange.sent_unanswered
+            and settings.stores_status(response.status)
+        ):
+            # Sent, and no answer came (a timeout, a connection lost, an interim answer):
+            # the origin may have acted, so the gateway's failure answer is the record's
+            # (under store_5xx, as an origin's 5xx would be): a retry is replayed it,
+            # never forwarded again.
+            fields = origin_fields(response.headers.items())
+            body = await response.read_body_at_most(settings.max_bytes)
+            kept = stored_response(response.status, fields, body, settings)
+            await self._complete(exchange, name, print_, token, kept)
+            return response
         if not exchange.reached_origin or not settings.stores_status(response.status):
-            # Not forwarded, the origin failed, or it says it did not process the request
-            # (its own 429): give the key back for the retry.
+            # Not forwarded (the rate limit, an open breaker, a full bulkhead), or the
+            # origin says it did not process the request (its own 429, a 503): give the
+            # key back for the retry.
             await self._release(name, token)
             return response
         try:

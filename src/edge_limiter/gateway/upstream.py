@@ -503,6 +503,8 @@ class Upstream:
             interim = 100 <= response.status <= 199
             response = None
         ended = clock.now_ms()
+        if response is None:
+            exchange.sent_unanswered = True
         status = response.status if response is not None else None
         outcome = classify(status, error, ended - started, pool.breaker)
         retry_after_ms: int | None = None

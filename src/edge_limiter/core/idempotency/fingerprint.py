@@ -2,8 +2,8 @@
 
 A key reused with a different request is a client error (422 in the IETF draft), so the
 fingerprint covers the method, path, query (parameters in canonical order, as the cache
-orders them), the body's SHA-256, the request's credentials (``Authorization``) and the
-values of the route's ``fingerprint_headers``.
+orders them), the body's SHA-256 and ``Content-Type``, the request's credentials
+(``Authorization``) and the values of the route's ``fingerprint_headers``.
 
 The credentials are in it because a key is scoped to the route's rate-limit key, which
 clients may share (one address behind a NAT, a missing key header): another caller
@@ -21,8 +21,12 @@ from collections.abc import Iterable, Mapping
 from ..caching.query import canonical_query
 
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
-#: Fields every fingerprint covers besides a route's ``fingerprint_headers``.
+#: The credentials every fingerprint covers (see the module docstring).
 CREDENTIALS = ("authorization",)
+#: Fields every fingerprint covers besides a route's ``fingerprint_headers``: the
+#: credentials, and ``Content-Type`` (the same bytes as a form or as JSON are another
+#: request to the origin).
+ALWAYS_FINGERPRINTED = (*CREDENTIALS, "content-type")
 _OWS = " \t"
 
 

@@ -3,8 +3,8 @@
 In the config a route honours ``Idempotency-Key`` with a table::
 
     idempotency = { mode = "required", retention = "24h", lock_timeout = "60s",
-                    fingerprint_headers = ["content-type"], methods = ["POST", "PATCH"],
-                    store_5xx = false, max_bytes = 1048576, max_request_bytes = 4194304 }
+                    fingerprint_headers = ["x-client-version"], methods = ["POST", "PATCH"],
+                    store_5xx = true, max_bytes = 1048576, max_request_bytes = 4194304 }
 
 Every field is optional. The parser records every problem in a
 :class:`~edge_limiter.core.validation.Problems` and never raises; a bad field takes its
@@ -53,8 +53,10 @@ _FIELDS = (
 
 #: Answers that say the origin did not process the request, so a retry is due: 408 (the
 #: request did not arrive in time), 425 (too early, it might be a replay), 429 (the
-#: origin's own rate limit).
-NOT_PROCESSED = frozenset({408, 425, 429})
+#: origin's own rate limit), 503 (unable to handle it now), and Cloudflare's own answers
+#: for an origin it could not reach: 521 (refused), 522 (no connection), 523 (no route),
+#: 525 and 526 (no TLS handshake).
+NOT_PROCESSED = frozenset({408, 425, 429, 503, 521, 522, 523, 525, 526})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,7 @@ class IdempotencySettings:
     """Request fields (lower case) that, with method, path, query and body, identify a request."""
     methods: tuple[str, ...] = DEFAULT_METHODS
     """The methods the key applies to (upper case)."""
-    store_5xx: bool = False
+    store_5xx: bool = True
     """Whether a 5xx from the origin is stored and replayed (else the claim is released)."""
     max_bytes: int = DEFAULT_MAX_BYTES
     """The largest body stored; a larger one is recorded as too large, without the body."""
@@ -156,7 +158,7 @@ def parse_idempotency(raw: object, where: str, problems: Problems) -> Idempotenc
             kind="method",
             default=DEFAULT_METHODS,
         ),
-        store_5xx=boolean(data, "store_5xx", False, where, problems),
+        store_5xx=boolean(data, "store_5xx", True, where, problems),
         max_bytes=integer(
             data,
             "max_bytes",

@@ -125,8 +125,9 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
 
 #: Answers that say the origin did not act on the request (RFC 9110: 503 the server is
 #: unable to handle it now, 408 it did not get it in time, 425 it would not risk a replay,
-#: 429 it refused it): an attempt ending so may be sent again whatever the method.
-NOT_ACTED = frozenset({408, 425, 429, 503})
+#: 429 it refused it; and Cloudflare's 521, 522, 523, 525, 526: the origin was never
+#: reached): an attempt ending so may be sent again whatever the method.
+NOT_ACTED = frozenset({408, 425, 429, 503, 521, 522, 523, 525, 526})
 
 
 def may_resend(method: str, holds_idempotency_claim: bool, status: int | None) -> bool:
