@@ -282,6 +282,13 @@ def test_method_override_that_cannot_be_sent_is_a_400() -> None:
     # Only a POST is taken as another method (as frameworks do).
     put = request("/v1/items/1", "PUT", headers={"x-http-method-override": "DELETE"})
     assert h.send(put).status == 200 and h.origin.sent[-1].method == "PUT"
+    # And the field does not reach the origin on another method: one that honours it on
+    # any method would run a DELETE counted as a PUT (or a GET whose answer is cached).
+    assert "x-http-method-override" not in dict(h.origin.sent[-1].headers)
+    get = request("/v1/items/1", headers={"X-HTTP-Method": "DELETE", "x-method-override": "PUT"})
+    h.send(get)
+    names = {name.lower() for name, _ in h.origin.sent[-1].headers}
+    assert not names & {"x-http-method", "x-method-override"}
 
 
 FORM = {"content-type": "application/x-www-form-urlencoded"}
@@ -439,6 +446,10 @@ def test_a_clients_path_override_fields_never_reach_the_origin() -> None:
         "X-Forwarded-Scheme": "https",
         "Front-End-Https": "on",
         "X-Url-Scheme": "https",
+        "X-Scheme": "http",
+        "X-Forwarded-Protocol": "ssl",
+        "X-Arr-Ssl": "on",
+        "X-Real-Proto": "http",
         "X-Original-Host": "other-tenant.test",
         "X-HTTP-Host-Override": "other-tenant.test",
     }

@@ -65,6 +65,7 @@ class Gateway:
             config.client_ip_header,
             self.origin_fields,
             forwarded_host=config.forwarded_host,
+            drop_overrides=config.method_override != "pass",
         )
         self.upstream = forward
         self.admin.adopt_breaker = forward.breakers.take

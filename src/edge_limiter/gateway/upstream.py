@@ -31,6 +31,7 @@ from typing import Any
 from ..core.errors import BodyReadError
 from ..core.http import problems
 from ..core.http.messages import BytesBody, Request, Response
+from ..core.http.method_override import OVERRIDE_FIELDS
 from ..core.http.origin_headers import FORWARDED_HOST_FIELDS
 from ..core.resilience.backoff import parse_retry_after, retry_delay_ms
 from ..core.resilience.breaker import (
@@ -100,11 +101,16 @@ FORWARDED_AS_FIELDS = (
     "x-forwarded-port",
     "x-original-host",
     "x-http-host-override",
-    # The scheme asked for, spelled the other ways (Rack reads X-Forwarded-Ssl first).
+    # The scheme asked for, spelled the other ways (Rack reads X-Forwarded-Ssl first,
+    # Tornado X-Scheme, gunicorn X-Forwarded-Protocol, IIS ARR X-Arr-Ssl).
     "x-forwarded-ssl",
     "x-forwarded-scheme",
     "front-end-https",
     "x-url-scheme",
+    "x-scheme",
+    "x-forwarded-protocol",
+    "x-arr-ssl",
+    "x-real-proto",
 )
 #: Fields dropped from every forwarded request besides those: ``Expect: 100-continue``
 #: asks the origin for an interim ``100 Continue``, which the runtime's fetch takes as the
@@ -270,11 +276,17 @@ class Upstream:
         origin_fields: dict[str, tuple[tuple[str, str], ...]] | None = None,
         *,
         forwarded_host: bool = False,
+        drop_overrides: bool = True,
     ) -> None:
         self.services = services
         self.client_ip_header = client_ip_header
         self.forwarded_host = forwarded_host
         """Whether origins are told the host and scheme the client asked for."""
+        self.dropped = DROPPED_FIELDS | frozenset(OVERRIDE_FIELDS if drop_overrides else ())
+        """The client's fields no origin gets: a method override is one too wherever the
+        gateway applies or refuses overrides (on a POST it was applied or refused before
+        this; on another method, an origin that honours it would run a method that was
+        not counted, and a cache would keep its answer for the GET)."""
         self.origin_fields = origin_fields or {}
         """By pool name, the fields set on every request to its origins (origin_headers)."""
         self.breakers = BreakerBoard(services)
@@ -364,7 +376,7 @@ class Upstream:
         forward = exchange.forward
         pool, retry = forward.pool, forward.retry
         request = exchange.request
-        request.headers.discard(DROPPED_FIELDS)
+        request.headers.discard(self.dropped)
         # The scheme the client used, never what it claims (Rails' force_ssl would answer a
         # client's "http" with a redirect, cached for everyone); origin_headers may say
         # otherwise.

@@ -83,6 +83,11 @@ STREAM_TYPES = frozenset(
         "application/x-jsonlines",
         "application/json-seq",
         "application/stream+json",
+        "application/x-ldjson",
+        "application/jsonlines",
+        "application/json-lines",
+        "application/x-json-stream",
+        "text/x-ndjson",
     }
 )
 
