@@ -195,6 +195,39 @@ def test_a_stale_copy_is_served_while_a_fresh_one_is_fetched() -> None:
     assert fresh.headers.get("x-cache") == "HIT" and fresh.body == b"answer 2"
 
 
+@pytest.mark.parametrize(
+    "now_answers", [(410, []), (404, []), (200, [("cache-control", "no-store")])]
+)
+def test_a_refresh_answered_with_nothing_to_keep_retires_the_stale_copy(
+    now_answers: tuple[int, list[tuple[str, str]]],
+) -> None:
+    # The resource is gone (or may no longer be kept): the old copy stops being served at
+    # once, and the origin is not asked again by every request of the window.
+    h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="30s")
+    h.send(request("/v1/catalog/g"))
+    h.clock.advance(2_500)
+    status, headers = now_answers
+    h.origin.respond = answering(status, headers=headers)
+    assert h.send(request("/v1/catalog/g")).headers.get("x-cache") == "UPDATING"
+    after = h.send(request("/v1/catalog/g"))
+    assert after.status == status and after.headers.get("x-cache") == "MISS"
+    # A failing origin (a 5xx) leaves it served until its window ends.
+    failing = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="30s")
+    failing.send(request("/v1/catalog/g"))
+    failing.clock.advance(2_500)
+    failing.origin.respond = answering(500)
+    failing.send(request("/v1/catalog/g"))
+    assert failing.send(request("/v1/catalog/g")).headers.get("x-cache") == "UPDATING"
+
+
+def test_only_if_cached_never_takes_a_copy_being_refreshed() -> None:
+    h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="30s")
+    h.send(request("/v1/catalog/u"))
+    h.clock.advance(2_500)
+    only = h.send(request("/v1/catalog/u", headers={"cache-control": "only-if-cached"}))
+    assert only.status == 504 and len(h.origin.sent) == 1  # nor starts a refresh
+
+
 def test_a_refresh_whose_work_was_dropped_does_not_block_the_next() -> None:
     h = cached(FakeOrigin(respond=answering(headers=SHORT)), stale_while_revalidate="5m")
     h.send(request("/v1/catalog/d"))

@@ -116,7 +116,7 @@ class Cache:
             entry, generation = await self._lookup(base, request_fields, now)
             if entry is not None and is_fresh(entry, now):
                 return await self._hit(exchange, entry, validators)
-            if entry is not None and revalidating(entry, now):
+            if entry is not None and revalidating(entry, now) and not lookup.only_if_cached:
                 if lookup.write and request.method == "GET":
                     self._revalidate(
                         exchange, base, entry, request_fields, call_next, generation=generation
@@ -218,7 +218,15 @@ class Cache:
             response = await call_next(again)
             if again.reached_origin:
                 again.now_ms = self.services.clock.now_ms()
-                await self._store(again, base, request_fields, response, generation, defer=False)
+                stored = await self._store(
+                    again, base, request_fields, response, generation, defer=False
+                )
+                if stored is None and not again.origin_failed and response.status < 500:
+                    # The origin's answer now is one not to keep (a 404 or 410, no-store,
+                    # a cookie): the old copy no longer says what it holds. Only a failing
+                    # origin leaves it served until its window ends.
+                    self._written.pop(mark, None)
+                    await self.kv.delete(mark)
         except Exception as exc:  # the client already has its answer
             self._log_failure("revalidate", exc)
         finally:
