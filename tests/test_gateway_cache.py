@@ -585,6 +585,26 @@ GETS_ONLY = {**CATALOG, "match": {"path": "/v1/catalog/*", "methods": ["GET", "H
 WRITES = {"name": "writes", "match": {"path": "/v1/*"}, "limits": "100/minute"}
 
 
+def test_a_read_sent_before_a_write_does_not_store_its_old_answer_over_it() -> None:
+    written = asyncio.Event()
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        if outgoing.method == "GET":
+            await written.wait()  # the origin answers the read after the write is done
+            return Response(200, Headers([("cache-control", "max-age=300")]), b"OLD")
+        written.set()
+        return Response(200, Headers(), b"written")
+
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=respond))
+    read, write = asyncio.run(
+        h.concurrently(request("/v1/catalog/w"), request("/v1/catalog/w", "PUT", body=b"{}"))
+    )
+    h.flush()
+    assert (read.body, write.status) == (b"OLD", 200)
+    after = h.send(request("/v1/catalog/w"))
+    assert after.headers.get("x-cache") == "MISS"  # the old answer was not kept
+
+
 @pytest.mark.parametrize("method", ["DELETE", "PUT", "POST", "PATCH"])
 def test_a_successful_unsafe_request_invalidates_the_stored_get(method: str) -> None:
     # RFC 9111 section 4.4, whichever route takes the write.

@@ -76,6 +76,9 @@ class Cache:
         self.limiter = limiter
         self.services = services
         self._written: OrderedDict[str, int] = OrderedDict()
+        self._purged: OrderedDict[str, int] = OrderedDict()
+        """When this isolate last purged each base key (a write, an admin purge): an answer
+        the origin gave to a request sent before that is not stored over it."""
         self._refreshing: dict[str, int] = {}
         """Entries being fetched again (stale-while-revalidate), with when it started."""
 
@@ -215,11 +218,12 @@ class Cache:
                 origin_failed=False,
                 counted=self.settings.count_hits,
             )
+            asked_at = self.services.clock.now_ms()
             response = await call_next(again)
             if again.reached_origin:
                 again.now_ms = self.services.clock.now_ms()
                 stored = await self._store(
-                    again, base, request_fields, response, generation, defer=False
+                    again, base, request_fields, response, generation, defer=False, since=asked_at
                 )
                 if stored is None and not again.origin_failed and response.status < 500:
                     # The origin's answer now is one not to keep (a 404 or 410, no-store,
@@ -283,6 +287,10 @@ class Cache:
             scope_key=scope_key,
         )
         self._written.pop(base, None)
+        self._purged[base] = self.services.clock.now_ms()
+        self._purged.move_to_end(base)
+        while len(self._purged) > _RECENT_WRITES:
+            self._purged.popitem(last=False)
         found = (await self.kv.get(base)) is not None if look else None
         await self.kv.delete(base)
         return base, found
@@ -374,11 +382,18 @@ class Cache:
         generation: str | None,
         *,
         defer: bool = True,
+        since: int | None = None,
     ) -> Entry | None:
         """Store ``response`` if it may be (written after the response, unless not
         ``defer``: already there); the entry, if any. A response that varies goes under
-        the vary manifest's ``generation`` (``None``: not read; a new one if none stands)."""
+        the vary manifest's ``generation`` (``None``: not read; a new one if none stands).
+        Not stored when this isolate purged the URI after the request was sent (``since``,
+        by default when it arrived): a write done meanwhile must not be undone by the
+        answer of a read that started before it (RFC 9111 section 4.4)."""
         now = exchange.now_ms
+        purged = self._purged.get(base)
+        if purged is not None and purged >= (since if since is not None else now):
+            return None
         response_fields = origin_fields(response.headers.items())
         decision = store_decision(response.status, response_fields, None, self.settings, now)
         if not decision.store:
