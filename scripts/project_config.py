@@ -172,11 +172,19 @@ def check_project(
         result.problems.append(str(exc))
         return result
     source = path.name if path is not None else ""
+    if deploying not in (EVERY, None) and deploying not in environments(wrangler):
+        try:
+            deployment(wrangler, deploying)
+        except ProjectConfigError as exc:
+            result.problems.append(str(exc))
+            return result
     if document is not None:
         # Every environment of the file is checked, used by a deployment or not; when one
         # deployment is about to run, the problems of tables it does not use are warnings.
         used = _file_table(wrangler, deploying)
-        for env_name in [None, *sorted(document.get("env") or {})]:
+        tables = document.get("env")
+        named = sorted(tables) if isinstance(tables, dict) else []
+        for env_name in [None, *named]:
             label = f"{source}" + (f" [env.{env_name}]" if env_name else "")
             into = result if env_name in (None, used) or used == EVERY else Check()
             _check_one(label, lambda n=env_name: apply_environment(document, n, source), into)
@@ -227,7 +235,12 @@ def _check_deployment(
         try:
             raw_config(dep, document, source)
         except ConfigError as exc:
-            result.problems.extend(f"{dep.label}: {problem}" for problem in exc.problems)
+            result.problems.extend(
+                f"{dep.label}: {problem}"
+                for problem in exc.problems
+                # The file's own problem, said once (its table was checked above).
+                if not any(said.endswith(f": {problem}") for said in result.problems)
+            )
         return
     _check_one(
         f"{dep.label} vars.{CONFIG_VAR}",

@@ -162,3 +162,18 @@ def test_a_config_file_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> 
     done = run(str(bad), "--wrangler", str(tmp_path / "wrangler.toml"))
     assert done.returncode == 1 and "not UTF-8 text" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_env_that_is_not_a_table_of_tables_is_one_clear_problem(tmp_path: Path) -> None:
+    (tmp_path / "wrangler.toml").write_text(WRANGLER)
+    for value in ("5", '"oops"', '["a", "b"]'):
+        bad = tmp_path / "edge-limiter.toml"
+        bad.write_text(f'env = {value}\norigin = "https://a.test"\n')
+        done = run(str(bad), "--wrangler", str(tmp_path / "wrangler.toml"))
+        assert done.returncode == 1 and "Traceback" not in done.stderr, value
+        assert done.stderr.count("env holds one table per environment") == 1, done.stderr
+
+
+def test_an_environment_wrangler_does_not_have_is_said_so() -> None:
+    done = run("--env", "nosuch")
+    assert done.returncode == 1 and "no [env.nosuch]" in done.stderr, done.stderr

@@ -293,7 +293,8 @@ def test_breakers_and_stats() -> None:
     # A known endpoint asked with another method: 405 with the methods it takes.
     for path, method, allow in [
         ("/api/keys/reset", "GET", "POST"),
-        ("/api/overrides", "PUT", "GET, POST"),
+        ("/api/overrides", "PUT", "GET, POST, HEAD"),
+        ("/api/config", "POST", "GET, HEAD"),
         ("/api/overrides/abc", "GET", "DELETE"),
         ("/", "POST", "GET, HEAD"),
     ]:
@@ -301,6 +302,7 @@ def test_breakers_and_stats() -> None:
         assert wrong.status == 405 and wrong.headers.get("allow") == allow, path
         assert body_json(wrong)["code"] == "admin_method_not_allowed"
     assert admin(h, "/api/overrides/a/b", "DELETE").status == 404
+    assert admin(h, "/api/config", "HEAD").status == 200  # a HEAD is its GET
 
 
 def test_stats_include_the_last_decisions_of_an_isolate_gone_quiet() -> None:

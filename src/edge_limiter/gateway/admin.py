@@ -149,9 +149,10 @@ class Admin:
         pairs = parse_qsl(request.query, keep_blank_values=True)
         params = dict(pairs)
         action = path[len(self.prefix) :].rstrip("/") or "/"
-        method = request.method
+        # A HEAD is answered as its GET (the runtime sends no body with it).
+        method = "GET" if request.method == "HEAD" else request.method
         try:
-            if page and method in ("GET", "HEAD"):
+            if page and method == "GET":
                 return await self._page(now)
             if action == "/api/config" and method == "GET":
                 return self._config()
@@ -181,7 +182,9 @@ class Admin:
                 return _json(200, await self._stats())
         except _AdminError as exc:
             return _fail(exc.status, exc.title, str(exc), exc.code)
-        allowed = ("GET", "HEAD") if page else _methods(action)
+        allowed = ("GET",) if page else _methods(action)
+        if "GET" in allowed:
+            allowed = (*allowed, "HEAD")
         if not allowed:
             return _fail(
                 404, "Not Found", f"No admin endpoint {method} {action}.", "no_admin_endpoint"
@@ -189,7 +192,7 @@ class Admin:
         response = _fail(
             405,
             "Method Not Allowed",
-            f"{action} takes {' or '.join(allowed)}, not {method}.",
+            f"{action} takes {' or '.join(allowed)}, not {request.method}.",
             "admin_method_not_allowed",
         )
         response.headers.set("allow", ", ".join(allowed))

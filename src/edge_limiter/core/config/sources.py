@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ..validation import shown
 
 CONFIG_VAR = "EDGE_LIMITER"
 ENV_VAR = "EDGE_LIMITER_ENV"
@@ -26,6 +27,16 @@ def apply_environment(
 ) -> dict[str, Any]:
     """The config file's top level with environment ``env_name``'s fields laid over it."""
     base = {key: value for key, value in document.items() if key != "env"}
+    tables = document.get("env")
+    if tables is not None and (
+        not isinstance(tables, Mapping) or not all(isinstance(t, Mapping) for t in tables.values())
+    ):
+        raise ConfigError(
+            [
+                f"config.env: in {source}, env holds one table per environment "
+                f"([env.staging] ...), got {shown(tables)}"
+            ]
+        )
     if not env_name:
         return base
     environments = document.get("env") or {}

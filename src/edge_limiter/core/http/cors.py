@@ -165,6 +165,6 @@ def is_preflight(method: str, headers: HeaderMap) -> bool:
     ``Origin`` and ``Access-Control-Request-Method``)."""
     return (
         method == "OPTIONS"
-        and headers.get("access-control-request-method") is not None
+        and bool((headers.get("access-control-request-method") or "").strip())
         and headers.get("origin") is not None
     )

@@ -201,11 +201,21 @@ def _tried(origins: Sequence[dict[str, Any]]) -> str:
 
 
 def origin_unreachable(route: str | None, pool: str, tried: Sequence[dict[str, Any]]) -> Problem:
-    """502: no origin could be reached (connection refused or reset, DNS, TLS)."""
+    """502: no origin could be reached (connection refused or reset, DNS, TLS), or it
+    answered only with an interim answer (103 Early Hints) the platform took for its
+    answer."""
+    if tried and all(item["outcome"] == "interim_answer" for item in tried):
+        detail = (
+            f"The origin of pool '{pool}' answered with an interim response (such as 103 "
+            f"Early Hints) that the platform's fetch takes for its answer, so its final "
+            f"answer is lost; tried: {_tried(tried)}."
+        )
+    else:
+        detail = f"No origin of pool '{pool}' could be reached; tried: {_tried(tried)}."
     return Problem(
         502,
         "Bad Gateway",
-        f"No origin of pool '{pool}' could be reached; tried: {_tried(tried)}.",
+        detail,
         "origin_unreachable",
         members={"route": route, "pool": pool, "tried": list(tried)},
     )
@@ -216,7 +226,8 @@ def origin_body_broken(route: str | None, origin: str) -> Problem:
     return Problem(
         502,
         "Bad Gateway",
-        f"The origin '{origin}' answered, but its body was cut off before its end.",
+        f"The origin '{origin}' answered, but its body was cut off (or stopped coming) "
+        "before its end.",
         "origin_body_broken",
         members={"route": route, "origin": origin},
     )
