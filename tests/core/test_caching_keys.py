@@ -48,6 +48,9 @@ def test_parameters_are_sorted_by_name_keeping_repeats_in_their_order() -> None:
     assert canonical_query("a=1&a=1") == "a=1&a=1"
     # An origin taking the last (or first) value answers these two differently.
     assert canonical_query("a=1&a=2") != canonical_query("a=2&a=1")
+    # Names in another case too: an origin reading names in any case takes the first.
+    assert canonical_query("id=1&ID=2") != canonical_query("ID=2&id=1")
+    assert canonical_query("B=1&a=2") == canonical_query("a=2&B=1") == "a=2&B=1"
 
 
 def test_absent_and_blank_values_stay_apart() -> None:
@@ -152,7 +155,7 @@ def renderings(draw: st.DrawFn, params: list[Param]) -> str:
 
 def by_name(params: list[Param]) -> list[Param]:
     """What a canonical query keeps of a list of parameters: names sorted, values in order."""
-    return sorted(params, key=lambda param: param[0])
+    return sorted(params, key=lambda param: param[0].lower())
 
 
 @PROPERTY

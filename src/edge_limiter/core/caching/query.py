@@ -64,9 +64,11 @@ def query_params(query: str) -> list[Param]:
 def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
     """``query`` normalised, without the ``ignore``d names, sorted by name.
 
-    The sort is stable: a name given several times keeps the order of its values
-    (``a=1&a=2`` is not ``a=2&a=1``: origins that take the last, or the first, answer the
-    two differently, so they must not share an entry).
+    The sort is by the name in lower case, and stable: a name given several times keeps
+    the order of its values (``a=1&a=2`` is not ``a=2&a=1``: origins that take the last,
+    or the first, answer the two differently, so they must not share an entry), and so do
+    names that differ only in case (``id=1&ID=2`` is not ``ID=2&id=1``: an origin that reads
+    names in any case, as ASP.NET does, takes the first).
 
     ``ignore`` names are compared in normal form, so ``utm_source`` also drops
     ``utm%5Fsource``; ``"*"`` among them drops the whole query. A parameter holding a
@@ -87,7 +89,7 @@ def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
             if ";" in item or normalize_part(item.partition("=")[0]) not in ignored
         )
     kept = query_params(query)
-    kept.sort(key=lambda param: param[0])
+    kept.sort(key=lambda param: param[0].lower())
     return "&".join(name if value is None else f"{name}={value}" for name, value in kept)
 
 
