@@ -438,3 +438,15 @@ def test_a_live_stream_is_recorded_without_its_body_and_never_held() -> None:
     assert replay.status == 201 and replay.headers.get("idempotent-replayed") == "true"
     assert "live stream" in (replay.headers.get("idempotent-replayed-body") or "")
     assert len(events.bodies) == 1
+
+
+def test_a_protected_post_taken_as_another_method_stays_protected() -> None:
+    # The client sent a POST with a key; an override makes it a PUT, which the route
+    # does not list: it is still the request the client protected.
+    route = {**PAYMENTS, "match": {"path": "/v1/payments"}}
+    h = harness(route, upstream=FakeOrigin(respond=answering(201)))
+    asking = {"x-http-method-override": "PUT"}
+    answers = [h.send(post(headers=asking)) for _ in range(2)]
+    assert [a.status for a in answers] == [201, 201]
+    assert answers[1].headers.get("idempotent-replayed") == "true"
+    assert [sent.method for sent in h.origin.sent] == ["PUT"]

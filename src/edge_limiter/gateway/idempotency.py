@@ -93,7 +93,11 @@ class Idempotency:
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         request = exchange.request
         settings = self.settings
-        if not settings.applies_to(request.method):
+        sent_as = request.sent_as
+        if not settings.applies_to(request.method) and not (
+            # A POST taken as a PUT (an override) is still the POST the client protected.
+            sent_as is not None and settings.applies_to(sent_as)
+        ):
             return await call_next(exchange)
         raw = request.headers.get(KEY_HEADER)
         if raw is None and not settings.required:

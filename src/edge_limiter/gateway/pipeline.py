@@ -241,6 +241,7 @@ class Gateway:
             self.services.log({"event": "method_override_refused", "reason": str(exc)})
             return problem_response(problems.bad_request(str(exc), "method_override"))
         if wanted is not None:
+            request.sent_as = request.method
             request.method = wanted
             request.native = None  # the runtime's request no longer describes this one
             for name in {name for name, _ in fields}:

@@ -239,6 +239,8 @@ class Request:
     client: Client = field(default_factory=Client)
     body: Body | None = None
     native: object | None = None
+    sent_as: str | None = None
+    """The method the client sent, when a method override made it another (``method``)."""
 
     async def read_body_at_most(self, limit: int) -> bytes | None:
         """The body's bytes if there are at most ``limit`` of them, then kept (the request
