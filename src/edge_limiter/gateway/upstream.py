@@ -380,7 +380,10 @@ class Upstream:
         # The scheme the client used, never what it claims (Rails' force_ssl would answer a
         # client's "http" with a redirect, cached for everyone); origin_headers may say
         # otherwise.
-        request.headers.set(PROTO_FIELD, request.scheme)
+        if request.headers.get(PROTO_FIELD) != request.scheme:
+            # (Cloudflare's edge sets it to the same already: then the fields stay as they
+            # came, with no copy made.)
+            request.headers.set(PROTO_FIELD, request.scheme)
         for name, value in self.origin_fields.get(pool.name, ()):
             request.headers.set(name, value)  # whatever the client sent under that name
         if self.client_ip_header is not None:
