@@ -450,6 +450,12 @@ def test_a_clients_path_override_fields_never_reach_the_origin() -> None:
         "X-Forwarded-Protocol": "ssl",
         "X-Arr-Ssl": "on",
         "X-Real-Proto": "http",
+        # Spelled with "_", which CGI-style servers read as the dashed field.
+        "X_Forwarded_Host": "other-tenant.test",
+        "X_Original_URL": "/v1/login",
+        "X_HTTP_METHOD_OVERRIDE": "DELETE",
+        "X_Forwarded_Proto": "http",
+        "CF_Connecting_IP": "6.6.6.6",
         "X-Original-Host": "other-tenant.test",
         "X-HTTP-Host-Override": "other-tenant.test",
     }

@@ -450,3 +450,18 @@ def test_a_protected_post_taken_as_another_method_stays_protected() -> None:
     assert [a.status for a in answers] == [201, 201]
     assert answers[1].headers.get("idempotent-replayed") == "true"
     assert [sent.method for sent in h.origin.sent] == ["PUT"]
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE"])
+def test_a_protected_put_or_delete_is_sent_once_like_a_post(method: str) -> None:
+    # Idempotent by HTTP's rules, but the route protects it: the client asked for once.
+    route = {**PAYMENTS, "match": {"path": "/v1/payments"}}
+    route["idempotency"] = {**PAYMENTS["idempotency"], "methods": ["POST", method]}
+    h = harness(route, upstream=FakeOrigin(respond=answering(502)))
+    sent = request("/v1/payments", method, headers={"idempotency-key": "k"}, body=b"{}")
+    assert h.send(sent).status == 502
+    assert len(h.origin.sent) == 1  # not retried (a 502: the origin may have acted)
+    h.origin.respond = answering(503)
+    other = request("/v1/payments", method, headers={"idempotency-key": "k2"}, body=b"{}")
+    h.send(other)
+    assert len(h.origin.sent) == 4  # a 503 says it did not act: retried

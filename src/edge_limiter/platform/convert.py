@@ -18,7 +18,15 @@ from pyodide.ffi import JsException, create_proxy, jsnull, to_js
 
 from ..core.caching.fields import content_length
 from ..core.errors import BodyReadError
-from ..core.http.messages import Body, BytesBody, Client, HeaderMap, Request, Response
+from ..core.http.messages import (
+    Body,
+    BytesBody,
+    Client,
+    HeaderMap,
+    Request,
+    Response,
+    dropped_names,
+)
 
 
 class _Globals:
@@ -312,10 +320,11 @@ class JsHeaders:
         if self.js.has(name):
             self._writable().delete(name)
 
-    def discard(self, names: frozenset[str]) -> None:
+    def discard(self, names: frozenset[str], underscored: frozenset[str] = frozenset()) -> None:
         # The names present, in one call into JavaScript (the runtime lower-cases them),
         # rather than one lookup per name asked about.
-        present = names.intersection(globals_.Array.from_(self.js.keys()).to_py())
+        keys = globals_.Array.from_(self.js.keys()).to_py()
+        present = dropped_names(keys, names, underscored)
         if present:
             writable = self._writable()
             for name in present:

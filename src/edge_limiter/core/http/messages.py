@@ -41,8 +41,10 @@ class HeaderMap(Protocol):
         """Remove the field."""
         ...
 
-    def discard(self, names: frozenset[str]) -> None:
-        """Remove every field named in ``names`` (lower case) that is present."""
+    def discard(self, names: frozenset[str], underscored: frozenset[str] = frozenset()) -> None:
+        """Remove every field named in ``names`` (lower case) that is present, in any
+        spelling with ``_`` for ``-``; and the ``_`` spellings of ``underscored`` (see
+        :func:`dropped_names`)."""
         ...
 
     def items(self) -> list[tuple[str, str]]:
@@ -84,9 +86,12 @@ class Headers:
         key = name.lower()
         self._items = [(k, v) for k, v in self._items if k != key]
 
-    def discard(self, names: frozenset[str]) -> None:
-        """Remove every field named in ``names`` (lower case) that is present."""
-        self._items = [(k, v) for k, v in self._items if k not in names]
+    def discard(self, names: frozenset[str], underscored: frozenset[str] = frozenset()) -> None:
+        """Remove every field named in ``names`` (lower case) that is present, in any
+        spelling with ``_`` for ``-``; and the ``_`` spellings of ``underscored``."""
+        gone = set(dropped_names([k for k, _ in self._items], names, underscored))
+        if gone:
+            self._items = [(k, v) for k, v in self._items if k not in gone]
 
     def items(self) -> list[tuple[str, str]]:
         """Every ``(name, value)``, in order."""
@@ -388,3 +393,22 @@ class Response:
         if data is not None:
             self.body = data
         return data
+
+
+def dropped_names(
+    present: Iterable[str], names: frozenset[str], underscored: frozenset[str] = frozenset()
+) -> list[str]:
+    """The ``present`` field names (lower case) that are ``names`` in any spelling with
+    ``_`` for ``-``, or ``underscored`` names spelled with ``_``: CGI-style servers
+    (WEBrick, Werkzeug, gunicorn before 22, Puma's ``HTTP_`` env) read ``X_Forwarded_Host``
+    as ``X-Forwarded-Host``, so dropping only the dashed spelling would let the other one
+    through (the class of Puma CVE-2024-45614)."""
+    out = []
+    for name in present:
+        if name in names:
+            out.append(name)
+        elif "_" in name:
+            dashed = name.replace("_", "-")
+            if dashed in names or dashed in underscored:
+                out.append(name)
+    return out

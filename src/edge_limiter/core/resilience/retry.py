@@ -134,19 +134,20 @@ def may_resend(method: str, holds_idempotency_claim: bool, status: int | None) -
     """Whether a request whose attempt just failed (with ``status``, ``None`` when no
     answer came) may go to an origin again.
 
-    A request retried only because it holds an Idempotency-Key claim (a POST, a PATCH)
-    is sent again only when the origin says it did not act on it (:data:`NOT_ACTED`).
+    A request holding an Idempotency-Key claim (a POST, a PATCH, or a PUT or DELETE the
+    route protects) is sent again only when the origin says it did not act on it
+    (:data:`NOT_ACTED`); one without, when its method is idempotent.
     After a timeout, a 500, 502 or 504 the origin may have carried it out, and another
     origin (another region, with records of its own) would carry it out again; so may one
     that dropped the connection with no answer: the runtime says "Network connection
     lost" alike for a connection refused and for one reset after the whole request
     arrived. The gateway's claim makes the client's own retry safe, not a second send.
     """
-    if method.upper() in IDEMPOTENT_METHODS:
-        return True
-    if not holds_idempotency_claim or status is None:
-        return False
-    return status in NOT_ACTED
+    if holds_idempotency_claim:
+        # The client asked for exactly once, whatever the method (a PUT or DELETE it
+        # protects too): sent again only when the origin says it did not act.
+        return status is not None and status in NOT_ACTED
+    return method.upper() in IDEMPOTENT_METHODS
 
 
 def is_idempotent(method: str, holds_idempotency_claim: bool) -> bool:
