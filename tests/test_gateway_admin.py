@@ -369,4 +369,8 @@ def test_an_operator_forces_an_origins_breaker_in_every_isolate() -> None:
     assert admin(here, "/api/breakers/nope?state=open", "POST").status == 404
     assert admin(here, "/api/breakers/eu?state=sideways", "POST").status == 400
     assert admin(here, "/api/breakers/eu", "GET").headers.get("allow") == "POST"
+    # A parameter given twice is refused, not taken as its last value.
+    twice = admin(here, "/api/breakers/eu?state=closed&state=open", "POST")
+    assert twice.status == 400 and "state" in body_json(twice)["detail"]
+    assert body_json(admin(here, "/api/breakers/e%75?state=auto", "POST"))["origin"] == "eu"
     assert here.events("admin_breaker_forced")[0]["state"] == "open"

@@ -118,6 +118,11 @@ def test_fingerprinted_headers_are_part_of_the_payload() -> None:
     # Content-Type always is: the same bytes as a form or as JSON are another request.
     form = {"content-type": "application/x-www-form-urlencoded"}
     assert h.send(post(headers={"x-account": "a", **form})).status == 422
+    # ... as a media type: its spellings are one (RFC 9110 section 8.3.1).
+    json_ = paying()
+    json_.send(post(headers={"content-type": "application/json; charset=utf-8"}))
+    same = {"content-type": 'Application/JSON ;Charset="UTF-8"'}
+    assert json_.send(post(headers=same)).headers.get("idempotent-replayed") == "true"
 
 
 def test_two_callers_with_one_key_value_never_meet() -> None:

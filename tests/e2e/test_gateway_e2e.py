@@ -287,6 +287,10 @@ def test_an_upload_expecting_100_continue_gets_the_origins_final_answer(
     # An interim answer the origin volunteers (103 Early Hints) is not a crash either.
     early = get(gateway, "/not/limited?interim=103", fresh_ip())
     assert early.status_code == 502 and early.json()["code"] == "origin_unreachable"
+    # A GET that says "Content-Length: 0" (some clients always do) has no body to refuse.
+    for path in ("/not/limited", "/v1/search"):
+        empty = get(gateway, path, fresh_ip(), headers={"content-length": "0", "x-api-key": "e"})
+        assert empty.status_code == 200, (path, empty.text[:200])
 
 
 def test_unmatched_routes_pass_untouched(gateway: LocalGateway, origin) -> None:  # type: ignore[no-untyped-def]

@@ -33,11 +33,12 @@ import base64
 import hmac
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from ..core.canonical import canonical_host, canonical_path, runtime_path
 from ..core.config import Config
@@ -148,6 +149,17 @@ class Admin:
             return response
         pairs = parse_qsl(request.query, keep_blank_values=True)
         params = dict(pairs)
+        counts = Counter(name for name, _ in pairs if name != "header")
+        twice = sorted(name for name, count in counts.items() if count > 1)
+        if twice:
+            # Which one was meant cannot be told (a reset of the wrong route, a breaker
+            # forced the wrong way): say so rather than take the last.
+            return _fail(
+                400,
+                "Bad Request",
+                f"give each parameter once: {', '.join(twice)} came more than once",
+                "bad_admin_request",
+            )
         action = path[len(self.prefix) :].rstrip("/") or "/"
         # A HEAD is answered as its GET (the runtime sends no body with it).
         method = "GET" if request.method == "HEAD" else request.method
@@ -177,7 +189,8 @@ class Admin:
             if action == "/api/breakers" and method == "GET":
                 return _json(200, {"breakers": await self._breakers(now)})
             if action.startswith("/api/breakers/") and method == "POST":
-                return await self._force(action.removeprefix("/api/breakers/"), params, now)
+                origin = unquote(action.removeprefix("/api/breakers/"))
+                return await self._force(origin, params, now)
             if action == "/api/stats" and method == "GET":
                 return _json(200, await self._stats())
         except _AdminError as exc:

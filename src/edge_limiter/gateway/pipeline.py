@@ -135,6 +135,17 @@ class Gateway:
             refused = await self._method_override(request, host, path)
             if refused is not None:
                 return refused
+        if (
+            request.body is not None
+            and request.method in BODILESS
+            and request.headers.get("content-length") == "0"
+            and request.headers.get("transfer-encoding") is None
+        ):
+            # An empty body said with "Content-Length: 0" (some clients send it on every
+            # request): the request without it is the same request.
+            request.body = None
+            request.native = None
+            request.headers.delete("content-length")
         if request.body is not None and request.method in BODILESS:
             # The platform's fetch cannot send one: forwarding it would change the request.
             return problem_response(

@@ -55,6 +55,8 @@ def fingerprint(
             # The scheme's name is case-insensitive (RFC 9110): "bearer t" is "Bearer t".
             scheme, _, credentials = value.strip(_OWS).partition(" ")
             value = f"{scheme.lower()} {credentials.strip(_OWS)}"
+        elif value is not None and name == "content-type":
+            value = media_type(value)
         fields.append([name, None if value is None else value.strip(_OWS)])
     encoded = json.dumps(
         [
@@ -69,3 +71,22 @@ def fingerprint(
         separators=(",", ":"),
     )
     return hashlib.sha256(encoded.encode("ascii")).hexdigest()
+
+
+def media_type(value: str) -> str:
+    """A ``Content-Type`` as one text for every spelling of the same type (RFC 9110
+    section 8.3.1): type, subtype and parameter names in lower case, no space around
+    ``;`` and ``=``, a quoted value unquoted, ``charset`` in lower case;
+    ``Application/JSON ; Charset="UTF-8"`` is ``application/json;charset=utf-8``."""
+    kind, *params = value.split(";")
+    parts = [kind.strip(_OWS).lower()]
+    for param in params:
+        name, _, given = param.partition("=")
+        name = name.strip(_OWS).lower()
+        if not name:
+            continue
+        given = given.strip(_OWS)
+        if len(given) >= 2 and given[0] == given[-1] == '"':
+            given = given[1:-1]
+        parts.append(f"{name}={given.lower() if name == 'charset' else given}")
+    return ";".join(parts)
