@@ -374,3 +374,21 @@ def test_an_operator_forces_an_origins_breaker_in_every_isolate() -> None:
     assert twice.status == 400 and "state" in body_json(twice)["detail"]
     assert body_json(admin(here, "/api/breakers/e%75?state=auto", "POST"))["origin"] == "eu"
     assert here.events("admin_breaker_forced")[0]["state"] == "open"
+
+
+def test_a_fresh_isolates_peek_sees_the_overrides_set_elsewhere() -> None:
+    import asyncio
+
+    from edge_limiter.core.overrides import parse_override
+
+    h = gw()
+    # Set through another isolate: this one has not loaded the list (no request yet).
+    override = parse_override(
+        {"route": "api", "key": "header:x-api-key=vip", "limits": "50/minute"},
+        h.clock.now,
+        {"api": "sliding_log", "everything": "gcra"},
+    )
+    asyncio.run(h.control.overrides(json.dumps({"op": "put", "override": override.describe()})))
+    peek = body_json(admin(h, "/api/keys?route=api&key=vip"))
+    assert peek["override"]["id"] == override.id
+    assert peek["limits"][0]["limit"] == 50

@@ -143,13 +143,14 @@ def render(params: list[Param], styles: list[int], order: list[int]) -> str:
 
 @st.composite
 def renderings(draw: st.DrawFn, params: list[Param]) -> str:
-    """``params`` in any order but for the order of the values of one name, any escapes."""
+    """``params`` in any order but for the order of the values of one name (in any case:
+    an origin reading names in any case takes the first), any escapes."""
     styles = draw(st.lists(st.integers(0, 3), min_size=1, max_size=8))
     shuffled = draw(st.permutations(range(len(params))))
     same_name: dict[str, list[int]] = {}
     for index, (name, _) in enumerate(params):
-        same_name.setdefault(name, []).append(index)
-    order = [same_name[params[index][0]].pop(0) for index in shuffled]
+        same_name.setdefault(name.lower(), []).append(index)
+    order = [same_name[params[index][0].lower()].pop(0) for index in shuffled]
     return render(params, styles, order)
 
 

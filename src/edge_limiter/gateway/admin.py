@@ -310,7 +310,12 @@ class Admin:
                 raise _AdminError(400, "cost must be an integer") from exc
             if cost < 1:
                 raise _AdminError(400, "cost must be at least 1")
-        override = self.operating.overrides.find(route.name, key, self.services.clock.now_ms())
+        operating = self.operating
+        if operating.overrides_loaded_at is None and self.services.control is not None:
+            # A fresh isolate loads the list with its first request; the admin API may
+            # come first.
+            await operating.reload_overrides(self.services.clock.now_ms())
+        override = operating.overrides.find(route.name, key, self.services.clock.now_ms())
         limits = override.limits if override is not None and override.limits else policy.limits
         request = StoreRequest(
             op,
