@@ -123,6 +123,10 @@ def test_fingerprinted_headers_are_part_of_the_payload() -> None:
     json_.send(post(headers={"content-type": "application/json; charset=utf-8"}))
     same = {"content-type": 'Application/JSON ;Charset="UTF-8"'}
     assert json_.send(post(headers=same)).headers.get("idempotent-replayed") == "true"
+    # A ";" inside a quoted value is part of it.
+    quoted = paying()
+    quoted.send(post(headers={"content-type": 'text/plain; foo="a;b"'}))
+    assert quoted.send(post(headers={"content-type": 'text/plain; foo="a; b"'})).status == 422
 
 
 def test_two_callers_with_one_key_value_never_meet() -> None:

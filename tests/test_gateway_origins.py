@@ -749,3 +749,32 @@ def test_a_504_says_the_timeout_that_ran_out_at_each_origin() -> None:
     # The origin's own 2 s ran out, not the route's 8 s: an operator raises the right one.
     assert problem["tried"][0] == {"origin": "eu", "outcome": "timeout", "timeout_ms": 2_000}
     assert "eu (timeout after 2000 ms)" in problem["detail"] and problem["timeout_ms"] == 8_000
+
+
+def test_a_field_the_gateway_sets_reaches_the_origin_in_its_spelling_only() -> None:
+    # Named with "_" in the config: a client's dashed or mixed copy (the same field to a
+    # CGI-style server) is dropped, and a pool's own field is no other pool's business.
+    pools = {"api": {**POOLS["api"], "headers": {"X-Api-Version": "2"}}}
+    h = harness(
+        ROUTE,
+        {"name": "plain", "match": {"path": "/plain/*"}, "limits": "100/minute"},
+        upstream=FakeOrigin(),
+        pools=pools,
+        client_ip_header="X_Client_IP",
+        origin_headers={"X_Gateway_Key": "$GATEWAY_KEY"},
+        secrets={"GATEWAY_KEY": "s3cret"},
+    )
+    forged = {
+        "X-Client-IP": "6.6.6.6",
+        "x-client_ip": "7.7.7.7",
+        "X-Gateway-Key": "forged",
+        "X_Api_Version": "client",
+    }
+    h.send(from_("DE", "EU", headers=forged))
+    fields = [(name.lower(), value) for name, value in h.origin.sent[-1].headers]
+    client = [v for n, v in fields if n.replace("_", "-") == "x-client-ip"]
+    assert len(client) == 1 and client[0] not in ("6.6.6.6", "7.7.7.7")
+    assert [v for n, v in fields if n.replace("_", "-") == "x-gateway-key"] == ["s3cret"]
+    assert [v for n, v in fields if n.replace("_", "-") == "x-api-version"] == ["2"]
+    h.send(request("/plain/x", headers={"X_Api_Version": "client"}))
+    assert ("x_api_version", "client") in [(n.lower(), v) for n, v in h.origin.sent[-1].headers]

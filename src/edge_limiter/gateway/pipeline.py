@@ -47,6 +47,11 @@ SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 INVALIDATE_WAIT_S = 1.0
 
 
+def _zero(length: str | None) -> bool:
+    """Whether a ``Content-Length`` says no bytes (``0``, ``00``)."""
+    return length is not None and length.isascii() and length.isdigit() and int(length) == 0
+
+
 class Gateway:
     """Handles requests against one parsed :class:`Config`."""
 
@@ -138,7 +143,7 @@ class Gateway:
         if (
             request.body is not None
             and request.method in BODILESS
-            and request.headers.get("content-length") == "0"
+            and _zero(request.headers.get("content-length"))
             and request.headers.get("transfer-encoding") is None
         ):
             # An empty body said with "Content-Length: 0" (some clients send it on every

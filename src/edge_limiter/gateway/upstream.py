@@ -283,16 +283,19 @@ class Upstream:
         self.forwarded_host = forwarded_host
         """Whether origins are told the host and scheme the client asked for."""
         self.dropped = DROPPED_FIELDS | frozenset(OVERRIDE_FIELDS if drop_overrides else ())
-        self.underscored = frozenset(
-            {
-                PROTO_FIELD,
-                "cf-connecting-ip",
-                *([client_ip_header] if client_ip_header else []),
-                *(name.lower() for fields in (origin_fields or {}).values() for name, _ in fields),
-            }
-        )
-        """Fields the gateway sets itself: a client's copy spelled with ``_`` (which a
-        CGI-style origin reads as the same field) is dropped; the dashed one is replaced."""
+        own = {
+            PROTO_FIELD,
+            "cf-connecting-ip",
+            *([client_ip_header.lower()] if client_ip_header else []),
+        }
+        self._underscored = frozenset(own)
+        self.underscored: dict[str, frozenset[str]] = {
+            pool: frozenset({*own, *(name.lower() for name, _ in fields)})
+            for pool, fields in (origin_fields or {}).items()
+        }
+        """By pool, the fields the gateway sets itself on requests to its origins: a
+        client's copy in another spelling (``_`` for ``-``, which a CGI-style origin reads
+        as the same field) is dropped; the one spelled as the gateway sets it is replaced."""
         """The client's fields no origin gets: a method override is one too wherever the
         gateway applies or refuses overrides (on a POST it was applied or refused before
         this; on another method, an origin that honours it would run a method that was
@@ -386,7 +389,7 @@ class Upstream:
         forward = exchange.forward
         pool, retry = forward.pool, forward.retry
         request = exchange.request
-        request.headers.discard(self.dropped, self.underscored)
+        request.headers.discard(self.dropped, self.underscored.get(pool.name, self._underscored))
         # The scheme the client used, never what it claims (Rails' force_ssl would answer a
         # client's "http" with a redirect, cached for everyone); origin_headers may say
         # otherwise.

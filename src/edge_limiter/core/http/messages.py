@@ -399,16 +399,18 @@ def dropped_names(
     present: Iterable[str], names: frozenset[str], underscored: frozenset[str] = frozenset()
 ) -> list[str]:
     """The ``present`` field names (lower case) that are ``names`` in any spelling with
-    ``_`` for ``-``, or ``underscored`` names spelled with ``_``: CGI-style servers
+    ``_`` for ``-``, or ``underscored`` names (fields the gateway sets, under exactly that
+    name) in any other spelling: CGI-style servers
     (WEBrick, Werkzeug, gunicorn before 22, Puma's ``HTTP_`` env) read ``X_Forwarded_Host``
     as ``X-Forwarded-Host``, so dropping only the dashed spelling would let the other one
     through (the class of Puma CVE-2024-45614)."""
+    own = {name.replace("_", "-"): name for name in underscored}
     out = []
     for name in present:
-        if name in names:
+        dashed = name.replace("_", "-")
+        if name in names or ("_" in name and dashed in names):
             out.append(name)
-        elif "_" in name:
-            dashed = name.replace("_", "-")
-            if dashed in names or dashed in underscored:
-                out.append(name)
+        elif dashed in own and name != own[dashed]:
+            # Another spelling of a field the gateway sets under its exact name.
+            out.append(name)
     return out

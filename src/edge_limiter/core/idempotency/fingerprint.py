@@ -76,17 +76,40 @@ def fingerprint(
 def media_type(value: str) -> str:
     """A ``Content-Type`` as one text for every spelling of the same type (RFC 9110
     section 8.3.1): type, subtype and parameter names in lower case, no space around
-    ``;`` and ``=``, a quoted value unquoted, ``charset`` in lower case;
-    ``Application/JSON ; Charset="UTF-8"`` is ``application/json;charset=utf-8``."""
-    kind, *params = value.split(";")
+    ``;`` and ``=``, a quoted value unquoted (a ``;`` inside it is part of it),
+    ``charset`` in lower case; ``Application/JSON ; Charset="UTF-8"`` is
+    ``application/json;charset=utf-8``."""
+    pieces: list[str] = []
+    current: list[str] = []
+    quoted = escaped = False
+    for char in value:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+            current.append(char)
+        elif char == ";" and not quoted:
+            pieces.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    pieces.append("".join(current))
+    kind, *params = pieces
     parts = [kind.strip(_OWS).lower()]
     for param in params:
-        name, _, given = param.partition("=")
+        name, equals, given = param.partition("=")
         name = name.strip(_OWS).lower()
         if not name:
             continue
         given = given.strip(_OWS)
         if len(given) >= 2 and given[0] == given[-1] == '"':
             given = given[1:-1]
-        parts.append(f"{name}={given.lower() if name == 'charset' else given}")
+        if name == "charset":
+            given = given.lower()
+        # A JSON pair per parameter: "x" and "x=" stay apart, and no value can pass for
+        # another parameter.
+        parts.append(json.dumps([name, given if equals else None]))
     return ";".join(parts)
