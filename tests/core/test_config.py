@@ -447,3 +447,5 @@ def test_a_path_pattern_with_a_query_is_refused_and_dates_are_shown_as_written()
     written = tomllib.loads('[[routes]]\nname = "r"\nmatch = { path = "/x" }\nlimits = 1979-05-27')
     problems = problems_of({"origin": "https://a.test", **written})
     assert any("1979-05-27 (a TOML date" in p for p in problems), problems
+    timed = tomllib.loads('origin = "https://a.test"\norigin_timeout = 07:32:00')
+    assert any("got 07:32:00 (a TOML date or time)" in p for p in problems_of(timed))

@@ -58,10 +58,3 @@ def test_bounds_name_the_limit() -> None:
 @given(st.integers(min_value=0, max_value=10**12))
 def test_format_round_trips(ms: int) -> None:
     assert parse_duration(format_duration(ms)) == ms
-
-
-def test_a_toml_time_is_shown_as_written() -> None:
-    import datetime
-
-    with pytest.raises(DurationError, match=r"got 07:32:00 \(a TOML date or time\)"):
-        parse_duration(datetime.time(7, 32))

@@ -7,7 +7,6 @@ time in the core.
 
 from __future__ import annotations
 
-import datetime
 import re
 
 from .errors import DurationError
@@ -20,12 +19,7 @@ _WHOLE_RE = re.compile(r"^(?:\d{1,12}(?:ms|s|m|h|d))+$", re.ASCII)
 def parse_duration(text: object, *, minimum_ms: int = 0, maximum_ms: int | None = None) -> int:
     """``text`` in milliseconds; raises :class:`DurationError` naming what is wrong."""
     if not isinstance(text, str):
-        got = (
-            f"{text.isoformat()} (a TOML date or time)"
-            if isinstance(text, datetime.date | datetime.time)
-            else repr(text)
-        )
-        raise DurationError(f"must be a duration string like '30s' or '5m', got {got}")
+        raise DurationError(f"must be a duration string like '30s' or '5m', got {text!r}")
     if not _WHOLE_RE.fullmatch(text):
         raise DurationError(
             f"cannot parse duration {text!r}: expected parts like '250ms', '30s', '5m', "

@@ -138,6 +138,13 @@ def duration(
     """The duration field ``name`` of ``raw`` (``"30s"``) in ms, or ``default_ms``."""
     if name not in raw:
         return default_ms
+    if not isinstance(raw[name], str):
+        # Said here, where a TOML date or time is shown as written (see shown).
+        problems.add(
+            f"{where}.{name}",
+            f"must be a duration string like '30s' or '5m', got {shown(raw[name])}",
+        )
+        return default_ms
     try:
         return parse_duration(raw[name], minimum_ms=minimum_ms, maximum_ms=maximum_ms)
     except DurationError as exc:

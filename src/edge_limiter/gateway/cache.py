@@ -287,10 +287,7 @@ class Cache:
             scope_key=scope_key,
         )
         self._written.pop(base, None)
-        self._purged[base] = self.services.clock.now_ms()
-        self._purged.move_to_end(base)
-        while len(self._purged) > _RECENT_WRITES:
-            self._purged.popitem(last=False)
+        _note(self._purged, base, self.services.clock.now_ms())
         found = (await self.kv.get(base)) is not None if look else None
         await self.kv.delete(base)
         return base, found
@@ -433,10 +430,7 @@ class Cache:
         last = self._written.get(key)
         if last is not None and now - last < REWRITE_AFTER_MS:
             return False
-        self._written[key] = now
-        self._written.move_to_end(key)
-        while len(self._written) > _RECENT_WRITES:
-            self._written.popitem(last=False)
+        _note(self._written, key, now)
         return True
 
     async def _write(self, writes: list[tuple[str, bytes]], ttl_s: int) -> None:
@@ -471,3 +465,11 @@ def _body_for(method: str, entry: Entry, fields: Headers) -> bytes | None:
     if entry.status != 204 and (encoding is None or encoding.strip().lower() == "identity"):
         fields.set("Content-Length", str(len(entry.body)))
     return None
+
+
+def _note(recent: OrderedDict[str, int], key: str, now: int) -> None:
+    """Remember ``key`` at ``now`` among the last :data:`_RECENT_WRITES` keys noted."""
+    recent[key] = now
+    recent.move_to_end(key)
+    while len(recent) > _RECENT_WRITES:
+        recent.popitem(last=False)

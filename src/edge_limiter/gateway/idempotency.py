@@ -170,10 +170,8 @@ class Idempotency:
             # the origin may have acted, so the gateway's failure answer is the record's
             # (under store_5xx, as an origin's 5xx would be): a retry is replayed it,
             # never forwarded again.
-            fields = origin_fields(response.headers.items())
             body = await response.read_body_at_most(settings.max_bytes)
-            kept = stored_response(response.status, fields, body, settings)
-            await self._complete(exchange, name, print_, token, kept)
+            await self._complete(exchange, name, print_, token, response, body=body)
             return response
         if not exchange.reached_origin or not settings.stores_status(response.status):
             # Not forwarded (the rate limit, an open breaker, a full bulkhead), or the
@@ -196,26 +194,26 @@ class Idempotency:
             # retry is replayed that much and never forwarded again (exactly once).
             self._log("idempotency_error", op="origin_body", error=repr(exc))
             origin = response.headers.get("x-origin") or "origin"
-            fields = origin_fields(response.headers.items())
-            await self._complete(
-                exchange,
-                name,
-                print_,
-                token,
-                stored_response(response.status, fields, None, settings),
-            )
+            await self._complete(exchange, name, print_, token, response, body=None)
             return problem_response(problems.origin_body_broken(self.route.name, origin))
-        fields = origin_fields(response.headers.items())
-        await self._complete(
-            exchange, name, print_, token, stored_response(response.status, fields, data, settings)
-        )
+        await self._complete(exchange, name, print_, token, response, body=data)
         return response
 
     async def _complete(
-        self, exchange: Exchange, name: str, print_: str, token: int, kept: StoredResponse
+        self,
+        exchange: Exchange,
+        name: str,
+        print_: str,
+        token: int,
+        response: Response,
+        *,
+        body: bytes | None,
     ) -> None:
-        """Store the answer under the claim ``token`` holds (and copy it to the edge)."""
+        """Store ``response`` (its ``body`` as read, ``None``: not kept) under the claim
+        ``token`` holds, and copy it to the edge."""
         settings = self.settings
+        fields = origin_fields(response.headers.items())
+        kept = stored_response(response.status, fields, body, settings)
         try:
             done = await self._call(
                 name,
