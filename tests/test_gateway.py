@@ -488,6 +488,11 @@ def test_an_answer_that_is_not_final_is_a_502_not_a_crash(status: int, said: str
     assert problem["code"] == "origin_unreachable"
     attempts = h.events("origin_attempt")
     assert attempts and all(said in a["detail"] for a in attempts)
+    if status >= 600:
+        # It answered: the attempt and the problem say so, not "could not be reached".
+        assert {a["outcome"] for a in attempts} == {"bad_answer"}
+        assert "gave a usable answer" in problem["detail"]
+        assert "could be reached" not in problem["detail"]
     if status < 200:
         # The origin is up and acted: not sent again, and its breaker not told (a page
         # that sends Early Hints must not open it for every route).

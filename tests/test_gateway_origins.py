@@ -206,6 +206,105 @@ def test_health_probes_open_and_close_the_shared_breaker() -> None:
     assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
 
 
+SOLO: dict[str, Any] = {
+    "solo": {
+        "breaker": {
+            "failure_rate": 50,
+            "window": 4,
+            "min_calls": 2,
+            "open_for": "2s",
+            "half_open_calls": 1,
+            "success_threshold": 1,
+        },
+        "retry": {"attempts": 1},
+        "origins": [{"name": "eu", "url": "http://eu.test", "timeout": "3s"}],
+    }
+}
+
+
+def test_a_half_open_breaker_sends_one_trial_while_it_hangs_across_syncs() -> None:
+    # A probe's finding: while the only trial hung at the origin, each refused request's
+    # sync brought back the shared state ("open, its time over"; the object hears of a
+    # trial only when it ends), the copy took it and let another trial through, about one
+    # a second. The refused requests were told to come back in 30 s (the breaker's own
+    # bound for trials that never report), though the trial ends within the origin's 3 s.
+    origins = Origins()
+    origins.status["eu"] = 503
+    h = pooled(origins, {**ROUTE, "pool": "solo"}, pools=SOLO)
+    for _ in range(2):
+        assert h.send(from_("DE", "EU")).status == 503
+    assert h.events("origin_attempt")[-1]["breaker"] == "open"
+    origins.status.pop("eu")
+    h.clock.advance(2_000)
+
+    async def scenario() -> None:
+        origins.hold = asyncio.Event()
+        trial = asyncio.create_task(h.gateway.handle(from_("DE", "EU"), h.background))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert origins.hits.count("eu") == 3
+        for _ in range(4):
+            h.clock.advance(1_100)
+            refused = await h.gateway.handle(from_("DE", "EU"), h.background)
+            await h.background.run()  # the sync each refusal asks for
+            assert refused.status == 503
+            assert 1 <= int(refused.headers.get("retry-after") or 0) <= 3
+        assert origins.hits.count("eu") == 3  # no second trial
+        origins.hold.set()
+        assert (await trial).status == 200
+        await h.background.run()
+
+    asyncio.run(scenario())
+    origins.hold = None
+    answers = [h.send(from_("DE", "EU")) for _ in range(3)]
+    assert [a.status for a in answers] == [200, 200, 200]  # closed by the one trial
+    assert origins.hits.count("eu") == 6
+
+
+def test_trials_that_end_together_close_the_breaker_for_the_next_requests() -> None:
+    # Trials that succeed while a sync sent before them is out: its answer ("open, its
+    # time over") must not put the copy back to trials (the next burst went mostly to the
+    # fallback origin, two of six at a time to the recovered one).
+    origins = Origins()
+    pools = {
+        "api": {
+            **POOLS["api"],
+            "breaker": {"failure_rate": 50, "window": 4, "min_calls": 4, "open_for": "10s"},
+        }
+    }
+    origins.status["eu"] = 503
+    h = pooled(origins, pools=pools)
+    for _ in range(4):
+        h.send(from_("DE", "EU"))
+    origins.status.pop("eu")
+    h.clock.advance(10_000)
+
+    async def scenario() -> None:
+        origins.hold = asyncio.Event()
+        burst = [
+            asyncio.create_task(h.gateway.handle(from_("DE", "EU"), h.background)) for _ in range(6)
+        ]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        sync = asyncio.create_task(h.background.run())  # a report sent before the trials end
+        await asyncio.sleep(0)
+        origins.hold.set()
+        answers = await asyncio.gather(*burst)
+        assert [a.headers.get("x-origin") for a in answers].count("eu") == 3  # 3 trials
+        await sync
+        await h.background.run()
+
+    asyncio.run(scenario())
+    origins.hold = None
+    origins.hits.clear()
+
+    async def second() -> list[Response]:
+        return await h.concurrently(*(from_("DE", "EU") for _ in range(6)))
+
+    answers = asyncio.run(second())
+    assert [a.headers.get("x-origin") for a in answers] == ["eu"] * 6
+
+
 def test_a_health_checks_verdict_holds_at_once_in_the_isolate_that_ran_it() -> None:
     # This isolate's copy of eu's breaker is fresh (it just served a request): the cron's
     # probes opening the shared breaker are taken into it at once, not after 10 s.

@@ -22,7 +22,6 @@ from edge_limiter.core.resilience.breaker import (
     Phase,
     Refusal,
     Report,
-    adopt,
     allow,
     classify,
     current_phase,
@@ -344,13 +343,6 @@ def test_record_many_caps_an_overload_pause_at_max_open_for() -> None:
     )
     assert state.cool_down_until == EPOCH_MS + SMALL.max_open_for_ms
     assert state.recent == ""
-
-
-def test_adopt_takes_the_snapshot_but_keeps_a_longer_local_pause() -> None:
-    snapshot = tripped()
-    local = overloaded(BreakerState(), EPOCH_MS, EPOCH_MS + 60_000)
-    assert adopt(local, snapshot) == replace(snapshot, cool_down_until=EPOCH_MS + 60_000)
-    assert adopt(BreakerState(), snapshot) == snapshot
 
 
 def test_state_and_reports_survive_json() -> None:

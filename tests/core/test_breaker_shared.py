@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -13,13 +14,19 @@ from edge_limiter.core.resilience.breaker import (
     BreakerSettings,
     BreakerState,
     Outcome,
+    Permit,
     Phase,
+    Refusal,
     Report,
+    allow,
+    overloaded,
+    record,
 )
 from edge_limiter.core.resilience.shared import (
     HealthReport,
     SharedState,
     SyncCall,
+    adopt,
     apply_health,
     apply_reports,
     apply_sync,
@@ -161,3 +168,165 @@ def test_an_operator_forces_a_breaker_open_or_closed_and_hands_it_back() -> None
     assert back.breaker.forced == "" and back.breaker.generation > kept.breaker.generation
     tripped = apply_sync(SyncCall(SETTINGS, reports=tuple(failures(4, T0 + 400))), back)
     assert tripped.breaker.phase is Phase.OPEN
+
+
+# --- an isolate's copy adopting the object's answer ----------------------------------------
+
+TRIALS = BreakerSettings(
+    failure_rate=50,
+    window=4,
+    min_calls=2,
+    open_for_ms=2_000,
+    half_open_calls=1,
+    success_threshold=1,
+    trial_timeout_ms=30_000,
+)
+
+
+def opened_copy(settings: BreakerSettings = TRIALS) -> tuple[BreakerState, list[Report]]:
+    """An isolate's copy tripped by two failures, and the reports it sends for them."""
+    reports = failures(2)
+    state = BreakerState()
+    for report in reports:
+        decision, state = allow(state, settings, report.at)
+        state = record(state, settings, report.at, report.outcome, decision.permit)
+    assert state.phase is Phase.OPEN
+    return state, reports
+
+
+def test_adopt_takes_the_answer_but_keeps_a_longer_local_pause() -> None:
+    answer = apply_reports(BreakerState(), SETTINGS, failures(4))
+    local = overloaded(BreakerState(), T0, T0 + 60_000)
+    adopted = adopt(local, answer)
+    assert adopted.phase is Phase.OPEN and adopted.cool_down_until == T0 + 60_000
+    assert adopt(BreakerState(), answer).open_until == answer.open_until
+
+
+def test_a_trial_out_is_not_forgotten_when_an_answer_that_has_not_heard_of_it_comes() -> None:
+    # The probe's case: one trial hangs at the origin; the copy syncs (a refused request
+    # asks it to) and the object, which hears of a trial only when it ends, still says
+    # "open, its time over". Taking that as it is let a second trial through, then a third.
+    local, reports = opened_copy()
+    answer = apply_reports(BreakerState(), TRIALS, reports)
+    half = local.open_until
+    first, local = allow(local, TRIALS, half)
+    assert first.permit is not None and first.permit.trial
+    local = adopt(local, answer, TRIALS)
+    second, local = allow(local, TRIALS, half + 1_000)
+    assert second.permit is None and second.refusal is Refusal.TRIALS_IN_FLIGHT
+    # The trial's own outcome still decides: it closes the copy.
+    closed = record(local, TRIALS, half + 2_000, Outcome.SUCCESS, first.permit)
+    assert closed.phase is Phase.CLOSED
+
+
+def test_outcomes_recorded_while_the_answer_was_on_its_way_are_replayed_on_it() -> None:
+    # Trials succeeded (the copy closed) while a sync sent before them was out: its
+    # answer, "open, its time over", must not reopen the copy.
+    settings = BreakerSettings(
+        failure_rate=50,
+        window=4,
+        min_calls=2,
+        open_for_ms=2_000,
+        half_open_calls=3,
+        success_threshold=2,
+    )
+    local, reports = opened_copy(settings)
+    answer = apply_reports(BreakerState(), settings, reports)
+    half = local.open_until
+    unreported = []
+    for n in range(3):
+        decision, local = allow(local, settings, half + n)
+        assert decision.permit is not None
+        local = record(local, settings, half + 10 + n, Outcome.SUCCESS, decision.permit)
+        unreported.append(Report(half + 10 + n, Outcome.SUCCESS, decision.permit))
+    assert local.phase is Phase.CLOSED
+    adopted = adopt(local, answer, settings, unreported)
+    assert adopted.phase is Phase.CLOSED
+    # Without the replay the copy would be back to trials.
+    assert adopt(local, answer).phase is Phase.OPEN
+
+
+def test_a_newer_opening_or_a_close_is_taken_and_old_permits_decide_nothing() -> None:
+    local, reports = opened_copy()
+    half = local.open_until
+    trial, local = allow(local, TRIALS, half)
+    assert trial.permit is not None
+    # Another isolate's trial failed: the object tripped again (a later opening).
+    again = apply_reports(BreakerState(), TRIALS, [*reports, Report(half + 5, Outcome.FAILURE)])
+    assert again.trips == 2
+    taken = adopt(local, again, TRIALS)
+    assert taken.phase is Phase.OPEN and taken.trips == 2
+    assert record(taken, TRIALS, half + 10, Outcome.SUCCESS, trial.permit) == taken
+    # Another isolate's trial succeeded: the object closed.
+    closed = apply_reports(BreakerState(), TRIALS, [*reports, Report(half + 5, Outcome.SUCCESS)])
+    taken = adopt(local, closed, TRIALS)
+    assert taken.phase is Phase.CLOSED
+    late = record(taken, TRIALS, half + 10, Outcome.FAILURE, trial.permit)
+    assert late.recent == ""
+
+
+def test_calls_admitted_while_closed_keep_counting_across_an_answer() -> None:
+    local = BreakerState()
+    decision, local = allow(local, TRIALS, T0)
+    answer = replace(apply_reports(BreakerState(), TRIALS, []), generation=7)
+    local = adopt(local, answer, TRIALS)
+    after = record(local, TRIALS, T0 + 5, Outcome.FAILURE, decision.permit)
+    assert after.recent == "f"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["call", "end_ok", "end_fail", "sync_out", "sync_in"]),
+            st.integers(0, 1_500),
+        ),
+        max_size=60,
+    ),
+    st.integers(1, 3),
+)
+def test_one_copy_never_has_more_trials_out_on_one_opening_than_half_open_calls(
+    events: list[tuple[str, int]], half_open_calls: int
+) -> None:
+    """Calls, their ends and syncs (sent, answered later) in any order: at no time does
+    the copy have more than ``half_open_calls`` trials out on the same opening."""
+    config = BreakerSettings(
+        failure_rate=50,
+        window=4,
+        min_calls=2,
+        open_for_ms=1_000,
+        half_open_calls=half_open_calls,
+        success_threshold=1,
+        trial_timeout_ms=600_000,
+    )
+    authoritative = BreakerState()
+    local = BreakerState()
+    pending: list[Report] = []
+    in_sync: list[Report] | None = None
+    out: list[tuple[Permit, tuple[int, int]]] = []  # trial permits out, and their opening
+    now = T0
+    for kind, gap in events:
+        now += gap
+        if kind == "call":
+            decision, local = allow(local, config, now)
+            permit = decision.permit
+            if permit is not None:
+                if permit.trial:
+                    out.append((permit, (local.trips, local.open_until)))
+                    opening = (local.trips, local.open_until)
+                    assert sum(1 for _, o in out if o == opening) <= half_open_calls
+                else:
+                    # An ordinary call fails at once (drives the copy open).
+                    local = record(local, config, now, Outcome.FAILURE, permit)
+                    pending.append(Report(now, Outcome.FAILURE, permit))
+        elif kind in ("end_ok", "end_fail") and out:
+            permit, _ = out.pop(0)
+            outcome = Outcome.SUCCESS if kind == "end_ok" else Outcome.FAILURE
+            local = record(local, config, now, outcome, permit)
+            pending.append(Report(now, outcome, permit))
+        elif kind == "sync_out" and in_sync is None:
+            in_sync, pending = pending, []
+        elif kind == "sync_in" and in_sync is not None:
+            authoritative = apply_reports(authoritative, config, in_sync)
+            local = adopt(local, authoritative, config, pending)
+            in_sync = None

@@ -40,8 +40,8 @@ from ..core.resilience.breaker import (
     BreakerState,
     Outcome,
     Permit,
+    Refusal,
     Report,
-    adopt,
     allow,
     classify,
     current_phase,
@@ -51,7 +51,7 @@ from ..core.resilience.breaker import (
 from ..core.resilience.budget import RetryBudget, RetryBudgetState
 from ..core.resilience.bulkhead import Bulkhead
 from ..core.resilience.retry import RetrySettings, is_idempotent, may_resend
-from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, state_from_json
+from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, adopt, state_from_json
 from ..core.routing.geo import ClientLocation, order_origins
 from ..core.routing.origins import Origin, Pool
 from .exchange import Exchange, problem_response
@@ -132,6 +132,8 @@ class _Copy:
     pending: list[Report] = field(default_factory=list)
     synced_at: int = -SYNC_EVERY_MS
     syncing: bool = False
+    settings: BreakerSettings | None = None
+    """The pool's breaker settings, from the last call decided (to replay reports)."""
     urgent: bool = False
     """The copy changed phase (tripped open, or closed again): report it at once, not
     within the second, since no request may come to carry the report later."""
@@ -154,11 +156,12 @@ class BreakerBoard:
         """Adopt the shared breaker's state (``shared``, as its object answers) into this
         isolate's copy: a health probe's verdict holds here from the next request."""
         copy = self._copy(origin)
-        copy.state = adopt(copy.state, state_from_json(shared))
+        copy.state = adopt(copy.state, state_from_json(shared), copy.settings, copy.pending)
         copy.synced_at = now
 
     def allow(self, origin: str, settings: BreakerSettings, now: int) -> BreakerDecision:
         copy = self._copy(origin)
+        copy.settings = settings
         decision, copy.state = allow(copy.state, settings, now)
         return decision
 
@@ -233,7 +236,8 @@ class BreakerBoard:
                     answer = await self.services.breakers.sync(
                         origin, SyncCall(settings, tuple(reports)).to_json()
                     )
-                    copy.state = adopt(copy.state, state_from_json(answer))
+                    # What was recorded while the answer was on its way is replayed on it.
+                    copy.state = adopt(copy.state, state_from_json(answer), settings, copy.pending)
                 except Exception as exc:  # the isolate's own breaker goes on deciding alone
                     copy.pending = (reports + copy.pending)[-MAX_PENDING_REPORTS:]
                     self.services.log(
@@ -365,7 +369,13 @@ class Upstream:
                 bulkhead.release()
                 refusal = decision.refusal.value if decision.refusal else "open"
                 outcome = refusal if refusal in ("overloaded", "forced_open") else "breaker_open"
-                tried.append(_Tried(origin.label, outcome, retry_after_ms=decision.retry_after_ms))
+                wait = decision.retry_after_ms
+                if decision.refusal is Refusal.TRIALS_IN_FLIGHT:
+                    # The trials out end within the origin's timeout (the breaker's own
+                    # wait is for trials that never report back): say when they will have.
+                    issued_ago = pool.breaker.trial_timeout_ms - wait
+                    wait = max(1, min(wait, origin.timeout_ms - issued_ago))
+                tried.append(_Tried(origin.label, outcome, retry_after_ms=wait))
                 continue
             return position, origin, decision.permit
         return None
@@ -512,6 +522,7 @@ class Upstream:
         response: Response | None = None
         error: str | None = None
         interim = False
+        unusable = False
         try:
             # The origin port enforces the timeout (the platform aborts the fetch, which
             # also closes the connection): no timer of the gateway's own per request.
@@ -529,6 +540,7 @@ class Upstream:
             # (one page sending Early Hints must not open it for every route).
             error = f"unreachable: {_not_final(response.status)} came instead of an answer"
             interim = 100 <= response.status <= 199
+            unusable = not interim
             response = None
         ended = clock.now_ms()
         if response is None:
@@ -572,6 +584,8 @@ class Upstream:
         kind = "timeout" if error == "timeout" else ("unreachable" if error else outcome.value)
         if interim:
             kind = "interim_answer"
+        elif unusable:
+            kind = "bad_answer"  # it answered: "unreachable" would send operators astray
         waited = timeout_ms if kind == "timeout" else 0
         tried.append(_Tried(origin.label, kind, status, timeout_ms=waited))
         if attempt or outcome is not Outcome.SUCCESS:
@@ -619,7 +633,11 @@ class Upstream:
         route = exchange.route_name
         pool = exchange.forward.pool.label
         described = [t.describe() for t in tried]
-        attempted = [t for t in tried if t.outcome in ("timeout", "unreachable", "interim_answer")]
+        attempted = [
+            t
+            for t in tried
+            if t.outcome in ("timeout", "unreachable", "interim_answer", "bad_answer")
+        ]
         if not attempted:
             waits = [t.retry_after_ms for t in tried if t.retry_after_ms > 0]
             busy = all(t.outcome == "bulkhead_full" for t in tried)

@@ -203,12 +203,23 @@ def _tried(origins: Sequence[dict[str, Any]]) -> str:
 def origin_unreachable(route: str | None, pool: str, tried: Sequence[dict[str, Any]]) -> Problem:
     """502: no origin could be reached (connection refused or reset, DNS, TLS), or it
     answered only with an interim answer (103 Early Hints) the platform took for its
-    answer."""
-    if tried and all(item["outcome"] == "interim_answer" for item in tried):
+    answer, or with a status HTTP does not have (600 and up)."""
+    outcomes = {item["outcome"] for item in tried}
+    if outcomes == {"interim_answer"}:
         detail = (
             f"The origin of pool '{pool}' answered with an interim response (such as 103 "
             f"Early Hints) that the platform's fetch takes for its answer, so its final "
             f"answer is lost; tried: {_tried(tried)}."
+        )
+    elif outcomes == {"bad_answer"}:
+        detail = (
+            f"No origin of pool '{pool}' gave a usable answer (a status outside 100-599 "
+            f"is no HTTP answer); tried: {_tried(tried)}."
+        )
+    elif "bad_answer" in outcomes or "interim_answer" in outcomes:
+        detail = (
+            f"No origin of pool '{pool}' could be reached or gave a usable answer; "
+            f"tried: {_tried(tried)}."
         )
     else:
         detail = f"No origin of pool '{pool}' could be reached; tried: {_tried(tried)}."

@@ -29,13 +29,12 @@ answers). Neither changes the phase underneath; ``auto`` hands back to it.
 
 Sharing one breaker between isolates (the intended use with a Durable Object):
 
-* the Durable Object holds the authoritative state and is the only one that hands out
-  half-open trial permits, since only it can count them across isolates;
-* an isolate keeps a copy, calls :func:`allow` on it for the fast path (closed: go; open:
-  refuse locally), records outcomes on it so a failing origin trips locally at once, and
-  queues a :class:`Report` per call;
-* the Durable Object applies a batch with :func:`record_many` and answers with its state;
-  the isolate replaces its copy with :func:`adopt`.
+* the Durable Object holds the authoritative state;
+* an isolate keeps a copy, calls :func:`allow` on it (closed: go; open: refuse locally;
+  half-open: at most ``half_open_calls`` trials of its own at once), records outcomes on
+  it so a failing origin trips locally at once, and queues a :class:`Report` per call;
+* the Durable Object replays a batch of reports and answers with its state; the isolate
+  takes it into its copy with :func:`.shared.adopt`.
 
 A :class:`Permit` carries the ``generation`` of the state that issued it (the count of
 phase changes), so an outcome that arrives after the breaker moved on (a call admitted
@@ -335,8 +334,9 @@ def _parse_statuses(value: object, where: str, problems: Problems) -> tuple[int,
     if value is None:
         return DEFAULT_FAILURE_STATUSES
     message = (
-        "must be a list of HTTP statuses 400..599 other than 429 (a 429 is an overload, "
-        f"never a failure), got {shown(value)}"
+        "must be a list of HTTP statuses 400..599 other than 429 (a 429 is the origin's "
+        "answer to that client, or an overload with pause_on_429: never a failure), got "
+        f"{shown(value)}"
     )
     if not isinstance(value, list):
         problems.add(where, message)
@@ -532,17 +532,6 @@ def record_many(
             state = overloaded(state, report.at, until)
         state = record(state, settings, report.at, report.outcome, report.permit)
     return state
-
-
-def adopt(local: BreakerState, authoritative: BreakerState) -> BreakerState:
-    """An isolate's new copy: the authoritative state, keeping a longer local overload pause.
-
-    The pause is the only thing an isolate may know first (its own 429) that the
-    authoritative state has not heard of yet; everything else comes from the snapshot.
-    """
-    if local.cool_down_until > authoritative.cool_down_until:
-        return replace(authoritative, cool_down_until=local.cool_down_until)
-    return authoritative
 
 
 # --- storage ----------------------------------------------------------------------------

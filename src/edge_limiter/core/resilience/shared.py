@@ -125,6 +125,45 @@ def apply_reports(
     return state
 
 
+def adopt(
+    local: BreakerState,
+    authoritative: BreakerState,
+    settings: BreakerSettings | None = None,
+    unreported: Iterable[Report] = (),
+) -> BreakerState:
+    """An isolate's new copy of a breaker, from the authoritative state its object answered.
+
+    The object has heard of this isolate's calls up to the sync that brought the answer:
+    ``unreported`` (the calls recorded since, with the pool's ``settings``) are replayed on
+    it as the object will replay them, so a close or a trip this copy already made is not
+    undone by an older answer. Trial calls are issued by each isolate and the object hears
+    of them only when they end: while this copy has trials out on the opening the answer
+    still describes (the same consecutive trip, not yet over there), its half-open count
+    is kept, so no more than ``half_open_calls`` go out at once. A longer local overload
+    pause (its own 429, not yet reported) is kept too. When the copy takes the answer's
+    phase, permits issued before decide nothing after it (a new generation).
+    """
+    state = authoritative
+    if settings is not None:
+        state = apply_reports(state, settings, unreported)
+    if local.cool_down_until > state.cool_down_until:
+        state = replace(state, cool_down_until=local.cool_down_until)
+    if (
+        local.phase is Phase.HALF_OPEN
+        and local.issued > local.successes
+        and not local.forced
+        and not state.forced
+        and state.phase is not Phase.CLOSED
+        and state.trips == local.trips
+        and state.open_until <= local.open_until
+    ):
+        return replace(local, cool_down_until=state.cool_down_until)
+    if state.phase is local.phase is Phase.CLOSED and state.forced == local.forced:
+        # Calls admitted before keep counting in this copy's window.
+        return replace(state, generation=local.generation)
+    return replace(state, generation=max(local.generation, state.generation) + 1)
+
+
 def apply_health(
     shared: SharedState, settings: BreakerSettings, probe: HealthReport
 ) -> SharedState:
