@@ -605,6 +605,42 @@ def test_a_read_sent_before_a_write_does_not_store_its_old_answer_over_it() -> N
     assert after.headers.get("x-cache") == "MISS"  # the old answer was not kept
 
 
+def test_a_read_answered_before_a_write_is_not_stored_after_the_write_ends() -> None:
+    # A probe's finding: the origin answered the read first, then the write; the read's
+    # entry is written after its response (deferred), which came after the write had
+    # cleared the URI: the old answer was served for the whole ttl (8 of 16 runs).
+    h = harness(
+        GETS_ONLY,
+        WRITES,
+        upstream=FakeOrigin(respond=answering(headers=[("cache-control", "max-age=300")])),
+    )
+    read = h.send(request("/v1/catalog/r"), flush=False)  # its write not yet done
+    assert read.headers.get("x-cache") == "MISS"
+    h.clock.advance(5)
+    assert h.send(request("/v1/catalog/r", "PUT", body=b"{}")).status == 200
+    assert h.kv.puts == []  # the read's deferred write ran after the PUT, and was dropped
+    assert h.send(request("/v1/catalog/r")).headers.get("x-cache") == "MISS"
+
+
+def test_a_purge_while_a_reads_entry_is_being_written_is_done_again_after_it() -> None:
+    h = harness(
+        GETS_ONLY,
+        WRITES,
+        upstream=FakeOrigin(respond=answering(headers=[("cache-control", "max-age=300")])),
+    )
+    cache = h.gateway.caches["catalog"]
+    put = h.kv.put
+
+    async def slow_put(key: str, value: bytes, ttl: int) -> None:
+        await cache.purge("api.test", "/v1/catalog/p", "", None)  # lands while it writes
+        await put(key, value, ttl)
+
+    h.kv.put = slow_put  # type: ignore[method-assign]
+    h.send(request("/v1/catalog/p"))
+    h.kv.put = put  # type: ignore[method-assign]
+    assert h.send(request("/v1/catalog/p")).headers.get("x-cache") == "MISS"
+
+
 @pytest.mark.parametrize("method", ["DELETE", "PUT", "POST", "PATCH"])
 def test_a_successful_unsafe_request_invalidates_the_stored_get(method: str) -> None:
     # RFC 9111 section 4.4, whichever route takes the write.

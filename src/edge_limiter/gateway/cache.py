@@ -388,8 +388,7 @@ class Cache:
         by default when it arrived): a write done meanwhile must not be undone by the
         answer of a read that started before it (RFC 9111 section 4.4)."""
         now = exchange.now_ms
-        purged = self._purged.get(base)
-        if purged is not None and purged >= (since if since is not None else now):
+        if self._purged_since(base, since if since is not None else now):
             return None
         response_fields = origin_fields(response.headers.items())
         decision = store_decision(response.status, response_fields, None, self.settings, now)
@@ -419,10 +418,11 @@ class Cache:
         writes = [(key, value) for key, value in writes if self._may_write(key, now)]
         if writes:
             ttl = kv_expiration_ttl(entry.expires, now)
+            sent = since if since is not None else now
             if defer:
-                exchange.background.defer(self._write(writes, ttl))
+                exchange.background.defer(self._write(writes, ttl, base, sent))
             else:
-                await self._write(writes, ttl)
+                await self._write(writes, ttl, base, sent)
         return entry
 
     def _may_write(self, key: str, now: int) -> bool:
@@ -433,12 +433,33 @@ class Cache:
         _note(self._written, key, now)
         return True
 
-    async def _write(self, writes: list[tuple[str, bytes]], ttl_s: int) -> None:
+    def _purged_since(self, base: str, since: int) -> bool:
+        """Whether this isolate purged ``base`` at or after ``since``."""
+        purged = self._purged.get(base)
+        return purged is not None and purged >= since
+
+    async def _write(
+        self, writes: list[tuple[str, bytes]], ttl_s: int, base: str, since: int
+    ) -> None:
+        """Write an answer's entries (after the response), unless a write or purge of its
+        URI came after the request was sent (``since``): the answer may be older than it.
+        A purge while the writes were on their way is done again after them, since the
+        store may apply the two in either order."""
+        written: list[str] = []
         for key, value in writes:
+            if self._purged_since(base, since):
+                break
             try:
                 await self.kv.put(key, value, ttl_s)
+                written.append(key)
             except Exception as exc:  # a failed write is only a later miss
                 self._log_failure("put", exc)
+        if written and self._purged_since(base, since):
+            for key in written:
+                try:
+                    await self.kv.delete(key)
+                except Exception as exc:  # the copy expires on its own
+                    self._log_failure("delete", exc)
 
     def _log_failure(self, op: str, exc: BaseException) -> None:
         self.services.log(
