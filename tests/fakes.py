@@ -433,8 +433,8 @@ class BrokenBody:
     async def read(self) -> bytes:
         raise BodyReadError("Network connection lost.")
 
-    async def read_at_most(self, limit: int) -> bytes | None:
-        del limit
+    async def read_at_most(self, limit: int, progress: Any = None) -> bytes | None:
+        del limit, progress
         raise BodyReadError("Network connection lost.")
 
 
@@ -453,7 +453,8 @@ class StreamedBody:
         self.whole = True
         return self.data
 
-    async def read_at_most(self, limit: int) -> bytes | None:
+    async def read_at_most(self, limit: int, progress: Any = None) -> bytes | None:
+        del progress
         if len(self.data) > limit:
             self.held = max(self.held, limit + 1)
             return None

@@ -474,3 +474,106 @@ def test_a_protected_put_or_delete_is_sent_once_like_a_post(method: str) -> None
     other = request("/v1/payments", method, headers={"idempotency-key": "k2"}, body=b"{}")
     h.send(other)
     assert len(h.origin.sent) == 4  # a 503 says it did not act: retried
+
+
+class Trickle:
+    """An answer's body that comes in parts, ``every`` ms apart on the fake clock (the
+    probe's origin: its head at once, then a byte every 1.5 s), letting other requests
+    run between parts."""
+
+    def __init__(self, clock: Any, parts: int, every_ms: int) -> None:
+        self.clock = clock
+        self.parts = parts
+        self.every_ms = every_ms
+        self.sent = 0
+        self.answered = False
+        self.stop = asyncio.Event()  # set: the isolate goes away mid-body
+
+    async def read(self) -> bytes:
+        return await self.read_at_most(1 << 30) or b""
+
+    async def read_at_most(self, limit: int, progress: Any = None) -> bytes | None:
+        data = b""
+        while self.sent < self.parts:
+            if progress is not None:
+                await progress()
+            self.clock.advance(self.every_ms)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if self.stop.is_set():
+                await asyncio.Event().wait()  # never resumes
+            data += b"a"
+            self.sent += 1
+        return data if len(data) <= limit else None
+
+
+def trickling(h: Any, parts: int, every_ms: int) -> Trickle:
+    body = Trickle(h.clock, parts, every_ms)
+
+    async def respond(_: OriginRequest) -> Response:
+        if body.answered:  # a second run (what must not happen) answers at once
+            return Response(200, Headers(), b"second run")
+        body.answered = True
+        return Response(200, Headers([("content-type", "text/plain")]), body)
+
+    h.origin.respond = respond
+    return body
+
+
+def test_a_slow_but_steady_answer_keeps_its_claim_until_it_is_stored() -> None:
+    # A probe's finding: the origin sent its head at once and a byte every 1.5 s (12 s in
+    # all, lock_timeout 6 s, timeout 3 s); the lock ran out mid-body, a retry took the key
+    # over and the payment ran a second time. The claim is now extended between parts.
+    h = harness(
+        {**PAYMENTS, "timeout": "3s", "idempotency": {"mode": "required", "lock_timeout": "6s"}}
+    )
+    body = trickling(h, parts=8, every_ms=1_500)
+    h.kv.failing = True  # every retry asks the Durable Object
+
+    async def scenario() -> tuple[Response, list[int]]:
+        first = asyncio.ensure_future(h.gateway.handle(post(), h.background))
+        retries = []
+        for _ in range(1_000):  # bounded: a test that fails must not hang
+            if first.done():
+                break
+            await asyncio.sleep(0)
+            if body.sent in (3, 6) and len(retries) < body.sent // 3:
+                retries.append((await h.gateway.handle(post(), h.background)).status)
+        return await asyncio.wait_for(first, 5), retries
+
+    first, retries = asyncio.run(scenario())
+    h.flush()
+    assert first.status == 200 and first.body == b"a" * 8
+    assert retries == [409, 409]
+    assert len(h.origin.sent) == 1
+    assert ("extend" in {op for _, op in h.records.calls}) is True
+    replay = h.send(post())
+    assert replay.body == b"a" * 8 and replay.headers.get("idempotent-replayed") == "true"
+    assert len(h.origin.sent) == 1
+
+
+def test_an_isolate_gone_mid_body_leaves_the_answers_head_never_a_second_run() -> None:
+    h = harness(
+        {**PAYMENTS, "timeout": "3s", "idempotency": {"mode": "required", "lock_timeout": "6s"}}
+    )
+    body = trickling(h, parts=8, every_ms=1_500)
+    h.kv.failing = True
+
+    async def scenario() -> None:
+        first = asyncio.ensure_future(h.gateway.handle(post(), h.background))
+        for _ in range(1_000):
+            if body.sent >= 4:
+                break
+            await asyncio.sleep(0)
+        body.stop.set()  # the holder never reads on, never completes
+        for _ in range(10):
+            await asyncio.sleep(0)
+        first.cancel()
+
+    asyncio.run(scenario())
+    h.clock.advance(20_000)  # long past the extended lock
+    retry = h.send(post())
+    assert len(h.origin.sent) == 1  # acted on once: not forwarded again
+    assert retry.status == 200 and retry.headers.get("idempotent-replayed") == "true"
+    assert (retry.headers.get("idempotent-replayed-body") or "").startswith("omitted")
+    assert retry.headers.get("content-type") == "text/plain"

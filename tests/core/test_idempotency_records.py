@@ -17,6 +17,7 @@ from edge_limiter.core.idempotency.records import (
     complete,
     decode_record,
     encode_record,
+    extend,
     idle_at,
     in_flight_wait_ms,
     is_live,
@@ -211,6 +212,50 @@ def test_records_round_trip(clock: FakeClock) -> None:
         _, done = complete(record, first.token, response, clock.now, RETAIN)
         assert done is not None
         assert decode_record(encode_record(done)) == done
+
+
+HEAD = StoredResponse(201, (("Content-Type", "application/json"),), None, body_too_large=True)
+
+
+def test_extend_keeps_the_claim_and_marks_the_key_as_acted_on(clock: FakeClock) -> None:
+    first, record = claim(None, "fp", clock.now, LOCK)
+    clock.advance(LOCK - 1_000)
+    done, record = extend(
+        record, first.token, HEAD, clock.now, lock_timeout_ms=LOCK, retention_ms=RETAIN
+    )
+    assert done.outcome == Outcome.EXTENDED
+    assert isinstance(record, InFlight) and record.locked_until == clock.now + LOCK
+    assert record.answered == HEAD and record.expires_at == clock.now + RETAIN
+    assert decode_record(encode_record(record)) == record
+    clock.advance(LOCK - 1)
+    busy, _ = claim(record, "fp", clock.now, LOCK)
+    assert busy.outcome == Outcome.IN_FLIGHT  # the holder is still reading the body
+    # The holder went away: past its lock the key is replayed the head, never taken over.
+    clock.advance(1)
+    replayed, same = claim(record, "fp", clock.now, LOCK)
+    assert replayed == ClaimResult(Outcome.REPLAY, response=HEAD) and same is record
+    other, _ = claim(record, "other", clock.now, LOCK)
+    assert other.outcome == Outcome.MISMATCH
+    assert peek(record, clock.now).response == HEAD
+    assert idle_at(record) >= record.expires_at
+    # A holder that was only slow still completes it whole (within the grace).
+    whole, completed = complete(record, first.token, OK, clock.now, RETAIN)
+    assert whole.outcome == Outcome.COMPLETED and isinstance(completed, Completed)
+    assert claim(completed, "fp", clock.now, LOCK)[0].response == OK
+
+
+def test_only_the_holder_extends(clock: FakeClock) -> None:
+    first, record = claim(None, "fp", clock.now, LOCK)
+    clock.advance(LOCK)
+    _, record = claim(record, "fp", clock.now, LOCK)  # taken over
+    late, after = extend(
+        record, first.token, HEAD, clock.now, lock_timeout_ms=LOCK, retention_ms=RETAIN
+    )
+    assert late.outcome == Outcome.REFUSED and after is record
+    assert (
+        extend(None, 5, HEAD, clock.now, lock_timeout_ms=LOCK, retention_ms=RETAIN)[0].outcome
+        == Outcome.REFUSED
+    )
 
 
 @pytest.mark.parametrize(

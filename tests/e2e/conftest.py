@@ -103,6 +103,14 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
                 timeout="400ms",
                 idempotency={"mode": "required"},
             ),
+            # A lock shorter than a slow but steady answer (the claim is kept while it comes).
+            route(
+                "slow-lock",
+                "/slow-lock/*",
+                "1000/hour",
+                timeout="700ms",
+                idempotency={"mode": "required", "lock_timeout": "1s"},
+            ),
             # The KV response cache.
             route("cached", "/cached/*", "3/hour", algorithm="sliding_log", cache={"ttl": "5m"}),
             route(

@@ -466,6 +466,38 @@ def test_the_timeout_bounds_the_answers_head_not_a_body_that_keeps_coming(
     assert origin.hits.count(("POST", "/slow-pay/stall")) == before == 1
 
 
+def test_a_keyed_post_whose_answer_outlasts_its_lock_is_never_forwarded_twice(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # A probe's finding: the head came at once, the body slowly; the lock (1 s here) ran
+    # out mid-body and a retry took the key over: the payment ran twice. The claim is now
+    # kept while the body comes (four pieces 600 ms apart: about 1.8 s).
+    payer = fresh_ip()
+    key = {"idempotency-key": f'"{payer}"'}
+    path = "/slow-lock/pay?drip=600"
+
+    def first() -> httpx.Response:
+        return get(gateway, path, payer, method="POST", headers=key)
+
+    async def both() -> tuple[httpx.Response, httpx.Response]:
+        loop = asyncio.get_running_loop()
+        paying = loop.run_in_executor(None, first)
+        await asyncio.sleep(1.25)  # past the 1 s lock, before the body's end
+        retry = await loop.run_in_executor(
+            None, lambda: get(gateway, path, payer, method="POST", headers=key)
+        )
+        return await paying, retry
+
+    paid, retry = asyncio.run(both())
+    assert paid.status_code == 200 and paid.json()["path"].endswith("/pay")
+    assert retry.status_code == 409, retry.text[:300]
+    assert origin.hits.count(("POST", "/slow-lock/pay")) == 1
+    again = get(gateway, path, payer, method="POST", headers=key)
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+    assert again.content == paid.content
+    assert origin.hits.count(("POST", "/slow-lock/pay")) == 1
+
+
 def test_an_unreachable_origin_is_a_502_naming_it_to_the_operator_only(
     gateway: LocalGateway,
 ) -> None:

@@ -37,6 +37,7 @@ from ..core.idempotency.fingerprint import ALWAYS_FINGERPRINTED, fingerprint
 from ..core.idempotency.keys import parse_idempotency_key, scoped_name
 from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
 from ..core.idempotency.records import (
+    STORE_MARGIN_MS,
     Outcome,
     StoredResponse,
     in_flight_wait_ms,
@@ -137,6 +138,8 @@ class Idempotency:
         edge = await self._edge_replay(name, print_, exchange.now_ms)
         if edge is not None:
             return edge
+        # The object's clock starts the lock no earlier than this (for _Holding).
+        claimed_at = self.services.clock.now_ms()
         try:
             answer = await self._call(
                 name, IdempotencyCall("claim", print_, lock_timeout_ms=settings.lock_timeout_ms)
@@ -183,10 +186,18 @@ class Idempotency:
             # A body above max_bytes is not kept (the record says so), and not held in
             # memory either: the client gets it streamed. A live stream (server-sent
             # events) is not read at all: it may never end.
+            holding = _Holding(
+                self,
+                name,
+                token,
+                response,
+                locked_until=claimed_at + settings.lock_timeout_ms,
+                idle_ms=exchange.forward.timeout_ms,
+            )
             data = (
                 None
                 if is_stream_type(response.headers.get("content-type"))
-                else await response.read_body_at_most(settings.max_bytes)
+                else await response.read_body_at_most(settings.max_bytes, holding.progress)
             )
         except BodyReadError as exc:
             # The origin acted but its answer was cut off (or stalled): the record keeps
@@ -294,3 +305,61 @@ class Idempotency:
 
     def _log(self, event: str, **fields: Any) -> None:
         self.services.log({"event": event, "route": self.route.name, **fields})
+
+
+class _Holding:
+    """Keeps a claim while the origin's answer's body is read (a slow but steady body may
+    outlast the lock): checked between parts of the body, no timer of its own.
+
+    Each part comes within ``idle_ms`` of the last (else the read fails, and the record is
+    completed at once), so whenever the lock would end before the next part could come
+    and be stored, the lock is extended (``extend``, with the answer's status and fields:
+    from then on the key is never forwarded again, even if this isolate goes away before
+    it completes the record).
+    """
+
+    __slots__ = ("idle_ms", "locked_until", "name", "response", "stage", "token")
+
+    def __init__(
+        self,
+        stage: Idempotency,
+        name: str,
+        token: int,
+        response: Response,
+        *,
+        locked_until: int,
+        idle_ms: int,
+    ) -> None:
+        self.stage = stage
+        self.name = name
+        self.token = token
+        self.response = response
+        self.locked_until = locked_until
+        self.idle_ms = idle_ms
+
+    async def progress(self) -> None:
+        stage = self.stage
+        now = stage.services.clock.now_ms()
+        if self.locked_until - now > self.idle_ms + STORE_MARGIN_MS:
+            return
+        settings = stage.settings
+        fields = origin_fields(self.response.headers.items())
+        head = stored_response(self.response.status, fields, None, settings)
+        call = IdempotencyCall(
+            "extend",
+            token=self.token,
+            response=head,
+            lock_timeout_ms=settings.lock_timeout_ms,
+            retention_ms=settings.retention_ms,
+        )
+        try:
+            done = await stage._call(self.name, call)
+        except (Exception, asyncio.CancelledError) as exc:
+            stage._log("idempotency_error", op="extend", error=repr(exc))
+            self.locked_until = now + self.idle_ms + STORE_MARGIN_MS + 1_000  # again in 1 s
+            return
+        if done.outcome is Outcome.EXTENDED:
+            self.locked_until = now + settings.lock_timeout_ms
+        else:
+            stage._log("idempotency_fenced", reason=done.reason)
+            self.locked_until = now + (1 << 62)  # another holds the key: nothing to keep

@@ -23,6 +23,7 @@ from ..core.http.messages import (
     BytesBody,
     Client,
     HeaderMap,
+    Progress,
     Request,
     Response,
     dropped_names,
@@ -147,11 +148,11 @@ class JsBody:
         self._source = globals_.Response.new(source.body, source)
         return self._source
 
-    async def read(self) -> bytes:
-        """The whole body, read once."""
+    async def read(self, progress: Progress | None = None) -> bytes:
+        """The whole body, read once (``progress``: see :meth:`read_at_most`)."""
         if self._data is None:
             if self._idle_ms:
-                self._data = await self._read_chunks()
+                self._data = await self._read_chunks(progress)
                 return self._data
             try:
                 buffer = await self._source.arrayBuffer()
@@ -160,7 +161,7 @@ class JsBody:
             self._data = bytes(buffer.to_bytes())
         return self._data
 
-    async def _read_chunks(self) -> bytes:
+    async def _read_chunks(self, progress: Progress | None) -> bytes:
         """The whole body, chunk by chunk, each within the idle bound."""
         stream = self._source.body
         if absent(stream):
@@ -168,6 +169,8 @@ class JsBody:
         reader = stream.getReader()
         chunks: list[bytes] = []
         while True:
+            if progress is not None:
+                await progress()
             step = await self._next(reader)
             if step.done:
                 return b"".join(chunks)
@@ -188,8 +191,10 @@ class JsBody:
         except JsException as exc:
             raise BodyReadError(str(exc)[:200]) from exc
 
-    async def read_at_most(self, limit: int) -> bytes | None:
+    async def read_at_most(self, limit: int, progress: Progress | None = None) -> bytes | None:
         """The whole body if it is at most ``limit`` bytes (then kept), else ``None``.
+        ``progress`` is awaited before each chunk is read (a body read whole at once, with
+        no idle bound, calls it once).
 
         A ``Content-Length`` decides without reading, unless a ``Content-Encoding`` says
         the length is not that of the bytes read (the runtime decodes fetched bodies).
@@ -212,7 +217,9 @@ class JsBody:
         if length is not None and (absent(encoding) or str(encoding).lower() == "identity"):
             if length > limit:
                 return None
-            data = await self.read()  # the declared length is checked, not trusted
+            if progress is not None and not self._idle_ms:
+                await progress()
+            data = await self.read(progress)  # the declared length is checked, not trusted
             return data if len(data) <= limit else None
         branches = stream.tee()
         mine, kept = branches[0], branches[1]
@@ -221,6 +228,8 @@ class JsBody:
         size = 0
         try:
             while True:
+                if progress is not None:
+                    await progress()
                 step = await self._next(reader)
                 if step.done:
                     break

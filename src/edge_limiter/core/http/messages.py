@@ -9,7 +9,7 @@ only forwarded streams through untouched.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import parse_qsl, unquote
@@ -177,6 +177,10 @@ JOINED_BY_RUNTIME = frozenset(
 LISTS_BY_DEFINITION = frozenset(["x-forwarded-for", "forwarded"])
 
 
+#: Awaited while a body is read (see :meth:`Body.read_at_most`).
+Progress = Callable[[], Awaitable[None]]
+
+
 class Body(Protocol):
     """A message body that is read only when a stage needs its bytes."""
 
@@ -184,11 +188,13 @@ class Body(Protocol):
         """The whole body (reading it twice gives the same bytes)."""
         ...
 
-    async def read_at_most(self, limit: int) -> bytes | None:
+    async def read_at_most(self, limit: int, progress: Progress | None = None) -> bytes | None:
         """The whole body if it is at most ``limit`` bytes, else ``None``.
 
         ``None`` leaves the body whole: it can still be sent on (streamed), and nothing
-        more than about ``limit`` bytes of it was held in memory to find out.
+        more than about ``limit`` bytes of it was held in memory to find out. ``progress``
+        is awaited before the first read and after each part of a body that comes in
+        parts (a holder of something with a deadline checks it there: no timer needed).
         """
         ...
 
@@ -205,7 +211,7 @@ class BytesBody:
         """The bytes."""
         return self.data
 
-    async def read_at_most(self, limit: int) -> bytes | None:
+    async def read_at_most(self, limit: int, progress: Progress | None = None) -> bytes | None:
         """The bytes, if there are at most ``limit`` of them."""
         return self.data if len(self.data) <= limit else None
 
@@ -382,14 +388,15 @@ class Response:
         self.body = data
         return data
 
-    async def read_body_at_most(self, limit: int) -> bytes | None:
+    async def read_body_at_most(self, limit: int, progress: Progress | None = None) -> bytes | None:
         """The body's bytes if there are at most ``limit`` of them (then kept), else
-        ``None`` with the body left whole to be streamed to the client."""
+        ``None`` with the body left whole to be streamed to the client (``progress``: see
+        :meth:`Body.read_at_most`)."""
         if self.body is None:
             return b""
         if isinstance(self.body, bytes):
             return self.body if len(self.body) <= limit else None
-        data = await self.body.read_at_most(limit)
+        data = await self.body.read_at_most(limit, progress)
         if data is not None:
             self.body = data
         return data

@@ -24,6 +24,7 @@ from .records import (
     complete,
     decode_record,
     encode_record,
+    extend,
     idle_at,
     peek,
     release,
@@ -32,7 +33,7 @@ from .records import (
 )
 from .settings import DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_RETENTION_MS
 
-OPS = ("claim", "complete", "release", "get")
+OPS = ("claim", "complete", "extend", "release", "get")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,9 @@ class IdempotencyCall:
     """One step the Worker asks of a key's Durable Object.
 
     ``claim`` needs ``fingerprint`` (and uses ``lock_timeout_ms``); ``complete`` needs
-    ``token`` and ``response`` (and uses ``retention_ms``); ``release`` needs ``token``;
-    ``get`` needs nothing. Raises :class:`ProtocolError` when a field it needs is missing.
+    ``token`` and ``response`` (and uses ``retention_ms``); ``extend`` needs ``token`` and
+    ``response`` (the status and fields, body omitted) and uses both times; ``release``
+    needs ``token``; ``get`` needs nothing. Raises :class:`ProtocolError` when a field it needs is missing.
     """
 
     op: str
@@ -62,10 +64,10 @@ class IdempotencyCall:
             raise ProtocolError("lock_timeout_ms and retention_ms must be positive")
         if self.op == "claim" and not self.fingerprint:
             raise ProtocolError("a claim needs the request's fingerprint")
-        if self.op in ("complete", "release") and self.token < 1:
+        if self.op in ("complete", "extend", "release") and self.token < 1:
             raise ProtocolError(f"{self.op} needs the token of the claim")
-        if self.op == "complete" and self.response is None:
-            raise ProtocolError("complete needs the response to store")
+        if self.op in ("complete", "extend") and self.response is None:
+            raise ProtocolError(f"{self.op} needs the response to store")
 
     def to_json(self) -> str:
         """Compact JSON text for the RPC call."""
@@ -167,6 +169,18 @@ def apply_call(call: IdempotencyCall, record: Record | None, now: int) -> tuple[
         if call.response is None:  # IdempotencyCall refuses this; narrows the type
             raise ProtocolError("complete needs the response to store")
         done, new = complete(record, call.token, call.response, now, call.retention_ms)
+        answer = _from_result(done)
+    elif call.op == "extend":
+        if call.response is None:  # IdempotencyCall refuses this; narrows the type
+            raise ProtocolError("extend needs the answer's status and fields")
+        done, new = extend(
+            record,
+            call.token,
+            call.response,
+            now,
+            lock_timeout_ms=call.lock_timeout_ms,
+            retention_ms=call.retention_ms,
+        )
         answer = _from_result(done)
     elif call.op == "release":
         done, new = release(record, call.token, now)

@@ -5,7 +5,14 @@ at the origin) or :class:`Completed` (its response is stored for replay)::
 
     None --claim--> InFlight --complete--> Completed --(expires_at)--> as None
                        |  \\--release--> InFlight, lock ended --claim--> InFlight (new token)
-                       \\--(locked_until)--> taken over by the next claim (new token)
+                       |--(locked_until)--> taken over by the next claim (new token)
+                       \\--extend--> InFlight, answered --(locked_until)--> as Completed
+
+``extend`` is the holder saying the origin has answered (its status and fields are in the
+call) while the body is still on its way, and asking for more time: the lock is extended,
+and from then on the request counts as acted on. If the holder never completes (its
+isolate went away mid-body), the next claim after the lock is replayed that status and
+those fields, body omitted, instead of forwarding the request again.
 
 Liveness and deletion
 ---------------------
@@ -57,12 +64,18 @@ class StoredResponse:
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
-    """A request holds the claim (with ``token``) until ``locked_until``."""
+    """A request holds the claim (with ``token``) until ``locked_until``.
+
+    ``answered`` is the origin's status and fields once the holder said they came
+    (:func:`extend`), kept until ``expires_at`` in case the holder never completes.
+    """
 
     fingerprint: str
     token: int
     locked_until: int
     created_at: int
+    answered: StoredResponse | None = None
+    expires_at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +107,8 @@ class Outcome(StrEnum):
     """The response is stored (or, from :func:`peek`, a response is stored)."""
     RELEASED = "released"
     """The claim was given back; the next request with the key is forwarded."""
+    EXTENDED = "extended"
+    """The holder's lock was extended (the origin answered, its body still coming)."""
     REFUSED = "refused"
     """The caller's token is not the live claim's: nothing changed."""
     ABSENT = "absent"
@@ -136,7 +151,9 @@ def is_live(record: Record | None, now: int) -> bool:
     if record is None:
         return False
     if isinstance(record, InFlight):
-        return now < record.locked_until
+        return now < record.locked_until or (
+            record.answered is not None and now < record.expires_at
+        )
     return now < record.expires_at
 
 
@@ -145,7 +162,7 @@ def idle_at(record: Record) -> int:
     has passed its token (so a fresh record's tokens start above it; see the module docs).
     """
     if isinstance(record, InFlight):
-        return max(record.locked_until + LATE_GRACE_MS, record.token + 1)
+        return max(record.locked_until + LATE_GRACE_MS, record.expires_at, record.token + 1)
     return max(record.expires_at, record.token + 1)
 
 
@@ -164,7 +181,11 @@ def claim(
     if record.fingerprint != fingerprint:
         return ClaimResult(Outcome.MISMATCH), record
     if isinstance(record, InFlight):
-        return ClaimResult(Outcome.IN_FLIGHT, retry_after_ms=record.locked_until - now), record
+        if now < record.locked_until:
+            return ClaimResult(Outcome.IN_FLIGHT, retry_after_ms=record.locked_until - now), record
+        # Answered, and its holder never completed (gone mid-body): acted on, so replayed
+        # as far as it is known. The holder may still complete it (within the grace).
+        return ClaimResult(Outcome.REPLAY, response=record.answered), record
     return ClaimResult(Outcome.REPLAY, response=record.response), record
 
 
@@ -179,6 +200,33 @@ def complete(
         return Result(Outcome.REFUSED, held), record
     return Result(Outcome.COMPLETED), Completed(
         held.fingerprint, response, now, now + retention_ms, token
+    )
+
+
+def extend(
+    record: Record | None,
+    token: int,
+    answered: StoredResponse,
+    now: int,
+    *,
+    lock_timeout_ms: int,
+    retention_ms: int,
+) -> tuple[Result, Record | None]:
+    """The holder of ``token`` says the origin answered (``answered``: its status and
+    fields, body omitted) while the body is still coming, and keeps the claim another
+    ``lock_timeout_ms``; anyone else is refused (fenced)."""
+    if lock_timeout_ms < 1 or retention_ms < 1:
+        raise ValueError("lock_timeout_ms and retention_ms must be positive")
+    held = _held_claim(record, token, now)
+    if isinstance(held, str):
+        return Result(Outcome.REFUSED, held), record
+    return Result(Outcome.EXTENDED), InFlight(
+        held.fingerprint,
+        token,
+        max(held.locked_until, now + lock_timeout_ms),
+        held.created_at,
+        answered,
+        now + retention_ms,
     )
 
 
@@ -202,9 +250,11 @@ def peek(record: Record | None, now: int) -> ClaimResult:
     if record is None or not is_live(record, now):
         return ClaimResult(Outcome.ABSENT)
     if isinstance(record, InFlight):
-        return ClaimResult(
-            Outcome.IN_FLIGHT, record.token, retry_after_ms=record.locked_until - now
-        )
+        if now < record.locked_until:
+            return ClaimResult(
+                Outcome.IN_FLIGHT, record.token, retry_after_ms=record.locked_until - now
+            )
+        return ClaimResult(Outcome.COMPLETED, record.token, response=record.answered)
     return ClaimResult(Outcome.COMPLETED, record.token, response=record.response)
 
 
@@ -269,6 +319,9 @@ def encode_record(record: Record) -> str:
             "locked_until": record.locked_until,
             "created_at": record.created_at,
         }
+        if record.answered is not None:
+            data["answered"] = response_to_json(record.answered)
+            data["expires_at"] = record.expires_at
     else:
         data = {
             "v": 1,
@@ -291,11 +344,14 @@ def decode_record(text: str) -> Record:
         state = data.get("state")
         fingerprint = _str(data, "fp")
         if state == "in_flight":
+            answered = data.get("answered")
             return InFlight(
                 fingerprint,
                 _int(data, "token"),
                 _int(data, "locked_until"),
                 _int(data, "created_at"),
+                None if answered is None else response_from_json(answered),
+                0 if answered is None else _int(data, "expires_at"),
             )
         if state == "completed":
             return Completed(
