@@ -877,3 +877,19 @@ def test_a_field_the_gateway_sets_reaches_the_origin_in_its_spelling_only() -> N
     assert [v for n, v in fields if n.replace("_", "-") == "x-api-version"] == ["2"]
     h.send(request("/plain/x", headers={"X_Api_Version": "client"}))
     assert ("x_api_version", "client") in [(n.lower(), v) for n, v in h.origin.sent[-1].headers]
+
+
+def test_a_key_header_reaches_the_origin_only_as_it_was_counted() -> None:
+    # A probe's finding: on a header:x-api-key route, x_api_key: REAL was counted as a
+    # request without the key (the shared counter of keyless requests), and a WSGI origin
+    # read it as X-Api-Key: REAL: twice the key's quota. The other spellings are dropped.
+    keyed = {**ROUTE, "key": "header:x-api-key", "limits": "2/minute"}
+    h = pooled(Origins(), keyed)
+    sent = h.send(from_("DE", "EU", headers={"x_api_key": "REAL", "X-Api_Key": "R2"}))
+    assert sent.status == 200
+    fields = [name.lower() for name, _ in h.origin.sent[-1].headers]
+    assert not [name for name in fields if name.replace("_", "-") == "x-api-key"]
+    both = h.send(from_("DE", "EU", headers={"x_api_key": "REAL", "x-api-key": "rnd1"}))
+    assert both.status == 200
+    fields = [(n.lower(), v) for n, v in h.origin.sent[-1].headers]
+    assert [v for n, v in fields if n.replace("_", "-") == "x-api-key"] == ["rnd1"]

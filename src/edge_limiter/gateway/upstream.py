@@ -28,6 +28,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.config import Route
 from ..core.errors import BodyReadError
 from ..core.http import problems
 from ..core.http.messages import BytesBody, Request, Response
@@ -312,6 +313,22 @@ class Upstream:
         # The rules of each pool's budget, built once (not per request).
         self._budget_rules: dict[RetrySettings, RetryBudget] = {}
         self.orders: dict[tuple[str, Any], tuple[Origin, ...]] = {}
+        self._route_fields: dict[tuple[str, str], frozenset[str]] = {}
+
+    def _own_fields(self, pool: str, route: Route | None) -> frozenset[str]:
+        """The fields a client may send to this pool's origins only in the gateway's own
+        spelling: those the gateway sets, and the route's key headers (an ``x_api_key``
+        that a CGI-style origin reads as ``X-Api-Key`` would reach it uncounted: the
+        request was counted as lacking the key)."""
+        fields = self.underscored.get(pool, self._underscored)
+        if route is None:
+            return fields
+        cached = self._route_fields.get((pool, route.name))
+        if cached is None:
+            parts = route.limits.key.parts
+            keys = {part.name.lower() for part in parts if part.kind == "header"}
+            cached = self._route_fields[(pool, route.name)] = fields | keys
+        return cached
 
     def _order(self, pool: Pool, exchange: Exchange) -> tuple[Origin, ...]:
         if len(pool.origins) == 1:
@@ -399,7 +416,7 @@ class Upstream:
         forward = exchange.forward
         pool, retry = forward.pool, forward.retry
         request = exchange.request
-        request.headers.discard(self.dropped, self.underscored.get(pool.name, self._underscored))
+        request.headers.discard(self.dropped, self._own_fields(pool.name, exchange.route))
         # The scheme the client used, never what it claims (Rails' force_ssl would answer a
         # client's "http" with a redirect, cached for everyone); origin_headers may say
         # otherwise.
