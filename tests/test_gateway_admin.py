@@ -196,6 +196,26 @@ def test_a_keys_state_peek_reset_and_refund() -> None:
     assert admin(h, "/api/keys?route=api").status == 400
 
 
+def test_a_refund_or_reset_says_what_a_request_of_the_routes_cost_would_find() -> None:
+    # A probe's finding: on a cost 7 route the refund's answer said remaining 8 and the
+    # reset's 99 (figures for a request of one unit); the next request said 2 and 93.
+    h = harness(
+        {**ROUTES[0], "limits": "100/hour", "algorithm": "sliding_window", "cost": 7},
+        admin_token=TOKEN,
+    )
+    alice = {"x-api-key": "rr"}
+    while h.send(request("/v1/x", headers=alice)).status == 200:
+        pass
+    key = "header:x-api-key=rr"
+    for op in ("refund?cost=7&", "reset?"):
+        said = body_json(admin(h, f"/api/keys/{op}route=api&key={key}", "POST"))
+        headers = said["next_request"]["headers"]
+        answer = h.send(request("/v1/x", headers=alice))
+        assert answer.status == 200, op
+        assert headers["X-RateLimit-Remaining"] == answer.headers.get("x-ratelimit-remaining")
+        assert said["limits"][0]["remaining"] == int(headers["X-RateLimit-Remaining"])
+
+
 def test_a_peek_of_a_key_another_limit_denies_says_what_each_limit_has_left() -> None:
     h = harness({**ROUTES[0], "limits": "2/minute; 10/hour"}, admin_token=TOKEN)
     for _ in range(2):

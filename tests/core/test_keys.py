@@ -308,3 +308,20 @@ def test_the_key_a_request_gets_is_its_own_given_form(value: str, ip: str) -> No
     except AmbiguousRequestError:
         return
     assert given_key(spec, key) == key
+
+
+def test_a_given_header_value_no_request_can_send_is_refused() -> None:
+    # A probe's finding: an override for "a b,c" was stored, though every request sending
+    # it is refused as ambiguous (a comma separates the header's values).
+    one = KeySpec((KeyPart("header", "x-k"),))
+    for wrong in ("header:x-k=a b,c", "a,b", " padded", "padded\t"):
+        with pytest.raises(KeySpecError):
+            given_key(one, wrong)
+    assert given_key(one, "a b") == "header:x-k=a%20b"
+    # A field the runtime forwards joined is taken whole, commas and all.
+    agent = KeySpec((KeyPart("header", "user-agent"),))
+    assert given_key(agent, "Mozilla/5.0 (X11, Linux)").startswith("header:user-agent=")
+    request = Request(
+        "GET", "/", "", "a.test", headers=Headers([("user-agent", "Mozilla/5.0 (X11, Linux)")])
+    )
+    assert agent.compute(request, {}) == given_key(agent, "Mozilla/5.0 (X11, Linux)")

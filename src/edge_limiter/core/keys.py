@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from .errors import KeySpecError
-from .http.messages import Request
+from .http.messages import JOINED_BY_RUNTIME, LISTS_BY_DEFINITION, Request
 
 KINDS_WITH_NAME = ("header", "cookie", "query", "path")
 KINDS_PLAIN = ("ip", "country", "asn", "global")
@@ -128,6 +128,8 @@ def given_key(spec: KeySpec, given: str) -> str:
     out = []
     for part, label, written in zip(spec.parts, labels, values, strict=True):
         value = _given_address(written, spec) if part.kind == "ip" else written
+        if part.kind == "header":
+            _given_header(part.name, value)
         if part.kind == "global" and value:
             raise KeySpecError(
                 f"a global key has no value: every request counts as 'global=' (or give "
@@ -135,6 +137,22 @@ def given_key(spec: KeySpec, given: str) -> str:
             )
         out.append(f"{label}={quote(value, safe='', errors='surrogateescape')}")
     return "|".join(out)
+
+
+def _given_header(name: str, value: str) -> None:
+    """Refuse a header value no request's key can be: one with whitespace around it (a
+    request's is read without), or with a comma where a comma separates values (such a
+    request is refused as ambiguous)."""
+    if value != value.strip(" \t"):
+        raise KeySpecError(
+            f"{value!r} has whitespace around it: a request's {name} is read without it"
+        )
+    lower = name.lower()
+    if "," in value and lower not in JOINED_BY_RUNTIME and lower not in LISTS_BY_DEFINITION:
+        raise KeySpecError(
+            f"{value!r} holds a comma: in {name} a comma separates values, and a request "
+            f"sending it is refused (ambiguous_key), so no request has this key"
+        )
 
 
 def _given_address(value: str, spec: KeySpec) -> str:

@@ -317,31 +317,36 @@ class Admin:
             await operating.reload_overrides(self.services.clock.now_ms())
         override = operating.overrides.find(route.name, key, self.services.clock.now_ms())
         limits = override.limits if override is not None and override.limits else policy.limits
-        request = StoreRequest(
-            op,
-            policy.algorithm,
-            limits,
-            cost,
-            policy.write_behind_ms,
-            self.config.ops.cleanup_after_ms,
-        )
         name = object_name(route.name, key)
-        try:
-            answer = await self.services.store.call(name, request.to_json())
-            response = StoreResponse.from_json(answer, limits)
-        except Exception as exc:
-            raise _AdminError(
-                503, f"the key's Durable Object failed: {type(exc).__name__}"
-            ) from exc
+
+        async def call(step: str, units: int) -> StoreResponse:
+            request = StoreRequest(
+                step,
+                policy.algorithm,
+                limits,
+                units,
+                policy.write_behind_ms,
+                self.config.ops.cleanup_after_ms,
+            )
+            try:
+                answer = await self.services.store.call(name, request.to_json())
+                return StoreResponse.from_json(answer, limits)
+            except Exception as exc:
+                raise _AdminError(
+                    503, f"the key's Durable Object failed: {type(exc).__name__}"
+                ) from exc
+
         if op != "peek":
+            await call(op, cost)
             self.operating.deny.clear()
             self.services.log(
                 {"event": f"admin_{op}", "route": route.name, "key_hash": key_digest(key)}
             )
+        # What a request of the route's cost would find now (a refund's or reset's own
+        # answer is for a request of one unit).
+        probe = policy.cost
+        response = await call("peek", probe)
         decision = combine(response.decisions)
-        # The decisions are for a request of the route's cost (a peek), or of one unit
-        # (after a refund or reset).
-        probe = cost if op == "peek" else 1
         return _json(
             200,
             {
