@@ -378,6 +378,12 @@ def test_an_operator_forces_an_origins_breaker_in_every_isolate() -> None:
     assert here.send(request("/g")).headers.get("x-origin") == "us"
     clock.advance(10_000)
     assert there.send(request("/g")).headers.get("x-origin") == "us"
+    # Both out: a 503 suggesting the pool's open time (10 s by default), not 1 s, since
+    # maintenance has no end the gateway knows.
+    admin(here, "/api/breakers/us?state=open", "POST")
+    out = here.send(request("/g"))
+    assert out.status == 503 and out.headers.get("retry-after") == "10"
+    admin(here, "/api/breakers/us?state=auto", "POST")
     # Forced closed: used whatever it answers (its failures open nothing).
     admin(here, "/api/breakers/eu?state=closed", "POST")
     here.origin.respond = answering(503)

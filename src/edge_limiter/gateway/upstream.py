@@ -387,7 +387,11 @@ class Upstream:
                 refusal = decision.refusal.value if decision.refusal else "open"
                 outcome = refusal if refusal in ("overloaded", "forced_open") else "breaker_open"
                 wait = decision.retry_after_ms
-                if decision.refusal is Refusal.TRIALS_IN_FLIGHT:
+                if decision.refusal is Refusal.FORCED_OPEN:
+                    # Out for maintenance, with no end known: the pool's own open time is
+                    # the wait to suggest (not a second, which invites a retry storm).
+                    wait = pool.breaker.open_for_ms
+                elif decision.refusal is Refusal.TRIALS_IN_FLIGHT:
                     # The trials out end within the origin's timeout (the breaker's own
                     # wait is for trials that never report back): say when they will have.
                     issued_ago = pool.breaker.trial_timeout_ms - wait
