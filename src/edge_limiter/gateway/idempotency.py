@@ -14,7 +14,8 @@ For the methods a route names (POST and PATCH by default), a request carrying an
    so its retry is forwarded; so does a 5xx unless the route stores them;
 4. the origin's response is stored in the record (fenced by the claim's token: a holder
    whose lock ran out cannot overwrite its successor's result) before the client gets it,
-   and copied to KV after the response.
+   and copied to KV after the response. While a slow body comes, the claim is extended
+   (``_Holding``), the record then holding the answer's status and fields.
 
 Replays and conflicts never consume rate-limit quota: the claim comes before the rate
 limit, and a denied request gives its claim back.
