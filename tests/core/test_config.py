@@ -177,6 +177,19 @@ def test_a_route_that_can_never_match_is_a_warning_naming_both() -> None:
     assert narrower.warnings == ()
 
 
+def test_a_cache_shared_by_every_key_of_a_keyed_route_is_a_warning_unless_said() -> None:
+    # A probe's note: on a header:x-api-key route one key's answer was served to every
+    # other key (as documented for scope = "public", the default), with no word of it.
+    def warnings(**cache: str) -> tuple[str, ...]:
+        keyed = route(key="header:x-api-key", cache={"ttl": "5m", **cache})
+        return parse_config(config(keyed)).warnings
+
+    said = warnings()
+    assert len(said) == 1 and ".cache.scope" in said[0] and "header:x-api-key" in said[0]
+    assert warnings(scope="public") == () and warnings(scope="key") == ()
+    assert parse_config(config(route(cache={"ttl": "5m"}))).warnings == ()  # keyed by ip
+
+
 def test_paths_settings_case_and_matrix() -> None:
     parsed = parse_config(
         config(

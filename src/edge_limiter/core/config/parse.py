@@ -442,6 +442,20 @@ def _parse_route(
     refund_on = _statuses(raw.get("refund_on"), f"{where}.refund_on", problems)
     cache = parse_cache(raw.get("cache"), f"{where}.cache", problems)
     idempotency = parse_idempotency(raw.get("idempotency"), f"{where}.idempotency", problems)
+    raw_cache = raw.get("cache")
+    if (
+        cache is not None
+        and isinstance(raw_cache, dict)
+        and "scope" not in raw_cache
+        and any(part.kind in ("header", "cookie") for part in key.parts)
+    ):
+        named = ", ".join(str(p) for p in key.parts if p.kind in ("header", "cookie"))
+        problems.warn(
+            f"{where}.cache.scope",
+            f"is not set, so one stored answer serves every key of this route ({named}): "
+            "set scope = \"key\" if the origin answers each key its own, or scope = "
+            "\"public\" to say the answers are the same for all",
+        )
     if idempotency is not None and idempotency.lock_timeout_ms <= timeout:
         problems.warn(
             f"{where}.idempotency.lock_timeout",
