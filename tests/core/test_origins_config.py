@@ -326,3 +326,25 @@ def test_a_broken_pool_is_reported_once_not_again_by_its_routes() -> None:
     assert not any("'q'" in p and "names no pool" in p for p in problems)
     # ...while a pool that is written nowhere still is.
     assert any("route 'three'.pool: names no pool" in p for p in problems)
+
+
+def test_a_trial_timeout_outlasts_every_attempt_at_the_pools_origins() -> None:
+    # A probe's finding: with trial_timeout under an origin's timeout, a trial still
+    # waiting for its answer was taken for lost and another sent beside it (4 at once
+    # where half_open_calls = 1).
+    pools, problems = parse(one_origin(timeout="45s"))
+    assert problems == []
+    assert pools["api"].breaker.trial_timeout_ms == 46_000  # the default grew past it
+    assert parse(one_origin())[0]["api"].breaker.trial_timeout_ms == 30_000
+    short = one_origin(timeout="12s")
+    short["api"]["breaker"] = {"trial_timeout": "3s"}  # type: ignore[index]
+    said = only_problem(short)
+    assert "pool 'api'.breaker.trial_timeout" in said and "12000 ms" in said
+    # A plain origin URL's attempts last the route's timeout.
+    slow = parse_config(
+        {
+            "origin": "https://o.example.com",
+            "routes": [{"name": "r", "match": {"path": "/x"}, "limits": "1/s", "timeout": "60s"}],
+        }
+    )
+    assert slow.routes[0].forward.pool.breaker.trial_timeout_ms == 61_000

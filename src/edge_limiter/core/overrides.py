@@ -98,7 +98,13 @@ def parse_override(
             f"route must be one of {', '.join(sorted(algorithms))} or '*', got {route!r}"
         )
     key = data.get("key")
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+    if (
+        not isinstance(key, str)
+        or not key
+        or len(key) > MAX_KEY_LENGTH
+        # A tab may stand inside a header value (RFC 9110), so inside a request's key.
+        or not key.replace("\t", " ").isprintable()
+    ):
         raise OverrideError(f"key must be 1 to {MAX_KEY_LENGTH} printable characters, got {key!r}")
     exempt = data.get("exempt", False)
     if not isinstance(exempt, bool):

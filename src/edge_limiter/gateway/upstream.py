@@ -559,9 +559,10 @@ class Upstream:
             # even build a response with that status. The origin is up and acted: the
             # attempt is neither retried (it would act again) nor judged by the breaker
             # (one page sending Early Hints must not open it for every route).
-            error = f"unreachable: {_not_final(response.status)} came instead of an answer"
             interim = 100 <= response.status <= 199
             unusable = not interim
+            said = "unreachable" if interim else "bad answer"
+            error = f"{said}: {_not_final(response.status)} came instead of an answer"
             response = None
         ended = clock.now_ms()
         if response is None:

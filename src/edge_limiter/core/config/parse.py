@@ -43,8 +43,9 @@ from ..keys import KeyPart, KeySpec, parse_key_part
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..rates import MAX_QUOTA, Limit, parse_rate, parse_rates
+from ..resilience.breaker import BreakerSettings
 from ..resilience.retry import RetrySettings, parse_retry
-from ..routing.origins import Origin, Pool, parse_origin_url, parse_pools
+from ..routing.origins import Origin, Pool, fit_trial_timeout, parse_origin_url, parse_pools
 from ..validation import (
     Problems,
     boolean,
@@ -558,7 +559,8 @@ class _Upstreams:
             origin = Origin(
                 name=name, url=url, timeout_ms=timeout_ms, max_in_flight=UNCAPPED, named=False
             )
-            self.by_url[key] = Pool(name, (origin,))
+            breaker = fit_trial_timeout(BreakerSettings(), (origin,))
+            self.by_url[key] = Pool(name, (origin,), breaker)
         return self.by_url[key]
 
     def named_pool(self, value: object, where: str, problems: Problems) -> Pool | None:

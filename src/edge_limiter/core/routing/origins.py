@@ -26,8 +26,8 @@ the origin's index and the field) and never raises.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from math import isfinite
 from typing import Any
 from urllib.parse import urlsplit
@@ -244,7 +244,35 @@ def _parse_pool(
         origins.append(origin)
     if not origins:
         return None
+    raw_breaker = fields.get("breaker")
+    given = isinstance(raw_breaker, dict) and "trial_timeout" in raw_breaker
+    breaker = fit_trial_timeout(breaker, origins, f"{where}.breaker" if given else None, problems)
     return Pool(name, tuple(origins), breaker, retry, headers)
+
+
+def fit_trial_timeout(
+    breaker: BreakerSettings,
+    origins: Sequence[Origin],
+    where: str | None = None,
+    problems: Problems | None = None,
+) -> BreakerSettings:
+    """The breaker's ``trial_timeout`` longer than any attempt at its origins can last.
+
+    A half-open trial still running when it ends is taken for lost, and another goes out
+    beside it. A ``trial_timeout`` the config gives (``where``) that is not longer than the
+    pool's longest origin ``timeout`` is a problem; the default grows to a second past it.
+    """
+    longest = max(origin.timeout_ms for origin in origins)
+    if breaker.trial_timeout_ms > longest:
+        return breaker
+    if where is not None and problems is not None:
+        problems.add(
+            f"{where}.trial_timeout",
+            f"must be longer than the pool's longest origin timeout ({longest} ms): a trial "
+            "still waiting for its answer would be taken for lost, and another sent beside "
+            f"it, got {breaker.trial_timeout_ms} ms",
+        )
+    return replace(breaker, trial_timeout_ms=longest + 1_000)
 
 
 def _parse_origin(raw: object, where: str, problems: Problems) -> Origin | None:
