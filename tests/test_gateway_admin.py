@@ -216,6 +216,28 @@ def test_a_refund_or_reset_says_what_a_request_of_the_routes_cost_would_find() -
         assert said["limits"][0]["remaining"] == int(headers["X-RateLimit-Remaining"])
 
 
+def test_a_leased_buckets_peek_leaves_out_the_reserve_it_lends_to_no_one() -> None:
+    # A probe's finding: on a leased token bucket (cost 3, 30/minute) a reset's and a
+    # peek's answer said Remaining 27 where the next request said 26 (the reserve).
+    h = harness(
+        {
+            **ROUTES[0],
+            "limits": "30/minute",
+            "algorithm": "token_bucket",
+            "cost": 3,
+            "leases": True,
+        },
+        admin_token=TOKEN,
+    )
+    key = "header:x-api-key=lc"
+    said = body_json(admin(h, f"/api/keys/reset?route=api&key={key}", "POST"))
+    h.clock.advance(1_000)  # no lease held by this isolate any more
+    answer = h.send(request("/v1/x", headers={"x-api-key": "lc"}))
+    assert answer.status == 200
+    told = said["next_request"]["headers"]["X-RateLimit-Remaining"]
+    assert told == answer.headers.get("x-ratelimit-remaining")
+
+
 def test_a_peek_of_a_key_another_limit_denies_says_what_each_limit_has_left() -> None:
     h = harness({**ROUTES[0], "limits": "2/minute; 10/hour"}, admin_token=TOKEN)
     for _ in range(2):

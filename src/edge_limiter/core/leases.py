@@ -46,6 +46,7 @@ subtracted, so it is off by at most the units they hold.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from .algorithms import ALGORITHMS
@@ -428,6 +429,21 @@ class PlannedLease(Lease):
         window's end once the allowance is used up."""
         del lead_ms
         return self.allowance.reaches_at(self.used + self.short, 0)
+
+
+def without_reserve(
+    decisions: tuple[Decision, ...], limits: Sequence[Limit], algorithm: str, ttl_ms: int
+) -> tuple[Decision, ...]:
+    """The object's own decisions (a peek) as a leased route's requests report them: a
+    bucket's reserve, which it lends to no one, is not ``remaining``."""
+    cls = ALGORITHMS.get(algorithm)
+    if cls is None or not cls.leasable:
+        return decisions
+    out = []
+    for limit, decision in zip(limits, decisions, strict=True):
+        reserve = cls(limit).lease_reserve(ttl_ms)
+        out.append(decision._replace(remaining=max(0, decision.remaining - reserve)))
+    return tuple(out)
 
 
 def held_back(

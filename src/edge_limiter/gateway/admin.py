@@ -55,6 +55,7 @@ from ..core.http import problems
 from ..core.http.fields import rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name
+from ..core.leases import without_reserve
 from ..core.limiter import combine
 from ..core.overrides import OverrideError, decode_overrides, parse_override
 from ..core.protocol import StoreRequest, StoreResponse
@@ -346,7 +347,10 @@ class Admin:
         # answer is for a request of one unit).
         probe = policy.cost
         response = await call("peek", probe)
-        decision = combine(response.decisions)
+        decisions = response.decisions
+        if policy.lease_ttl_ms:
+            decisions = without_reserve(decisions, limits, policy.algorithm, policy.lease_ttl_ms)
+        decision = combine(decisions)
         return _json(
             200,
             {
@@ -369,11 +373,11 @@ class Admin:
                         "retry_after_ms": d.retry_after,
                         "allowed": d.allowed,
                     }
-                    for d in response.decisions
+                    for d in decisions
                 ],
                 "next_request": {
                     "allowed": decision.allowed,
-                    "headers": dict(rate_limit_headers(decision, response.decisions)),
+                    "headers": dict(rate_limit_headers(decision, decisions)),
                 },
             },
         )
