@@ -236,6 +236,7 @@ def test_a_post_asking_for_delete_is_counted_and_sent_as_a_delete(
     for sent in h.origin.sent:
         assert not any(name.startswith("x-http-method") for name, _ in sent.headers)
         assert sent.body == (body or b"")
+        assert sent.url.endswith("/v1/items/1")  # the query's _method went with the rest
 
 
 def test_method_override_refuse_and_pass() -> None:

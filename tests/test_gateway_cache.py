@@ -641,6 +641,17 @@ def test_a_purge_while_a_reads_entry_is_being_written_is_done_again_after_it() -
     assert h.send(request("/v1/catalog/p")).headers.get("x-cache") == "MISS"
 
 
+def test_a_post_made_a_delete_by_its_query_invalidates_the_bare_uri() -> None:
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()))
+    h.send(request("/v1/catalog/q"))
+    assert h.send(request("/v1/catalog/q")).headers.get("x-cache") == "HIT"
+    deleted = h.send(request("/v1/catalog/q", "POST", query="_method=DELETE", body=b"{}"))
+    assert deleted.status == 200
+    assert h.origin.sent[-1].method == "DELETE"
+    assert h.origin.sent[-1].url.endswith("/v1/catalog/q")
+    assert h.send(request("/v1/catalog/q")).headers.get("x-cache") == "MISS"
+
+
 @pytest.mark.parametrize("method", ["DELETE", "PUT", "POST", "PATCH"])
 def test_a_successful_unsafe_request_invalidates_the_stored_get(method: str) -> None:
     # RFC 9111 section 4.4, whichever route takes the write.

@@ -13,6 +13,7 @@ from edge_limiter.core.http.method_override import (
     asked_methods,
     is_form,
     overridden_method,
+    without_override_param,
 )
 
 
@@ -100,3 +101,14 @@ def test_an_override_asking_for_a_method_the_platform_cannot_send_is_refused(wan
     # would fail as if the origin were down (and open its breaker for everyone).
     with pytest.raises(MethodOverrideError, match="an override may ask for"):
         overridden_method("apply", {wanted: "the _method form field"}, has_body=False)
+
+
+def test_an_applied_query_override_leaves_the_query_as_the_uri_it_acts_on() -> None:
+    # A soak's finding: POST ?_method=DELETE reached the origin as a DELETE of
+    # /x?_method=DELETE, and the cached GET of /x was never invalidated.
+    assert without_override_param("_method=DELETE") == ""
+    assert without_override_param("a=1&_method=DELETE&b=2") == "a=1&b=2"
+    assert without_override_param("%5Fmethod=PUT;a=%20x") == "a=%20x"
+    assert without_override_param("a=1;_method=PUT&b") == "a=1&b"
+    assert without_override_param("a=1&b=2") == "a=1&b=2"
+    assert without_override_param("x_method=1&_methods=2") == "x_method=1&_methods=2"

@@ -29,6 +29,7 @@ from ..core.http.method_override import (
     is_form,
     is_json,
     overridden_method,
+    without_override_param,
 )
 from ..core.http.origin_headers import merged, resolve_origin_headers
 from .admin import Admin
@@ -262,6 +263,7 @@ class Gateway:
             request.native = None  # the runtime's request no longer describes this one
             for name in {name for name, _ in fields}:
                 headers.delete(name)
+            request.query = without_override_param(request.query)
         return None
 
     def _exchange(

@@ -22,7 +22,8 @@ so is a GET or HEAD asked for by a POST with a body (the platform cannot send on
 from __future__ import annotations
 
 import json
-from urllib.parse import parse_qsl
+import re
+from urllib.parse import parse_qsl, unquote_plus
 
 from ..caching.fields import is_token, list_items
 
@@ -68,6 +69,26 @@ def _params(text: str) -> list[tuple[str, str]]:
     PHP and Express's ``qs`` decode ``%5Fmethod`` to ``_method``), ``;`` separating them
     as ``&`` does (Rack 2)."""
     return parse_qsl(text.replace(";", "&"), keep_blank_values=True)
+
+
+def without_override_param(query: str) -> str:
+    """``query`` without its ``_method`` parameters (in any spelling origins decode to
+    it), the others kept as written, separators included: once applied, the override is
+    the request's method, and the URI is the one the method acts on (a cache invalidated
+    by the DELETE is the bare URI's)."""
+    if PARAM not in query and "%" not in query:
+        return query
+    pieces = re.split(r"([&;])", query)
+    kept: list[str] = []
+    for index in range(0, len(pieces), 2):
+        piece = pieces[index]
+        name = unquote_plus(piece.partition("=")[0])
+        if name == PARAM:
+            continue
+        if kept:
+            kept.append(pieces[index - 1])
+        kept.append(piece)
+    return "".join(kept)
 
 
 def _json_method(body: bytes) -> str | None:
