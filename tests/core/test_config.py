@@ -394,7 +394,39 @@ def test_forwarded_host_is_off_unless_asked_for() -> None:
     problems = problems_of(
         config(route(), forwarded_host=True, client_ip_header="X-Forwarded-Proto")
     )
-    assert any("config.client_ip_header" in p and "forwarded_host" in p for p in problems)
+    assert any("config.client_ip_header" in p and "X-Forwarded-Proto" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "X-Forwarded-Proto",  # always the client's scheme (README)
+        "X-Forwarded-Host",
+        "X-Original-URL",
+        "X-HTTP-Method-Override",
+        "Idempotency-Key",
+    ],
+)
+def test_the_clients_address_never_goes_in_a_field_that_means_something_else(field: str) -> None:
+    # A probe's finding: client_ip_header = "Idempotency-Key" gave every request from one
+    # address the same key at the origin; "X-Forwarded-Proto" an address for a scheme.
+    problems = problems_of(config(route(), client_ip_header=field))
+    assert any(p.startswith("config.client_ip_header:") for p in problems), problems
+
+
+def test_the_clients_address_never_replaces_a_key_header_that_was_counted() -> None:
+    keyed = route(name="search", key="header:x-api-key")
+    problems = problems_of(config(keyed, client_ip_header="X-Api-Key"))
+    assert any(p.startswith("route 'search'.key:") for p in problems), problems
+
+
+def test_origin_headers_never_set_a_method_path_or_idempotency_field() -> None:
+    for field in ("X-HTTP-Method-Override", "X-Original-URL", "Idempotency-Key"):
+        problems = problems_of(config(route(), origin_headers={field: "x"}))
+        assert any(f"origin_headers.{field}" in p for p in problems), (field, problems)
+    # A fixed prefix or scheme for an origin behind the gateway's path is the operator's.
+    fine = parse_config(config(route(), origin_headers={"X-Forwarded-Prefix": "/api"}))
+    assert fine.origin_headers[0].name == "x-forwarded-prefix"
 
 
 @pytest.mark.parametrize(

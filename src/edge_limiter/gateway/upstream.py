@@ -33,7 +33,11 @@ from ..core.errors import BodyReadError
 from ..core.http import problems
 from ..core.http.messages import BytesBody, Request, Response
 from ..core.http.method_override import OVERRIDE_FIELDS
-from ..core.http.origin_headers import FORWARDED_HOST_FIELDS
+from ..core.http.origin_headers import (
+    FORWARDED_AS_FIELDS,
+    FORWARDED_HOST_FIELDS,
+    PATH_OVERRIDE_FIELDS,
+)
 from ..core.resilience.backoff import parse_retry_after, retry_delay_ms
 from ..core.resilience.breaker import (
     BreakerDecision,
@@ -76,43 +80,6 @@ REFRESH_BEFORE_USE_MS = 10_000
 REFRESH_TIMEOUT_S = 0.2
 #: The longest an origin's Retry-After may park it.
 MAX_RETRY_AFTER_MS = 300_000
-#: Fields some origins take as the request's path instead of its own (IIS URL Rewrite;
-#: Symfony before 3.4.14 and 4.1.3, CVE-2018-14773): a client's copy would send the
-#: origin to a path that was not matched or counted. Only a proxy in front of the origin
-#: may set them, and the gateway is that proxy: a client's copy is dropped.
-PATH_OVERRIDE_FIELDS = (
-    "x-original-url",
-    "x-rewrite-url",
-    "x-original-uri",  # nginx auth_request, some PHP frameworks
-    "x-forwarded-uri",  # Traefik
-    "x-forwarded-path",
-    "x-envoy-original-path",
-)
-#: Fields frameworks take, behind a proxy they trust, as the host or path prefix the client
-#: asked for (Rails, Django, Express, Symfony, Laravel: X-Forwarded-Host; Spring, Symfony:
-#: X-Forwarded-Prefix). The gateway is that proxy and matched the request by its own host
-#: and path: a client's copy would have the origin serve another host (a tenant chosen by
-#: host) or path than the one counted.
-FORWARDED_AS_FIELDS = (
-    "x-forwarded-host",
-    "x-forwarded-prefix",
-    "forwarded",  # RFC 7239 host= and proto= (Spring, Rack 3 prefer it to X-Forwarded-Host)
-    "x-host",
-    "x-forwarded-server",
-    "x-forwarded-port",
-    "x-original-host",
-    "x-http-host-override",
-    # The scheme asked for, spelled the other ways (Rack reads X-Forwarded-Ssl first,
-    # Tornado X-Scheme, gunicorn X-Forwarded-Protocol, IIS ARR X-Arr-Ssl).
-    "x-forwarded-ssl",
-    "x-forwarded-scheme",
-    "front-end-https",
-    "x-url-scheme",
-    "x-scheme",
-    "x-forwarded-protocol",
-    "x-arr-ssl",
-    "x-real-proto",
-)
 #: Fields dropped from every forwarded request besides those: ``Expect: 100-continue``
 #: asks the origin for an interim ``100 Continue``, which the runtime's fetch takes as the
 #: final answer (local workerd hands it back as the response); the client's own

@@ -37,7 +37,12 @@ from ..canonical import MATRIX_MODES
 from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
 from ..http.cors import parse_cors
 from ..http.method_override import MODES as OVERRIDE_MODES
-from ..http.origin_headers import FORWARDED_HOST_FIELDS, parse_origin_headers
+from ..http.origin_headers import (
+    FORWARDED_HOST_FIELDS,
+    NEVER_SET,
+    NOT_AN_ADDRESS,
+    parse_origin_headers,
+)
 from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
@@ -806,6 +811,18 @@ def parse_config(raw: object) -> Config:
         route = _parse_route(raw_route, name, where, defaults, problems)
         if route is not None:
             routes.append(route)
+    if client_ip_header is not None:
+        for route in routes:
+            if any(
+                part.kind == "header" and part.name.lower() == client_ip_header
+                for part in route.limits.key.parts
+            ):
+                problems.add(
+                    f"route {shown(route.name)}.key",
+                    f"counts the client's {client_ip_header!r}, which client_ip_header "
+                    "replaces with the client's address: the origin would see another "
+                    "value than the one counted",
+                )
     if matrix_params != "keep":
         for route in routes:
             if ";" in route.match.path.source:
@@ -859,12 +876,13 @@ def _client_ip_header(value: object, problems: Problems) -> str | None:
     if not isinstance(value, str) or not is_token(value):
         problems.add(where, f"must be a header name such as 'X-Forwarded-For', got {shown(value)}")
         return None
-    if value.lower() in _NOT_CLIENT_IP_FIELDS:
+    folded = value.lower()
+    if folded in _NOT_CLIENT_IP_FIELDS or folded in NOT_AN_ADDRESS or folded in NEVER_SET:
         hint = (
             " ('forwarded' takes 'for=' syntax: use X-Forwarded-For)"
-            if value.lower() == "forwarded"
-            else ""
+            if folded == "forwarded"
+            else " (origins read another meaning from it)"
         )
         problems.add(where, f"{value!r} is not a field for the client's address{hint}")
         return None
-    return value.lower()
+    return folded

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..caching.fields import HOP_BY_HOP, is_token
 from ..errors import ConfigError
 from ..validation import Problems, shown, table
+from .method_override import OVERRIDE_FIELDS
 
 #: A secret's or var's name, as wrangler takes it.
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -38,6 +39,52 @@ MAX_VALUE = 4096
 #: host (with a port other than the scheme's) and the scheme the client asked for, which
 #: the request's own ``Host`` no longer says once it is sent to the origin's URL.
 FORWARDED_HOST_FIELDS = ("x-forwarded-host", "x-forwarded-proto")
+
+
+#: Fields some origins take as the request's path instead of its own (IIS URL Rewrite;
+#: Symfony before 3.4.14 and 4.1.3, CVE-2018-14773): a client's copy would send the
+#: origin to a path that was not matched or counted. Only a proxy in front of the origin
+#: may set them, and the gateway is that proxy: a client's copy is dropped.
+PATH_OVERRIDE_FIELDS = (
+    "x-original-url",
+    "x-rewrite-url",
+    "x-original-uri",  # nginx auth_request, some PHP frameworks
+    "x-forwarded-uri",  # Traefik
+    "x-forwarded-path",
+    "x-envoy-original-path",
+)
+#: Fields frameworks take, behind a proxy they trust, as the host or path prefix the client
+#: asked for (Rails, Django, Express, Symfony, Laravel: X-Forwarded-Host; Spring, Symfony:
+#: X-Forwarded-Prefix). The gateway is that proxy and matched the request by its own host
+#: and path: a client's copy would have the origin serve another host (a tenant chosen by
+#: host) or path than the one counted.
+FORWARDED_AS_FIELDS = (
+    "x-forwarded-host",
+    "x-forwarded-prefix",
+    "forwarded",  # RFC 7239 host= and proto= (Spring, Rack 3 prefer it to X-Forwarded-Host)
+    "x-host",
+    "x-forwarded-server",
+    "x-forwarded-port",
+    "x-original-host",
+    "x-http-host-override",
+    # The scheme asked for, spelled the other ways (Rack reads X-Forwarded-Ssl first,
+    # Tornado X-Scheme, gunicorn X-Forwarded-Protocol, IIS ARR X-Arr-Ssl).
+    "x-forwarded-ssl",
+    "x-forwarded-scheme",
+    "front-end-https",
+    "x-url-scheme",
+    "x-scheme",
+    "x-forwarded-protocol",
+    "x-arr-ssl",
+    "x-real-proto",
+)
+#: Fields that would have the origin run something other than what was matched and
+#: counted: the path fields, the method-override fields, the idempotency key. Neither
+#: ``origin_headers`` nor ``client_ip_header`` may set one.
+NEVER_SET = frozenset((*PATH_OVERRIDE_FIELDS, *OVERRIDE_FIELDS, "idempotency-key"))
+#: What ``client_ip_header`` may not be besides: the fields naming the host, prefix and
+#: scheme asked for (an address there would have the origin build wrong links).
+NOT_AN_ADDRESS = frozenset((*FORWARDED_AS_FIELDS, *FORWARDED_HOST_FIELDS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +127,13 @@ def parse_origin_headers(
         folded = name.lower()
         if folded in REFUSED or folded.startswith("cf-"):
             problems.add(here, "is a field the runtime or the message framing owns")
+            continue
+        if folded in NEVER_SET:
+            problems.add(
+                here,
+                "would have origins run another path, method or request than the one "
+                "matched and counted: the gateway never sends it",
+            )
             continue
         if folded in seen:
             problems.add(here, "is named twice (field names are not case-sensitive)")
