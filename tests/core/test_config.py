@@ -494,3 +494,32 @@ def test_a_path_pattern_with_a_query_is_refused_and_dates_are_shown_as_written()
     assert any("1979-05-27 (a TOML date" in p for p in problems), problems
     timed = tomllib.loads('origin = "https://a.test"\norigin_timeout = 07:32:00')
     assert any("got 07:32:00 (a TOML date or time)" in p for p in problems_of(timed))
+
+
+def test_forms_users_of_peers_write_are_taken_or_refused_saying_what_to_write() -> None:
+    # A config sweep's findings.
+    every = parse_config(config(route(match={"path": "/star", "methods": ["*"]})))
+    assert every.routes[0].match.methods is None  # ["*"] is every method, as "*" is
+    mixed = problems_of(config(route(match={"path": "/x", "methods": ["*", "GET"]})))
+    assert any("write methods = '*' alone" in p for p in mixed)
+    anything = parse_config(config(route(match={"path": "/x", "methods": ["ANY"]}))).warnings
+    assert any("every method is written methods = '*'" in w for w in anything)
+    express = parse_config(config(route(match={"path": "/v1/u/:id"}))).warnings
+    assert any("':id'" in w and "{id}" in w for w in express)
+    thousands = problems_of(config(route(limits="1,000/hour")))
+    assert any("thousands separator" in p for p in thousands)
+    glob = problems_of(config(route(cache={"ttl": "5m", "ignore_query": ["utm_*"]})))
+    assert any("takes names, not patterns" in p for p in glob)
+    cookie = problems_of(config(route(key="cookie:")))
+    assert any("'cookie:session'" in p for p in cookie)
+
+
+def test_settings_that_can_never_apply_are_warnings() -> None:
+    posts = route(match={"path": "/x", "methods": ["POST"]}, cache={"ttl": "5m"})
+    assert any(".cache: never stores" in w for w in parse_config(config(posts)).warnings)
+    gets = route(match={"path": "/x", "methods": ["GET"]}, idempotency={"mode": "required"})
+    assert any(".idempotency: protects nothing" in w for w in parse_config(config(gets)).warnings)
+    under = parse_config(config(route(match={"path": "/v1/*"}), admin={"prefix": "/v1"}))
+    assert any("admin API's prefix" in w for w in under.warnings)
+    fine = parse_config(config(route(match={"path": "/v1/*"})))
+    assert not any("admin API's prefix" in w for w in fine.warnings)

@@ -192,7 +192,10 @@ def parse_key_part(text: object) -> KeyPart:
         return KeyPart(kind)
     if kind in KINDS_WITH_NAME:
         if not name:
-            raise KeySpecError(f"key part {text!r}: {kind!r} needs a name, e.g. '{kind}:x-api-key'")
+            example = {"cookie": "session", "query": "api_key", "path": "tenant"}.get(
+                kind, "x-api-key"
+            )
+            raise KeySpecError(f"key part {text!r}: {kind!r} needs a name, e.g. '{kind}:{example}'")
         pattern, what = _NAME_RULES[kind]
         if not pattern.fullmatch(name) or (kind == "query" and any(c in name for c in "&=#")):
             raise KeySpecError(f"key part {text!r}: {name!r} is not {what}")

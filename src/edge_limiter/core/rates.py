@@ -186,6 +186,11 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
     parts = _SEPARATORS.split(text)
     if not text.strip():
         raise RateParseError(f"cannot parse rates {text!r}: no limit given")
+    if re.search(r"\d,\d{3}\b", text):
+        raise RateParseError(
+            f"cannot parse rates {text!r}: ',' separates limits; write counts without a "
+            "thousands separator, e.g. '1000/hour'"
+        )
     rates: list[Rate] = []
     for part in parts:
         if not part.strip():

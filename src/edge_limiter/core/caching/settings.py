@@ -160,6 +160,12 @@ def _ignore_query(value: object, where: str, problems: Problems) -> tuple[str, .
                 f"{where}[{index}]",
                 f"must be a query parameter name (non-empty, no '&' or '='), got {shown(name)}",
             )
+        elif name != ALL_PARAMS and "*" in name:
+            problems.add(
+                f"{where}[{index}]",
+                f"takes names, not patterns: {shown(name)} would ignore only a parameter "
+                "spelled with a '*'; list each name (utm_source, utm_medium, ...)",
+            )
         elif name in names:
             problems.warn(f"{where}[{index}]", f"names {shown(name)} twice")
         else:

@@ -314,12 +314,27 @@ def _parse_match(value: object, case_default: bool, where: str, problems: Proble
         path = PathPattern.parse(value.get("path"), case_insensitive)
     except PatternError as exc:
         problems.add(f"{where}.match.path", str(exc))
+    else:
+        named = [seg for seg in path.source.split("/") if seg.startswith(":") and len(seg) > 1]
+        if named:
+            problems.warn(
+                f"{where}.match.path",
+                f"{named[0]!r} is matched as written (a segment of that very text): a "
+                f"parameter is written {{{named[0][1:]}}}",
+            )
     methods: frozenset[str] | None = None
     raw_methods = value.get("methods")
+    if raw_methods == ["*"]:
+        raw_methods = "*"  # every method, as written alone
     if raw_methods is not None and raw_methods != "*":
         listed = raw_methods if isinstance(raw_methods, list) else [raw_methods]
         bad = [m for m in listed if not isinstance(m, str) or not METHOD_RE.fullmatch(m)]
-        if bad or not listed:
+        if "*" in listed:
+            problems.add(
+                f"{where}.match.methods",
+                f"'*' means every method: write methods = '*' alone, got {shown(raw_methods)}",
+            )
+        elif bad or not listed:
             problems.add(
                 f"{where}.match.methods",
                 f"must be '*' or a list of methods like ['GET', 'POST'], got {shown(raw_methods)}",
@@ -328,10 +343,18 @@ def _parse_match(value: object, case_default: bool, where: str, problems: Proble
             methods = frozenset(m.upper() for m in listed)
             unusual = sorted(methods - REACHABLE_METHODS)
             if unusual:
+                every = {"ALL", "ANY"} & set(unusual)
+                hint = (
+                    f" ({', '.join(sorted(every))} is no method: every method is written "
+                    "methods = '*')"
+                    if every
+                    else ""
+                )
                 problems.warn(
                     f"{where}.match.methods",
                     f"{', '.join(unusual)}: local workerd answers such requests itself (501, "
-                    "or 500 for CONNECT) before the Worker runs, so this never matches there",
+                    f"or 500 for CONNECT) before the Worker runs, so this never matches "
+                    f"there{hint}",
                 )
             if "GET" in methods:
                 # Origins answer HEAD by running GET (RFC 9110 9.3.2): a HEAD must not
@@ -448,6 +471,24 @@ def _parse_route(
     refund_on = _statuses(raw.get("refund_on"), f"{where}.refund_on", problems)
     cache = parse_cache(raw.get("cache"), f"{where}.cache", problems)
     idempotency = parse_idempotency(raw.get("idempotency"), f"{where}.idempotency", problems)
+    matched = match.methods if match is not None else None
+    if cache is not None and matched is not None and not matched & {"GET", "HEAD"}:
+        problems.warn(
+            f"{where}.cache",
+            f"never stores anything: the route matches only {', '.join(sorted(matched))}, "
+            "and the cache keeps answers to GET and HEAD",
+        )
+    if (
+        idempotency is not None
+        and matched is not None
+        and matched <= {"GET", "HEAD", "OPTIONS"}
+        and not any(idempotency.applies_to(m) for m in matched)
+    ):
+        problems.warn(
+            f"{where}.idempotency",
+            f"protects nothing: the route matches only {', '.join(sorted(matched))}, and "
+            f"an Idempotency-Key applies to {', '.join(idempotency.methods)}",
+        )
     raw_cache = raw.get("cache")
     if (
         cache is not None
@@ -838,6 +879,16 @@ def parse_config(raw: object) -> Config:
     if problems.items:
         raise ConfigError(problems.items)
     _unreachable(routes, problems)
+    for route in routes:
+        source = route.match.path.source
+        static = re.split(r"[*{]", source, maxsplit=1)[0]
+        prefix = ops.admin_prefix
+        if static == prefix or static.startswith(prefix + "/"):
+            problems.warn(
+                f"route {shown(route.name)}.match.path",
+                f"{source!r} is under the admin API's prefix {prefix!r}, whose paths are "
+                "never forwarded: it can never match (move admin.prefix elsewhere)",
+            )
     forward = None
     if default_pool is not None:
         forward = Forwarding(default_pool, origin_timeout, default_pool.retry)
