@@ -58,3 +58,24 @@ def test_bounds_name_the_limit() -> None:
 @given(st.integers(min_value=0, max_value=10**12))
 def test_format_round_trips(ms: int) -> None:
     assert parse_duration(format_duration(ms)) == ms
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        ("1.5s", "1s500ms"),
+        ("0.5s", "500ms"),
+        ("10min", "10m"),
+        ("10sec", "10s"),
+        ("1w", "7d"),
+        ("1m 30s", "1m30s"),
+        ("5 minutes", "5m"),
+        ("1H", "1h"),
+    ],
+)
+def test_a_duration_written_as_peers_write_it_is_refused_saying_what_to_write(
+    written: str, meant: str
+) -> None:
+    with pytest.raises(DurationError, match=f"did you mean '{meant}'"):
+        parse_duration(written)
+    assert parse_duration(meant) > 0

@@ -21,9 +21,11 @@ def parse_duration(text: object, *, minimum_ms: int = 0, maximum_ms: int | None 
     if not isinstance(text, str):
         raise DurationError(f"must be a duration string like '30s' or '5m', got {text!r}")
     if not _WHOLE_RE.fullmatch(text):
+        suggested = _suggest(text)
+        hint = f"; did you mean {suggested!r}?" if suggested else ""
         raise DurationError(
             f"cannot parse duration {text!r}: expected parts like '250ms', '30s', '5m', "
-            "'24h', '7d' (e.g. '1h30m')"
+            f"'24h', '7d' (e.g. '1h30m'){hint}"
         )
     total = 0
     last_unit = None
@@ -38,6 +40,39 @@ def parse_duration(text: object, *, minimum_ms: int = 0, maximum_ms: int | None 
     if maximum_ms is not None and total > maximum_ms:
         raise DurationError(f"duration {text!r} is longer than {format_duration(maximum_ms)}")
     return total
+
+
+_WORDS = {
+    "milliseconds": "ms", "millisecond": "ms", "msec": "ms", "msecs": "ms",
+    "seconds": "s", "second": "s", "secs": "s", "sec": "s",
+    "minutes": "m", "minute": "m", "mins": "m", "min": "m",
+    "hours": "h", "hour": "h", "hrs": "h", "hr": "h",
+    "days": "d", "day": "d",
+    "weeks": "w", "week": "w", "w": "w",
+}  # fmt: skip
+_LOOSE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)", re.ASCII)
+
+
+def _suggest(text: str) -> str | None:
+    """The duration a loosely written ``text`` most likely means ('1.5s', '10min', '1w',
+    '1m 30s', '5 minutes'), written the way :func:`parse_duration` reads; ``None`` if
+    none."""
+    loose = text.strip().lower()
+    parts = _LOOSE_RE.findall(loose)
+    if not parts or _LOOSE_RE.sub("", loose).strip(" ,"):
+        return None
+    total = 0.0
+    for number, word in parts:
+        unit = _WORDS.get(word, word)
+        if unit == "w":
+            total += float(number) * 7 * _UNIT_MS["d"]
+        elif unit in _UNIT_MS:
+            total += float(number) * _UNIT_MS[unit]
+        else:
+            return None
+    if total < 1 or total != int(total):
+        return None
+    return format_duration(int(total))
 
 
 def format_duration(ms: int) -> str:

@@ -500,8 +500,8 @@ def _parse_route(
         problems.warn(
             f"{where}.cache.scope",
             f"is not set, so one stored answer serves every key of this route ({named}): "
-            "set scope = \"key\" if the origin answers each key its own, or scope = "
-            "\"public\" to say the answers are the same for all",
+            'set scope = "key" if the origin answers each key its own, or scope = '
+            '"public" to say the answers are the same for all',
         )
     if idempotency is not None and idempotency.lock_timeout_ms <= timeout:
         problems.warn(
