@@ -157,7 +157,11 @@ def _limit_table(item: Mapping[str, Any], where: str, problems: Problems) -> Lim
         return None
     name = item.get("name", "")
     if name != "" and (not isinstance(name, str) or not POLICY_NAME_RE.fullmatch(name)):
-        problems.add(f"{where}.name", f"must match {POLICY_NAME_RE.pattern}, got {shown(name)}")
+        problems.add(
+            f"{where}.name",
+            "must be 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or "
+            f"digit, got {shown(name)}",
+        )
     burst = item.get("burst")
     if burst is not None and (not is_int(burst) or not 1 <= burst <= MAX_QUOTA):
         problems.add(
@@ -304,7 +308,11 @@ def _parse_key(
 
 def _parse_match(value: object, case_default: bool, where: str, problems: Problems) -> Match | None:
     if not isinstance(value, Mapping):
-        problems.add(f"{where}.match", "is required: a table like { path = '/v1/*' }")
+        problems.add(
+            f"{where}.match",
+            "is required: a table like { path = '/v1/*' }"
+            + (f", got {shown(value)}" if value is not None else ""),
+        )
         return None
     before = len(problems)
     unknown_fields(value, MATCH_FIELDS, f"{where}.match", problems)

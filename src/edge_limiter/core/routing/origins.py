@@ -402,7 +402,8 @@ def _codes(
         if code is None or code not in known:
             hint = _COUNTRY_HINTS.get(code or "") if known is COUNTRIES else None
             advice = f" (did you mean {shown(hint)}?)" if hint else ""
-            problems.add(where, f"{shown(item)} is not a {kind} code{advice}")
+            article = "an" if kind[:1].upper() in "AEIOU" else "a"
+            problems.add(where, f"{shown(item)} is not {article} {kind} code{advice}")
             continue
         if code in codes:
             problems.warn(where, f"{shown(item)} is listed twice")
