@@ -523,3 +523,17 @@ def test_settings_that_can_never_apply_are_warnings() -> None:
     assert any("admin API's prefix" in w for w in under.warnings)
     fine = parse_config(config(route(match={"path": "/v1/*"})))
     assert not any("admin API's prefix" in w for w in fine.warnings)
+
+
+def test_explain_takes_an_internationalised_host_as_written() -> None:
+    from edge_limiter.core.explain import explain
+
+    parsed = parse_config(
+        config(route(name="books", match={"path": "/c", "host": "bücher.example"}))
+    )
+    for url in (
+        "http://bücher.example/c",
+        "http://xn--bcher-kva.example/c",
+        "http://Bücher.example:80/c",
+    ):
+        assert explain(parsed, "GET", url)["route"] == "books", url

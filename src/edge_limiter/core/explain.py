@@ -169,6 +169,16 @@ def explain(
     except PathError as exc:
         out.update(status=400, error=f"bad_path: {exc}")
         return out
+    if not authority.isascii():
+        # A name written as read: the runtime (like any client) has it in its ASCII
+        # (punycode) form, as the host patterns are kept.
+        name, colon, port = authority.rpartition(":") if ":" in authority else (authority, "", "")
+        try:
+            name = ".".join(part.encode("idna").decode("ascii") for part in name.split("."))
+        except UnicodeError:
+            out.update(status=400, error=f"bad_host: {authority!r} is not a host name")
+            return out
+        authority = f"{name}{colon}{port}"
     host = canonical_host(authority, scheme.lower())
     out.update(canonical_path=path, canonical_host=host)
     matched = config.match(out["method"], host, path)
