@@ -523,9 +523,10 @@ class Upstream:
             # An interim answer (100 Continue, 102, 103 Early Hints) handed back as if it
             # were the final one (local workerd's fetch does this), or a status HTTP does
             # not have (600 and up): there is no answer to pass on, and the runtime cannot
-            # even build a response with that status. The origin is up and acted: the
-            # attempt is neither retried (it would act again) nor judged by the breaker
-            # (one page sending Early Hints must not open it for every route).
+            # even build a response with that status. After an interim answer the origin
+            # is up and acted: the attempt is neither retried (it would act again) nor
+            # judged by the breaker (one page sending Early Hints must not open it for
+            # every route). A status of 600 and up is a failure like a 5xx (``bad_answer``).
             interim = 100 <= response.status <= 199
             unusable = not interim
             said = "unreachable" if interim else "bad answer"
