@@ -537,3 +537,47 @@ def test_explain_takes_an_internationalised_host_as_written() -> None:
         "http://Bücher.example:80/c",
     ):
         assert explain(parsed, "GET", url)["route"] == "books", url
+
+
+def test_the_config_checks_hold_for_underscore_spellings_and_other_cases() -> None:
+    # A regression probe's findings on the checks above.
+    for field in ("x_forwarded_proto", "idempotency_key", "X_HTTP_Method_Override"):
+        problems = problems_of(config(route(), client_ip_header=field))
+        assert any(p.startswith("config.client_ip_header:") for p in problems), field
+    keyed = route(name="search", key="header:x-api-key")
+    assert any(
+        "route 'search'.key" in p for p in problems_of(config(keyed, client_ip_header="x_api_key"))
+    )
+    for field in ("x_original_url", "X_HTTP_Method_Override", "idempotency_key"):
+        problems = problems_of(config(route(), origin_headers={field: "x"}))
+        assert any(f"origin_headers.{field}" in p for p in problems), field
+    upper = parse_config(config(route(match={"path": "/_EDGE-LIMITER/status"}))).warnings
+    assert any("admin API's prefix" in w for w in upper)
+    for path in ("/v1/::1", "/v1/:1", "/v1/:id.json"):
+        assert not any(
+            "is matched as written" in w
+            for w in parse_config(config(route(match={"path": path}))).warnings
+        ), path
+    post_put = route(
+        match={"path": "/x", "methods": ["POST"]},
+        idempotency={"mode": "optional", "methods": ["PUT"]},
+    )
+    assert any(
+        ".idempotency: protects nothing" in w for w in parse_config(config(post_put)).warnings
+    )
+    # A PUT route protects POSTs made PUTs by an override: no warning.
+    put = route(match={"path": "/x", "methods": ["PUT"]}, idempotency={"mode": "optional"})
+    assert not any("protects nothing" in w for w in parse_config(config(put)).warnings)
+    month = problems_of(config(route(limits="10000/M")))
+    assert any("'M' could mean a month or a minute" in p for p in month)
+
+
+def test_an_internationalised_host_is_the_name_browsers_send() -> None:
+    # straße stays straße (xn--strae-oqa), as browsers and the runtime map it; Python's
+    # idna codec (IDNA 2003) made it strasse, which no request carries.
+    from edge_limiter.core.explain import explain
+
+    parsed = parse_config(config(route(name="s", match={"path": "/c", "host": "straße.example"})))
+    assert explain(parsed, "GET", "http://xn--strae-oqa.example/c")["route"] == "s"
+    assert explain(parsed, "GET", "http://straße.example/c")["route"] == "s"
+    assert explain(parsed, "GET", "http://strasse.example/c")["route"] is None

@@ -24,6 +24,8 @@ Hosts are lower-cased, lose a trailing dot and the port that is the scheme's def
 
 from __future__ import annotations
 
+import unicodedata
+
 from .errors import PathError
 
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -168,6 +170,25 @@ def decode_segment(segment: str) -> str:
             data.extend(segment[i].encode("utf-8", "surrogatepass"))
             i += 1
     return data.decode("utf-8", "surrogateescape")
+
+
+def ascii_host(name: str) -> str:
+    """A host name written in Unicode in the ASCII (punycode) form clients send it in.
+
+    Browsers and the runtime's URL parser map names as UTS 46 does without the old
+    transitional mappings: ``straße`` stays ``straße`` (``xn--strae-oqa``), where Python's
+    ``idna`` codec (IDNA 2003) would make it ``strasse``. Each label is lower-cased and
+    NFC-normalised, then punycode-encoded. Raises ``UnicodeError`` for a label that
+    cannot be encoded.
+    """
+    labels = []
+    for label in name.split("."):
+        if label.isascii():
+            labels.append(label.lower())
+            continue
+        folded = unicodedata.normalize("NFC", label.lower())
+        labels.append("xn--" + folded.encode("punycode").decode("ascii"))
+    return ".".join(labels)
 
 
 def canonical_host(raw: str, scheme: str = "https") -> str:

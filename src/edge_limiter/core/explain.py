@@ -10,7 +10,7 @@ from typing import Any
 
 from .algorithms import ALGORITHMS
 from .caching.fields import is_token
-from .canonical import canonical_host, canonical_path, runtime_path
+from .canonical import ascii_host, canonical_host, canonical_path, runtime_path
 from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
@@ -174,7 +174,7 @@ def explain(
         # (punycode) form, as the host patterns are kept.
         name, colon, port = authority.rpartition(":") if ":" in authority else (authority, "", "")
         try:
-            name = ".".join(part.encode("idna").decode("ascii") for part in name.split("."))
+            name = ascii_host(name)
         except UnicodeError:
             out.update(status=400, error=f"bad_host: {authority!r} is not a host name")
             return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .canonical import canonical_path, decode_segment, host_name
+from .canonical import ascii_host, canonical_path, decode_segment, host_name
 from .errors import PathError, PatternError
 
 _PARAM_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -159,7 +159,7 @@ def parse_host_pattern(source: object) -> str:
     body = host[2:] if wildcard else host
     if not body.isascii():
         try:
-            body = ".".join(label.encode("idna").decode("ascii") for label in body.split("."))
+            body = ascii_host(body)
         except UnicodeError:
             body = ""
         host = ("*." if wildcard else "") + body

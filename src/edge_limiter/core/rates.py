@@ -146,6 +146,11 @@ def parse_rate(text: str) -> Rate:
             f"cannot parse rate {text!r}: expected '<count>/<unit>' or "
             "'<count> per [<n>] <unit>', e.g. '10/second' or '100 per 10 minutes'"
         )
+    if match.group("unit") == "M":
+        raise RateParseError(
+            f"cannot parse rate {text!r}: 'M' could mean a month or a minute; write "
+            "'minute', or for a month the window in days, e.g. '10000 per 30 days'"
+        )
     unit = match.group("unit").lower()
     unit_ms = _UNITS.get(unit)
     if unit_ms is None and unit.rstrip("s") in ("month", "mo", "year", "yr", "y"):

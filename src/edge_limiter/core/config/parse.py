@@ -323,7 +323,7 @@ def _parse_match(value: object, case_default: bool, where: str, problems: Proble
     except PatternError as exc:
         problems.add(f"{where}.match.path", str(exc))
     else:
-        named = [seg for seg in path.source.split("/") if seg.startswith(":") and len(seg) > 1]
+        named = [seg for seg in path.source.split("/") if re.fullmatch(r":[A-Za-z_]\w*", seg)]
         if named:
             problems.warn(
                 f"{where}.match.path",
@@ -489,8 +489,9 @@ def _parse_route(
     if (
         idempotency is not None
         and matched is not None
-        and matched <= {"GET", "HEAD", "OPTIONS"}
         and not any(idempotency.applies_to(m) for m in matched)
+        # A protected POST made one of the route's methods by an override stays protected.
+        and not (idempotency.applies_to("POST") and matched - {"GET", "HEAD", "OPTIONS"})
     ):
         problems.warn(
             f"{where}.idempotency",
@@ -863,7 +864,8 @@ def parse_config(raw: object) -> Config:
     if client_ip_header is not None:
         for route in routes:
             if any(
-                part.kind == "header" and part.name.lower() == client_ip_header
+                part.kind == "header"
+                and part.name.lower().replace("_", "-") == client_ip_header.replace("_", "-")
                 for part in route.limits.key.parts
             ):
                 problems.add(
@@ -889,8 +891,8 @@ def parse_config(raw: object) -> Config:
     _unreachable(routes, problems)
     for route in routes:
         source = route.match.path.source
-        static = re.split(r"[*{]", source, maxsplit=1)[0]
-        prefix = ops.admin_prefix
+        static = re.split(r"[*{]", source, maxsplit=1)[0].lower()
+        prefix = ops.admin_prefix.lower()  # admin paths are caught in any case
         if static == prefix or static.startswith(prefix + "/"):
             problems.warn(
                 f"route {shown(route.name)}.match.path",
@@ -936,7 +938,8 @@ def _client_ip_header(value: object, problems: Problems) -> str | None:
         problems.add(where, f"must be a header name such as 'X-Forwarded-For', got {shown(value)}")
         return None
     folded = value.lower()
-    if folded in _NOT_CLIENT_IP_FIELDS or folded in NOT_AN_ADDRESS or folded in NEVER_SET:
+    dashed = folded.replace("_", "-")  # CGI-style origins read the two spellings alike
+    if dashed in _NOT_CLIENT_IP_FIELDS or dashed in NOT_AN_ADDRESS or dashed in NEVER_SET:
         hint = (
             " ('forwarded' takes 'for=' syntax: use X-Forwarded-For)"
             if folded == "forwarded"

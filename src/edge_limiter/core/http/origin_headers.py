@@ -128,7 +128,7 @@ def parse_origin_headers(
         if folded in REFUSED or folded.startswith("cf-"):
             problems.add(here, "is a field the runtime or the message framing owns")
             continue
-        if folded in NEVER_SET:
+        if folded.replace("_", "-") in NEVER_SET:  # CGI-style origins read both alike
             problems.add(
                 here,
                 "would have origins run another path, method or request than the one "
