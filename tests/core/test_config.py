@@ -322,6 +322,8 @@ def test_error_message_is_readable() -> None:
             "set it in one place only",
         ),
         (config(route(limits=[{"rate": "1/s", "burst": 2}])), "only applies to token_bucket"),
+        (config(route(limits=[{"rate": "1/s", "burst": 2}])), "route 'r'.limits: a burst"),
+        (config(route(limits="1/s", burst=2)), "route 'r'.burst: a burst"),
         (config(route(limits=[{"rate": "1/s", "size": 2}])), "limits[0].size: unknown field"),
         ({"routes": [], "paths": {"matrix_params": "drop"}}, "config.paths.matrix_params"),
         ({"routes": [], "method_override": "honour"}, "config.method_override"),

@@ -254,7 +254,7 @@ ALGORITHM_HINTS = {
 
 
 def _check_algorithm_takes(
-    algorithm: str, limits: list[Limit], where: str, problems: Problems
+    algorithm: str, limits: list[Limit], where: str, problems: Problems, burst_field: str
 ) -> None:
     """Let the algorithm itself say whether it accepts each limit (burst, quota range)."""
     cls = ALGORITHMS[algorithm]
@@ -262,8 +262,8 @@ def _check_algorithm_takes(
         if limit.burst is not None and not cls.takes_burst:
             takers = ", ".join(name for name, c in ALGORITHMS.items() if c.takes_burst)
             problems.add(
-                f"{where}.burst",
-                f"only applies to {takers}, not {algorithm} (limit {shown(limit.name)})",
+                f"{where}.{burst_field}",
+                f"a burst only applies to {takers}, not {algorithm} (limit {shown(limit.name)})",
             )
             continue
         try:
@@ -417,7 +417,9 @@ def _parse_route(
     )
     limits = _parse_limits(raw.get("limits"), f"{where}.limits", problems)
     limits = _apply_route_burst(limits, raw.get("burst"), algorithm, where, problems)
-    _check_algorithm_takes(algorithm, limits, where, problems)
+    # A burst is written for the whole route, or in a limit's table.
+    burst_field = "burst" if "burst" in raw else "limits"
+    _check_algorithm_takes(algorithm, limits, where, problems, burst_field)
 
     cost = raw.get("cost", 1)
     if not is_int(cost) or cost < 1:
