@@ -222,14 +222,7 @@ def test_a_trial_out_is_not_forgotten_when_an_answer_that_has_not_heard_of_it_co
 def test_outcomes_recorded_while_the_answer_was_on_its_way_are_replayed_on_it() -> None:
     # Trials succeeded (the copy closed) while a sync sent before them was out: its
     # answer, "open, its time over", must not reopen the copy.
-    settings = BreakerSettings(
-        failure_rate=50,
-        window=4,
-        min_calls=2,
-        open_for_ms=2_000,
-        half_open_calls=3,
-        success_threshold=2,
-    )
+    settings = replace(TRIALS, half_open_calls=3, success_threshold=2)
     local, reports = opened_copy(settings)
     answer = apply_reports(BreakerState(), settings, reports)
     half = local.open_until
@@ -290,14 +283,8 @@ def test_one_copy_never_has_more_trials_out_on_one_opening_than_half_open_calls(
 ) -> None:
     """Calls, their ends and syncs (sent, answered later) in any order: at no time does
     the copy have more than ``half_open_calls`` trials out on the same opening."""
-    config = BreakerSettings(
-        failure_rate=50,
-        window=4,
-        min_calls=2,
-        open_for_ms=1_000,
-        half_open_calls=half_open_calls,
-        success_threshold=1,
-        trial_timeout_ms=600_000,
+    config = replace(
+        TRIALS, open_for_ms=1_000, half_open_calls=half_open_calls, trial_timeout_ms=600_000
     )
     authoritative = BreakerState()
     local = BreakerState()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from .errors import KeySpecError
-from .http.messages import JOINED_BY_RUNTIME, LISTS_BY_DEFINITION, Request
+from .http.messages import Request, taken_whole
 
 KINDS_WITH_NAME = ("header", "cookie", "query", "path")
 KINDS_PLAIN = ("ip", "country", "asn", "global")
@@ -147,8 +147,7 @@ def _given_header(name: str, value: str) -> None:
         raise KeySpecError(
             f"{value!r} has whitespace around it: a request's {name} is read without it"
         )
-    lower = name.lower()
-    if "," in value and lower not in JOINED_BY_RUNTIME and lower not in LISTS_BY_DEFINITION:
+    if "," in value and not taken_whole(name.lower()):
         raise KeySpecError(
             f"{value!r} holds a comma: in {name} a comma separates values, and a request "
             f"sending it is refused (ambiguous_key), so no request has this key"

@@ -187,19 +187,17 @@ class Idempotency:
             # A body above max_bytes is not kept (the record says so), and not held in
             # memory either: the client gets it streamed. A live stream (server-sent
             # events) is not read at all: it may never end.
-            holding = _Holding(
-                self,
-                name,
-                token,
-                response,
-                locked_until=claimed_at + settings.lock_timeout_ms,
-                idle_ms=exchange.forward.timeout_ms,
-            )
-            data = (
-                None
-                if is_stream_type(response.headers.get("content-type"))
-                else await response.read_body_at_most(settings.max_bytes, holding.progress)
-            )
+            data = None
+            if not is_stream_type(response.headers.get("content-type")):
+                holding = _Holding(
+                    self,
+                    name,
+                    token,
+                    response,
+                    locked_until=claimed_at + settings.lock_timeout_ms,
+                    idle_ms=exchange.forward.timeout_ms,
+                )
+                data = await response.read_body_at_most(settings.max_bytes, holding.progress)
         except BodyReadError as exc:
             # The origin acted but its answer was cut off (or stalled): the record keeps
             # its status and fields without a body, as for a body too large to keep, so a

@@ -177,6 +177,13 @@ JOINED_BY_RUNTIME = frozenset(
 LISTS_BY_DEFINITION = frozenset(["x-forwarded-for", "forwarded"])
 
 
+def taken_whole(name: str) -> bool:
+    """Whether a field's value is taken whole, commas and all (``name`` lower case): the
+    runtime forwards it joined, or it is a list by definition. In any other field that
+    decides identity, a comma separates values (see :meth:`Request.single_header`)."""
+    return name in JOINED_BY_RUNTIME or name in LISTS_BY_DEFINITION
+
+
 #: Awaited while a body is read (see :meth:`Body.read_at_most`).
 Progress = Callable[[], Awaitable[None]]
 
@@ -283,7 +290,7 @@ class Request:
             # whitespace, which would otherwise count "K " apart from "K".
             return values[0].strip(" \t")
         folded = name.lower()
-        if folded in JOINED_BY_RUNTIME or folded in LISTS_BY_DEFINITION:
+        if taken_whole(folded):
             items = {value.strip() for value in values}
         else:
             items = {item for value in values for item in list_items(value)}
