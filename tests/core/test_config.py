@@ -583,3 +583,26 @@ def test_an_internationalised_host_is_the_name_browsers_send() -> None:
     assert explain(parsed, "GET", "http://xn--strae-oqa.example/c")["route"] == "s"
     assert explain(parsed, "GET", "http://straße.example/c")["route"] == "s"
     assert explain(parsed, "GET", "http://strasse.example/c")["route"] is None
+
+
+def test_fields_that_would_change_nothing_are_refused_or_warned() -> None:
+    # An empty limit name is not "no name": it is refused like any other bad name.
+    empty = problems_of(config(route(limits=[{"rate": "10/s", "name": ""}])))
+    assert any("route 'r'.limits[0].name" in p for p in empty)
+    # 'global' is one counter: combined with another part it would change nothing.
+    for key in (["global", "ip"], ["header:x-k", "global"]):
+        problems = problems_of(config(route(key=key)))
+        assert any("route 'r'.key" in p and "'global'" in p for p in problems), key
+    assert parse_config(config(route(key="global"))).routes[0].limits.key.parts
+    # Address aggregation on a key without an address.
+    header = parse_config(config(route(key="header:x-k", ipv6_prefix=48, ipv4_prefix=24)))
+    assert [w.split(":")[0] for w in header.warnings] == [
+        "route 'r'.ipv4_prefix",
+        "route 'r'.ipv6_prefix",
+    ]
+    assert parse_config(config(route(key=["ip", "header:x-k"], ipv6_prefix=48))).warnings == ()
+    # A route that opts out of a shadow the top level imposes everywhere.
+    everywhere = parse_config(config(route(shadow=False), shadow=True)).warnings
+    assert any("route 'r'.shadow: has no effect" in w for w in everywhere)
+    assert parse_config(config(route(shadow=False))).warnings == ()
+    assert parse_config(config(route(shadow=True), shadow=True)).warnings == ()

@@ -156,7 +156,7 @@ def _limit_table(item: Mapping[str, Any], where: str, problems: Problems) -> Lim
         problems.add(f"{where}.rate", str(exc))
         return None
     name = item.get("name", "")
-    if name != "" and (not isinstance(name, str) or not POLICY_NAME_RE.fullmatch(name)):
+    if "name" in item and (not isinstance(name, str) or not POLICY_NAME_RE.fullmatch(name)):
         problems.add(
             f"{where}.name",
             "must be 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or "
@@ -298,8 +298,24 @@ def _parse_key(
         parts.append(part)
     if len({str(p) for p in parts}) != len(parts):
         problems.add(f"{where}.key", "names the same key part twice")
+    if len(parts) > 1 and any(part.kind == "global" for part in parts):
+        others = "+".join(str(part) for part in parts if part.kind != "global")
+        problems.add(
+            f"{where}.key",
+            "'global' is one counter for every request and cannot be combined with other "
+            f"key parts: write key = 'global' for one shared counter, or drop it to count "
+            f"by {others}",
+        )
     v4 = integer(raw, "ipv4_prefix", 32, where, problems, minimum=1, maximum=32)
     v6 = integer(raw, "ipv6_prefix", 64, where, problems, minimum=1, maximum=128)
+    if parts and not any(part.kind == "ip" for part in parts):
+        for field in ("ipv4_prefix", "ipv6_prefix"):
+            if field in raw:
+                problems.warn(
+                    f"{where}.{field}",
+                    "has no effect: the route's key has no 'ip' part (it counts by "
+                    f"{'+'.join(str(part) for part in parts)})",
+                )
     return KeySpec(tuple(parts), v4, v6)
 
 
@@ -432,6 +448,12 @@ def _parse_route(
             f"{cost} exceeds the smallest limit ({smallest}): no request could ever pass",
         )
     shadow = boolean(raw, "shadow", False, where, problems)
+    if raw.get("shadow") is False and defaults.shadow_everywhere:
+        problems.warn(
+            f"{where}.shadow",
+            "has no effect: the top level's shadow = true blocks nothing on any route "
+            "(set shadow = true per route instead, to keep this one enforcing)",
+        )
     write_behind = 0
     if raw.get("write_behind") is not None:
         write_behind = duration(
@@ -656,7 +678,8 @@ class _Defaults:
     case_insensitive: bool
     origin_given: bool = False
     """Whether the top level names an origin or a pool (a broken one has its own problem)."""
-    """A top-level ``origin`` is set (if invalid, that is its own problem, not each route's)."""
+    shadow_everywhere: bool = False
+    """The top level's ``shadow``: nothing is blocked anywhere."""
 
 
 def _unreachable(routes: list[Route], problems: Problems) -> None:
@@ -828,6 +851,7 @@ def parse_config(raw: object) -> Config:
         if raw.get("origin") is not None and raw.get("pool") is None
         else None
     )
+    ops = _operations(raw, problems)
     defaults = _Defaults(
         upstreams=upstreams,
         pool=default_pool,
@@ -836,9 +860,9 @@ def parse_config(raw: object) -> Config:
         store_timeout_ms=store_timeout,
         case_insensitive=case_insensitive,
         origin_given=raw.get("origin") is not None or raw.get("pool") is not None,
+        shadow_everywhere=ops.shadow,
     )
 
-    ops = _operations(raw, problems)
     raw_routes = raw.get("routes", [])
     if not isinstance(raw_routes, list):
         problems.add("config.routes", f"must be a list of route tables, got {shown(raw_routes)}")
