@@ -39,6 +39,26 @@ def test_miss_then_hit_and_the_origin_is_asked_once() -> None:
     assert len(h.origin.sent) == 1
 
 
+def test_cdn_cache_control_decides_for_this_cache_and_reaches_the_client() -> None:
+    # RFC 9213: browsers are told not to store, the CDN (this cache) to keep it a minute.
+    fields = [("cache-control", "no-store"), ("cdn-cache-control", "max-age=60")]
+    h = cached(FakeOrigin(respond=answering(headers=fields)))
+    assert h.send(request("/v1/catalog/t")).headers.get("x-cache") == "MISS"
+    h.clock.advance(59_000)
+    hit = h.send(request("/v1/catalog/t"))
+    assert hit.headers.get("x-cache") == "HIT"
+    assert hit.headers.get("cache-control") == "no-store"
+    assert hit.headers.get("cdn-cache-control") == "max-age=60"
+    h.clock.advance(2_000)
+    assert h.send(request("/v1/catalog/t")).headers.get("x-cache") == "MISS"
+    # And the other way round: not kept here, whatever Cache-Control allows browsers.
+    kept_out = [("cache-control", "max-age=600"), ("cdn-cache-control", "no-store")]
+    h = cached(FakeOrigin(respond=answering(headers=kept_out)))
+    answers = [h.send(request("/v1/catalog/u")) for _ in range(2)]
+    assert [a.headers.get("x-cache") for a in answers] == ["MISS", "MISS"]
+    assert h.kv.puts == [] and len(h.origin.sent) == 2
+
+
 def test_the_write_happens_after_the_response() -> None:
     h = cached()
     h.send(request("/v1/catalog/a"), flush=False)

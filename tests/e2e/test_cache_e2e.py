@@ -157,6 +157,23 @@ def test_what_the_origin_forbids_is_not_cached(
     assert origin_gets(origin, path.split("?")[0]) == 3
 
 
+def test_cdn_cache_control_decides_over_cache_control(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # The demo origin says Cache-Control: max-age=60 itself; these add to it.
+    kept = unique() + "?h=" + quote("cache-control:no-store", safe="")
+    kept += "&h=" + quote("cdn-cache-control:max-age=60", safe="")
+    get(gateway, kept)
+    hit = until_hit(gateway, kept)
+    assert hit.headers["cdn-cache-control"] == "max-age=60"
+    assert "no-store" in hit.headers["cache-control"]
+    out = unique() + "?h=" + quote("cdn-cache-control:no-store", safe="")
+    for _ in range(3):
+        assert get(gateway, out).headers["x-cache"] == "MISS"
+        time.sleep(0.2)
+    assert origin_gets(origin, out.split("?")[0]) == 3
+
+
 def test_a_max_age_shorter_than_the_ttl_expires_the_entry(gateway: LocalGateway) -> None:
     path = unique() + "?h=" + quote("cache-control:max-age=2", safe="")
     first = get(gateway, path).json()["n"]

@@ -57,7 +57,11 @@ def parse_cache_control(value: str | None) -> CacheControl:
     """Parse a ``Cache-Control`` field value (``None``: the field is absent)."""
     if not value:
         return CacheControl()
-    directives = tuple(item for item in map(_parse_item, _split_items(value)) if item)
+    return directives_of(tuple(item for item in map(_parse_item, _split_items(value)) if item))
+
+
+def directives_of(directives: tuple[tuple[str, str | None], ...]) -> CacheControl:
+    """The directives, as ``(lower-case name, value or None)`` items, read."""
     names = {name for name, _ in directives}
     seconds: dict[str, int | None] = {}
     for name in _SECONDS_DIRECTIVES:

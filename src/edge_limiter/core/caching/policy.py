@@ -38,6 +38,7 @@ from .fields import (
 from .keys import CACHEABLE_METHODS, normalize_vary
 from .limits import KV_MIN_EXPIRATION_TTL_S, MAX_STORED_FIELD_BYTES
 from .settings import CacheSettings
+from .targeted import targeted_directives
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -181,13 +182,20 @@ def store_decision(
         return Store(False, StoreReason.STATUS)
     if is_stream(response_headers):
         return Store(False, StoreReason.STREAM)
-    cache_control = field_value(response_headers, "cache-control")
-    directives = parse_cache_control(cache_control)
+    # A field aimed at CDN caches (RFC 9213) replaces Cache-Control, Expires and Pragma.
+    targeted = targeted_directives(response_headers)
+    if targeted is not None:
+        directives = targeted
+        legacy = False
+    else:
+        cache_control = field_value(response_headers, "cache-control")
+        directives = parse_cache_control(cache_control)
+        legacy = cache_control is None
     if directives.no_store:
         return Store(False, StoreReason.NO_STORE)
     if directives.private:
         return Store(False, StoreReason.PRIVATE)
-    if directives.no_cache or (cache_control is None and _pragma_no_cache(response_headers)):
+    if directives.no_cache or (legacy and _pragma_no_cache(response_headers)):
         return Store(False, StoreReason.NO_CACHE)
     if field_values(response_headers, "set-cookie"):
         return Store(False, StoreReason.SET_COOKIE)
@@ -201,7 +209,10 @@ def store_decision(
     age_s = _age(response_headers)
     lifetime_ms = settings.ttl_ms
     origin_ms = _origin_lifetime_ms(
-        directives.s_maxage, directives.max_age, response_headers, now_ms
+        directives.s_maxage,
+        directives.max_age,
+        response_headers if targeted is None else (),
+        now_ms,
     )
     if origin_ms is not None:
         lifetime_ms = min(lifetime_ms, origin_ms - age_s * 1000)
@@ -319,7 +330,8 @@ def _age(headers: Fields) -> int:
 def _origin_lifetime_ms(
     s_maxage: int | None, max_age: int | None, headers: Fields, now_ms: int
 ) -> int | None:
-    """The origin's freshness lifetime: s-maxage, else max-age, else Expires less Date.
+    """The origin's freshness lifetime: s-maxage, else max-age, else Expires less Date
+    (``headers`` empty when a targeted field decides).
 
     Without a valid ``Date`` the lifetime runs from ``now_ms``. An invalid ``Expires``
     (such as ``"0"``) means already expired (RFC 9111 section 5.3).
