@@ -3,11 +3,14 @@
     scripts/check-config [FILE] [--wrangler wrangler.toml] [--env NAME]
     scripts/check-config --explain METHOD URL [--header "Name: value"] [--ip ADDR]
                          [--country CC --continent XX --asn N --lat LAT --lon LON]
+    scripts/check-config --simulate METHOD URL [--times N] [--every 1s] [the same options]
 
 Prints the effective table of routes (match, key, limits with burst, algorithm, shadow,
 failure policy, cache, idempotency, origin pool) and every warning; exits 1 listing every
 error with its route and field. ``--explain`` prints which route a request would hit, its
-canonical path, its key, and the Durable Object it maps to.
+canonical path, its key, and the Durable Object it maps to. ``--simulate`` sends it
+``--times`` times, ``--every`` apart, through the whole gateway on a simulated clock (no
+runtime, origins that answer 200) and prints each answer's status and rate-limit fields.
 """
 
 from __future__ import annotations
@@ -31,8 +34,14 @@ from project_config import (  # noqa: E402
     read_toml,
 )
 
+from edge_limiter.core.caching.fields import is_token  # noqa: E402
 from edge_limiter.core.config import Config, parse_config  # noqa: E402
-from edge_limiter.core.errors import ConfigError, ExplainError  # noqa: E402
+from edge_limiter.core.durations import format_duration, parse_duration  # noqa: E402
+from edge_limiter.core.errors import (  # noqa: E402
+    ConfigError,
+    DurationError,
+    ExplainError,
+)
 from edge_limiter.core.explain import (  # noqa: E402
     describe_route,
     explain,
@@ -40,6 +49,7 @@ from edge_limiter.core.explain import (  # noqa: E402
     header_line,
 )
 from edge_limiter.gateway.health import pools_of  # noqa: E402
+from edge_limiter.testing import DEFAULT_IP, Simulator  # noqa: E402
 
 
 def _limits(route: dict[str, Any]) -> str:
@@ -97,6 +107,11 @@ def table(config: Config) -> str:
                 f"{info['pool']} ({len(info['origins'])})",
             ]
         )
+    return aligned(rows)
+
+
+def aligned(rows: list[list[str]]) -> str:
+    """Rows as text columns, the first row a heading underlined."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
@@ -104,6 +119,63 @@ def table(config: Config) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _secret_shown(name: str) -> str:
+    """The Worker's secrets in a simulation: their names, never their values."""
+    return f"<secret {name}>"
+
+
+def simulate(
+    config: Config,
+    method: str,
+    url: str,
+    *,
+    times: int,
+    every_ms: int,
+    headers: list[tuple[str, str]],
+    client: dict[str, str],
+) -> list[dict[str, Any]]:
+    """``times`` requests ``every_ms`` apart through the whole gateway on a simulated
+    clock (in-memory Durable Objects, KV and origins that answer 200)."""
+    sim = Simulator(config, secrets=_secret_shown)
+    started = sim.now_ms
+    out = []
+    for number in range(1, times + 1):
+        if number > 1:
+            sim.advance(every_ms)
+        answer = sim.request(method, url, headers=headers, **client)
+        fields = answer.headers
+        out.append(
+            {
+                "n": number,
+                "at_ms": sim.now_ms - started,
+                "status": answer.status,
+                "remaining": fields.get("x-ratelimit-remaining"),
+                "retry_after": fields.get("retry-after"),
+                "ratelimit": fields.get("ratelimit"),
+                "reason": fields.get("x-edgelimiter-reason") or fields.get("x-cache"),
+                "forwarded": answer.forwarded,
+            }
+        )
+    return out
+
+
+def simulation_table(results: list[dict[str, Any]]) -> str:
+    rows = [["#", "at", "status", "remaining", "retry-after", "to origin", "note"]]
+    for item in results:
+        rows.append(
+            [
+                str(item["n"]),
+                format_duration(item["at_ms"]) if item["at_ms"] else "0s",
+                str(item["status"]),
+                item["remaining"] or "-",
+                item["retry_after"] or "-",
+                "yes" if item["forwarded"] else "no",
+                item["reason"] or "",
+            ]
+        )
+    return aligned(rows)
 
 
 def _shown(value: object) -> str:
@@ -119,8 +191,10 @@ def _shown(value: object) -> str:
     return str(value)
 
 
-#: The options that describe the request to explain (nothing without --explain).
+#: The options that describe the request to explain or simulate.
 EXPLAIN_ONLY = ("header", "ip", "country", "continent", "asn", "lat", "lon", "json")
+#: The options of a simulation only.
+SIMULATE_ONLY = ("times", "every")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,12 +212,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--asn", default="")
     parser.add_argument("--lat", default="", help="the client's latitude (request.cf)")
     parser.add_argument("--lon", default="", help="the client's longitude (request.cf)")
-    parser.add_argument("--json", action="store_true", help="print --explain as JSON")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--simulate",
+        nargs=2,
+        metavar=("METHOD", "URL"),
+        help="send the request through the whole gateway on a simulated clock",
+    )
+    parser.add_argument("--times", type=int, default=None, help="--simulate: how many (1)")
+    parser.add_argument(
+        "--every", default=None, help="--simulate: time between them ('100ms', '1s'; 0)"
+    )
     args = parser.parse_args(argv)
-    if not args.explain:
+    if args.explain and args.simulate:
+        parser.error("--explain and --simulate: one at a time")
+    if not args.explain and not args.simulate:
         given = [f"--{name}" for name in EXPLAIN_ONLY if getattr(args, name) not in ("", [], False)]
         if given:
-            parser.error(f"{', '.join(given)}: only with --explain METHOD URL")
+            parser.error(f"{', '.join(given)}: only with --explain or --simulate METHOD URL")
+    if not args.simulate:
+        given = [f"--{name}" for name in SIMULATE_ONLY if getattr(args, name) is not None]
+        if given:
+            parser.error(f"{', '.join(given)}: only with --simulate METHOD URL")
+    times = 1 if args.times is None else args.times
+    if not 1 <= times <= 100_000:
+        parser.error(f"--times must be from 1 to 100000, got {times}")
+    try:
+        every_ms = parse_duration(args.every or "0ms")
+    except DurationError as exc:
+        parser.error(f"--every: {exc}")
 
     # Problems of the wrangler environments not asked for are warnings here (the build,
     # which cannot tell which one wrangler deploys, refuses them all).
@@ -161,22 +258,48 @@ def main(argv: list[str] | None = None) -> int:
     except (ProjectConfigError, ConfigError) as exc:
         print(exc, file=sys.stderr)
         return 1
-    if args.explain:
+    if args.explain or args.simulate:
         headers = []
         for header in args.header:
             try:
                 headers.append(header_line(header))
             except ExplainError:
                 parser.error(f"--header {header!r}: expected 'Name: value'")
+        given = {
+            "ip": args.ip,
+            "country": args.country,
+            "continent": args.continent,
+            "asn": args.asn,
+            "latitude": args.lat,
+            "longitude": args.lon,
+        }
         try:
-            client = explained_client(
-                ip=args.ip,
-                country=args.country,
-                continent=args.continent,
-                asn=args.asn,
-                latitude=args.lat,
-                longitude=args.lon,
-            )
+            client = explained_client(**given)
+            if args.simulate:
+                method, url = args.simulate
+                if not is_token(method):
+                    raise ExplainError(f"{method!r} is not an HTTP method name (GET, POST, ...)")
+                results = simulate(
+                    config,
+                    method,
+                    url,
+                    times=times,
+                    every_ms=every_ms,
+                    headers=headers,
+                    client={
+                        "ip": client.ip or DEFAULT_IP,
+                        "country": client.country,
+                        "continent": client.continent,
+                        "asn": client.asn,
+                        "latitude": client.latitude,
+                        "longitude": client.longitude,
+                    },
+                )
+                if args.json:
+                    print(json.dumps(results, indent=2))
+                else:
+                    print(simulation_table(results))
+                return 0
             result = explain(config, args.explain[0], args.explain[1], headers, client)
         except ExplainError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +16,6 @@ from typing import Any
 from edge_limiter.core.config import parse_config
 from edge_limiter.core.errors import BodyReadError
 from edge_limiter.core.http.messages import BytesBody, Client, Headers, Request, Response
-from edge_limiter.core.idempotency.protocol import apply_stored
-from edge_limiter.core.keystore import KeyStore
 from edge_limiter.gateway import (
     Gateway,
     OriginRequest,
@@ -26,123 +23,16 @@ from edge_limiter.gateway import (
     OriginUnreachableError,
     Services,
 )
-
-EPOCH_MS = 1_700_000_000_000
-
-
-class FakeClock:
-    """Integer milliseconds that move only when a test says so."""
-
-    def __init__(self, now: int = EPOCH_MS) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
-class FakeSleep:
-    """The retries' backoff on the fake clock: waiting moves time, nothing sleeps."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        self.clock.advance(round(seconds * 1000))
-        await asyncio.sleep(0)
-
-
-class MemoryBreakers:
-    """The origins' shared breakers (Durable Objects) in a dict: the real sync step."""
-
-    def __init__(self) -> None:
-        self.states: dict[str, str] = {}
-        self.calls: list[str] = []
-        self.failing = False
-
-    async def call_sync(self, name: str, payload: str) -> str:
-        from edge_limiter.core.resilience.shared import (
-            SyncCall,
-            apply_sync,
-            decode_shared,
-            encode_shared,
-            state_to_json,
-        )
-
-        self.calls.append(name)
-        if self.failing:
-            raise RuntimeError("breaker Durable Object unreachable")
-        shared = apply_sync(SyncCall.from_json(payload), decode_shared(self.states.get(name)))
-        self.states[name] = encode_shared(shared)
-        return state_to_json(shared.breaker)
-
-    async def sync(self, name: str, payload: str) -> str:
-        return await self.call_sync(name, payload)
-
-
-class MemoryControl:
-    """The Control Durable Object in memory: the real steps, on the fake clock."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.stored: dict[str, str] = {}
-        self.calls: list[str] = []
-
-    async def overrides(self, payload: str) -> str:
-        from edge_limiter.core.control import apply_overrides_call
-
-        self.calls.append("overrides")
-        answer, stored = apply_overrides_call(payload, self.stored.get("o"), self.clock.now)
-        if stored is not None:
-            self.stored["o"] = stored
-        return answer
-
-    async def stats(self, payload: str) -> str:
-        from edge_limiter.core.control import apply_stats_call
-
-        self.calls.append("stats")
-        answer, stored = apply_stats_call(payload, self.stored.get("s"), self.clock.now)
-        if stored is not None:
-            self.stored["s"] = stored
-        return answer
-
-
-class SqliteSql:
-    """The Durable Object SQL API over the standard library's sqlite3 (one database)."""
-
-    def __init__(self, path: str = ":memory:") -> None:
-        self.db = sqlite3.connect(path, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.statements: list[str] = []
-
-    def run(self, query: str, *args: Any) -> None:
-        self.statements.append(query)
-        self.db.execute(query, args)
-
-    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
-        self.statements.append(query)
-        return [dict(row) for row in self.db.execute(query, args)]
-
-
-class MemoryStore:
-    """Durable Objects in a dict: one :class:`KeyStore` over its own SQLite per object name,
-    exactly the step the real object runs."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.objects: dict[str, KeyStore] = {}
-        self.calls: list[str] = []
-
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
-        self.calls.append(name)
-        store = self.objects.get(name)
-        if store is None:
-            store = self.objects[name] = KeyStore(SqliteSql())
-        return store.decide(payload, self.clock.now)
+from edge_limiter.testing import (
+    Deferred,
+    MemoryBreakers,
+    MemoryControl,
+    MemoryIdempotency,
+    MemoryKV,
+    MemoryStore,
+)
+from edge_limiter.testing import InstantSleep as FakeSleep
+from edge_limiter.testing import ManualClock as FakeClock
 
 
 class FailingStore:
@@ -156,79 +46,6 @@ class HangingStore:
     async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
         await asyncio.wait_for(asyncio.Event().wait(), timeout_ms / 1000 if timeout_ms else None)
         raise AssertionError("unreachable")
-
-
-class MemoryKV:
-    """Workers KV in a dict, with expiry on the fake clock; ``failing`` makes it throw."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.values: dict[str, tuple[bytes, int]] = {}
-        self.gets: list[str] = []
-        self.puts: list[tuple[str, int]] = []
-        self.deletes: list[str] = []
-        self.failing = False
-
-    async def get(self, key: str) -> bytes | None:
-        self.gets.append(key)
-        if self.failing:
-            raise RuntimeError("KV GET failed: 500")
-        value = self.values.get(key)
-        if value is None or value[1] <= self.clock.now:
-            return None
-        return value[0]
-
-    async def put(self, key: str, value: bytes, ttl_s: int) -> None:
-        if self.failing:
-            raise RuntimeError("KV PUT failed: 429 too many writes")
-        assert ttl_s >= 60, "KV refuses an expirationTtl under 60 s"
-        assert len(key.encode()) <= 512, "KV refuses keys over 512 bytes"
-        self.puts.append((key, ttl_s))
-        self.values[key] = (value, self.clock.now + ttl_s * 1000)
-
-    async def delete(self, key: str) -> None:
-        if self.failing:
-            raise RuntimeError("KV DELETE failed: 500")
-        self.deletes.append(key)
-        self.values.pop(key, None)
-
-
-class MemoryIdempotency:
-    """The idempotency Durable Objects in a dict: the real protocol step on the fake clock."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.records: dict[str, str] = {}
-        self.calls: list[tuple[str, str]] = []
-        self.failing = False
-
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
-        self.calls.append((name, json.loads(payload)["op"]))
-        if self.failing:
-            raise RuntimeError("Durable Object overloaded")
-        answer, new, _idle = apply_stored(payload, self.records.get(name), self.clock.now)
-        if new is None:
-            self.records.pop(name, None)
-        else:
-            self.records[name] = new
-        return answer
-
-
-class Deferred:
-    """``waitUntil`` for tests: work collected, run when the test says (after the response)."""
-
-    def __init__(self) -> None:
-        self.pending: list[Awaitable[Any]] = []
-
-    def defer(self, work: Awaitable[Any]) -> None:
-        self.pending.append(work)
-
-    async def run(self) -> int:
-        count = 0
-        while self.pending:
-            await self.pending.pop(0)
-            count += 1
-        return count
 
 
 @dataclass

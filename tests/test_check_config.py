@@ -153,6 +153,42 @@ def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
 def test_the_options_of_a_request_to_explain_need_explain() -> None:
     done = run("--json", "--ip", "203.0.113.5")
     assert done.returncode == 2 and "--ip, --json: only with --explain" in done.stderr
+    alone = run("--times", "3")
+    assert alone.returncode == 2 and "--times: only with --simulate" in alone.stderr
+
+
+def test_simulate_runs_the_requests_through_the_gateway_on_a_simulated_clock() -> None:
+    login = "https://api.example.com/v1/login"
+    done = run("--simulate", "POST", login, "--times", "7", "--every", "5s", "--ip", "203.0.113.9")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    assert [row[2] for row in rows] == ["200"] * 5 + ["429"] * 2
+    assert [row[1] for row in rows] == ["0s", "5s", "10s", "15s", "20s", "25s", "30s"]
+    # The window of the first request ends at 60 s: 35 s then 30 s to wait.
+    assert [row[4] for row in rows[5:]] == ["35", "30"]
+    assert rows[0][5] == "yes" and rows[-1][5:] == ["no", "limited"]
+    keyed = run(
+        "--simulate",
+        "GET",
+        "https://api.example.com/v1/search",
+        "--times",
+        "21",
+        "--header",
+        "X-Api-Key: k1",
+        "--json",
+    )
+    results = json.loads(keyed.stdout)
+    assert [r["status"] for r in results] == [200] * 20 + [429]  # a burst of 20
+    assert results[0]["ratelimit"].startswith('"10-per-second-burst-20";r=19;t=1')
+    for bad, says in (
+        (["--every", "5 seconds"], "--every: cannot parse duration"),
+        (["--times", "0"], "--times must be from 1"),
+        (["--explain", "GET", login], "one at a time"),
+    ):
+        refused = run("--simulate", "GET", login, *bad)
+        assert refused.returncode == 2 and says in refused.stderr, bad
+    relative = run("--simulate", "GET", "/v1/login")
+    assert relative.returncode == 2 and "not an absolute URL" in relative.stderr
 
 
 def test_a_config_file_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> None:

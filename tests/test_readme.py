@@ -26,3 +26,20 @@ def test_each_toml_example_parses_and_is_a_valid_config(block: str) -> None:
     document = tomllib.loads(block)  # TOML 1.0, as wrangler and the build read it
     # Fragments leave out the top-level origin; with one, each is a whole valid config.
     parse_config({"origin": "https://api.example.com", **document})
+
+
+PYTHON = [
+    pytest.param(match.group(1), id=f"line-{README[: match.start()].count(chr(10)) + 1}")
+    for match in re.finditer(r"```python\n(.*?)```", README, re.S)
+]
+
+
+@pytest.mark.parametrize("block", PYTHON)
+def test_each_python_example_runs_as_written(block: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # From the project's root, as a user's test run there would.
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
+
+
+def test_the_readme_has_a_python_example() -> None:
+    assert PYTHON

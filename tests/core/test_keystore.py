@@ -24,7 +24,7 @@ from edge_limiter.core.protocol import (
     row_id,
 )
 from edge_limiter.core.rates import Limit, Rate, parse_rates
-from tests.fakes import SqliteSql
+from edge_limiter.testing import SqliteSql
 
 ALGORITHMS = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
 RATES = tuple(Limit(rate) for rate in parse_rates("2/second; 3/minute"))

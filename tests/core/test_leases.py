@@ -26,7 +26,7 @@ from edge_limiter.core.leases import (
 )
 from edge_limiter.core.protocol import StoreRequest, StoreResponse
 from edge_limiter.core.rates import Limit, Rate
-from tests.fakes import SqliteSql
+from edge_limiter.testing import SqliteSql
 
 T0 = 1_700_000_000_000  # a multiple of every window used here
 LEASABLE = ("token_bucket", "gcra", "fixed_window", "sliding_window")

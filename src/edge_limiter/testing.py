@@ -1,0 +1,559 @@
+"""Test your gateway config deterministically, on CPython, without a runtime.
+
+:class:`Simulator` runs the whole gateway the Worker runs (canonical paths, routes, keys,
+every limit and algorithm, the deny cache, token leases, the response cache,
+``Idempotency-Key``, origin pools with breakers, retries and bulkheads, the admin API)
+over in-memory stand-ins of its Durable Objects (the same code, over the standard
+library's SQLite), of Workers KV and of your origins, on a clock that moves only when you
+say. No request waits on real time, and no limit+1 real requests are needed to see a 429
+an hour's limit gives::
+
+    from edge_limiter.testing import Simulator
+
+    sim = Simulator.from_file("edge-limiter.toml")
+    login = "https://api.example.com/v1/login"
+    assert all(sim.request("POST", login, ip="203.0.113.9").status == 200 for _ in range(5))
+    denied = sim.request("POST", login, ip="203.0.113.9")
+    assert denied.status == 429 and denied.headers["retry-after"] == "60"
+    sim.advance("1m")
+    assert sim.request("POST", login, ip="203.0.113.9").status == 200
+
+Origins answer ``200`` with a small JSON echo unless ``origin`` says otherwise: a function
+of the :class:`OriginCall` that returns a status, a ``(status, headers, body)`` tuple or
+``None`` (the echo), or raises :class:`OriginTimeoutError` / :class:`OriginUnreachableError`.
+
+This module is not part of the deployed Worker (the build leaves it out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import random
+import tomllib
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .core.canonical import runtime_path
+from .core.config import Config, parse_config
+from .core.config.sources import apply_environment
+from .core.control import apply_overrides_call, apply_stats_call
+from .core.durations import parse_duration
+from .core.explain import explained_client, split_url
+from .core.http.messages import BytesBody, Headers, Request, Response
+from .core.idempotency.protocol import apply_stored
+from .core.keystore import KeyStore
+from .core.resilience.shared import (
+    SyncCall,
+    apply_sync,
+    decode_shared,
+    encode_shared,
+    state_to_json,
+)
+from .gateway import Gateway, OriginRequest, OriginTimeoutError, OriginUnreachableError, Services
+
+__all__ = [
+    "DEFAULT_IP",
+    "EPOCH_MS",
+    "Answer",
+    "Deferred",
+    "InstantSleep",
+    "ManualClock",
+    "MemoryBreakers",
+    "MemoryControl",
+    "MemoryIdempotency",
+    "MemoryKV",
+    "MemoryStore",
+    "OriginCall",
+    "OriginTimeoutError",
+    "OriginUnreachableError",
+    "Simulator",
+    "SqliteSql",
+]
+
+#: Where a simulation's clock starts: 2023-11-14T22:13:20Z.
+EPOCH_MS = 1_700_000_000_000
+
+#: The client address of a simulated request unless one is given (TEST-NET-2).
+DEFAULT_IP = "198.51.100.7"
+
+
+# --- the platform, in memory -------------------------------------------------------------
+
+
+class ManualClock:
+    """Integer milliseconds that move only when :meth:`advance` is called."""
+
+    def __init__(self, now: int = EPOCH_MS) -> None:
+        self.now = now
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+class InstantSleep:
+    """A retry's backoff on the manual clock: waiting moves time, nothing sleeps."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.clock.advance(round(seconds * 1000))
+        await asyncio.sleep(0)
+
+
+class SqliteSql:
+    """A Durable Object's SQL API over the standard library's sqlite3 (one database)."""
+
+    def __init__(self, path: str = ":memory:") -> None:
+        import sqlite3  # noqa: PLC0415 - CPython only; never imported by the Worker
+
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.statements: list[str] = []
+
+    def run(self, query: str, *args: Any) -> None:
+        self.statements.append(query)
+        self.db.execute(query, args)
+
+    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        self.statements.append(query)
+        return [dict(row) for row in self.db.execute(query, args)]
+
+
+class MemoryStore:
+    """The rate limiter's Durable Objects: one :class:`KeyStore` over its own SQLite per
+    object name, the very step the deployed object runs."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.objects: dict[str, KeyStore] = {}
+        self.calls: list[str] = []
+
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+        del timeout_ms
+        self.calls.append(name)
+        store = self.objects.get(name)
+        if store is None:
+            store = self.objects[name] = KeyStore(SqliteSql())
+        return store.decide(payload, self.clock.now)
+
+
+class MemoryKV:
+    """Workers KV in a dict, with expiry on the manual clock; ``failing`` makes it throw."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.values: dict[str, tuple[bytes, int]] = {}
+        self.gets: list[str] = []
+        self.puts: list[tuple[str, int]] = []
+        self.deletes: list[str] = []
+        self.failing = False
+
+    async def get(self, key: str) -> bytes | None:
+        self.gets.append(key)
+        if self.failing:
+            raise RuntimeError("KV GET failed: 500")
+        value = self.values.get(key)
+        if value is None or value[1] <= self.clock.now:
+            return None
+        return value[0]
+
+    async def put(self, key: str, value: bytes, ttl_s: int) -> None:
+        if self.failing:
+            raise RuntimeError("KV PUT failed: 429 too many writes")
+        if ttl_s < 60:
+            raise ValueError("KV refuses an expirationTtl under 60 s")
+        if len(key.encode()) > 512:
+            raise ValueError("KV refuses keys over 512 bytes")
+        self.puts.append((key, ttl_s))
+        self.values[key] = (value, self.clock.now + ttl_s * 1000)
+
+    async def delete(self, key: str) -> None:
+        if self.failing:
+            raise RuntimeError("KV DELETE failed: 500")
+        self.deletes.append(key)
+        self.values.pop(key, None)
+
+
+class MemoryIdempotency:
+    """The idempotency records' Durable Objects: the real protocol step on the clock."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.records: dict[str, str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.failing = False
+
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+        del timeout_ms
+        self.calls.append((name, json.loads(payload)["op"]))
+        if self.failing:
+            raise RuntimeError("Durable Object overloaded")
+        answer, new, _idle = apply_stored(payload, self.records.get(name), self.clock.now)
+        if new is None:
+            self.records.pop(name, None)
+        else:
+            self.records[name] = new
+        return answer
+
+
+class MemoryBreakers:
+    """The origins' shared breakers (Durable Objects) in a dict: the real sync step."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, str] = {}
+        self.calls: list[str] = []
+        self.failing = False
+
+    async def sync(self, name: str, payload: str) -> str:
+        self.calls.append(name)
+        if self.failing:
+            raise RuntimeError("breaker Durable Object unreachable")
+        shared = apply_sync(SyncCall.from_json(payload), decode_shared(self.states.get(name)))
+        self.states[name] = encode_shared(shared)
+        return state_to_json(shared.breaker)
+
+
+class MemoryControl:
+    """The Control Durable Object (overrides, counters): the real steps, on the clock."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.stored: dict[str, str] = {}
+        self.calls: list[str] = []
+
+    async def overrides(self, payload: str) -> str:
+        self.calls.append("overrides")
+        answer, stored = apply_overrides_call(payload, self.stored.get("o"), self.clock.now)
+        if stored is not None:
+            self.stored["o"] = stored
+        return answer
+
+    async def stats(self, payload: str) -> str:
+        self.calls.append("stats")
+        answer, stored = apply_stats_call(payload, self.stored.get("s"), self.clock.now)
+        if stored is not None:
+            self.stored["s"] = stored
+        return answer
+
+
+class Deferred:
+    """``ctx.waitUntil``: work collected, run after the response (:meth:`run`)."""
+
+    def __init__(self) -> None:
+        self.pending: list[Awaitable[Any]] = []
+
+    def defer(self, work: Awaitable[Any]) -> None:
+        self.pending.append(work)
+
+    async def run(self) -> int:
+        count = 0
+        while self.pending:
+            await self.pending.pop(0)
+            count += 1
+        return count
+
+
+# --- what a simulation shows ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OriginCall:
+    """One request as it reached an origin."""
+
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    @property
+    def path(self) -> str:
+        """The URL's path (without the query)."""
+        return split_url(self.url)[2]
+
+    def header(self, name: str) -> str | None:
+        """The field's value (lines joined with ``, ``), ``None`` when absent."""
+        values = [value for key, value in self.headers if key.lower() == name.lower()]
+        return ", ".join(values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the client got."""
+
+    status: int
+    headers: dict[str, str]
+    """Field names in lower case; a field sent on several lines joined with ``, ``."""
+    body: bytes
+    forwarded: int
+    """How many requests to origins this one made (retries included; 0: answered by the
+    gateway or from its cache)."""
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+#: What an origin function may return: a status, (status, headers, body), or None.
+OriginReply = int | tuple[int, Mapping[str, str] | Iterable[tuple[str, str]], bytes | str] | None
+OriginFunction = Callable[[OriginCall], OriginReply | Awaitable[OriginReply]]
+
+
+class _Origins:
+    """Every origin of the config, answered by one function (or the JSON echo)."""
+
+    def __init__(self, respond: OriginFunction | None) -> None:
+        self.respond = respond
+        self.calls: list[OriginCall] = []
+
+    async def send(self, request: OriginRequest) -> Response:
+        body = request.body
+        data = body if isinstance(body, bytes) else (await body.read() if body else b"")
+        call = OriginCall(request.method, request.url, tuple(request.headers.items()), data)
+        self.calls.append(call)
+        reply: Any = self.respond(call) if self.respond is not None else None
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if reply is None:
+            echo = {"origin": request.url, "method": request.method, "n": len(self.calls)}
+            return Response(
+                200, Headers([("content-type", "application/json")]), json.dumps(echo).encode()
+            )
+        if isinstance(reply, int):
+            return Response(reply, Headers([]), b"")
+        status, fields, payload = reply
+        pairs = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
+        raw = payload.encode() if isinstance(payload, str) else bytes(payload)
+        return Response(int(status), Headers(pairs), raw)
+
+
+@dataclass
+class _World:
+    """What every isolate of one simulated Worker shares."""
+
+    clock: ManualClock
+    origins: _Origins
+    store: MemoryStore = field(init=False)
+    kv: MemoryKV = field(init=False)
+    records: MemoryIdempotency = field(init=False)
+    breakers: MemoryBreakers = field(default_factory=MemoryBreakers)
+    control: MemoryControl = field(init=False)
+    logs: list[dict[str, Any]] = field(default_factory=list)
+    isolates: list[Simulator] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.store = MemoryStore(self.clock)
+        self.kv = MemoryKV(self.clock)
+        self.records = MemoryIdempotency(self.clock)
+        self.control = MemoryControl(self.clock)
+
+    def forget(self) -> None:
+        """Every object's and KV's state gone, in place (the isolates hold these)."""
+        self.store.objects.clear()
+        self.kv.values.clear()
+        self.records.records.clear()
+        self.breakers.states.clear()
+        self.control.stored.clear()
+
+
+class Simulator:
+    """The gateway for ``config`` (a table as in ``edge-limiter.toml``, or a parsed
+    :class:`~edge_limiter.core.config.Config`) in one simulated isolate.
+
+    ``secrets`` are the Worker's secrets and vars (for ``origin_headers``: a mapping, or a
+    function of the name);
+    ``admin_token`` enables the admin API; ``seed`` fixes the retries' jitter.
+    Raises :class:`~edge_limiter.core.errors.ConfigError` for a config the Worker refuses.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | Config,
+        *,
+        origin: OriginFunction | None = None,
+        secrets: Mapping[str, str] | Callable[[str], str | None] | None = None,
+        admin_token: str | None = None,
+        start_ms: int = EPOCH_MS,
+        seed: int = 7,
+        _world: _World | None = None,
+    ) -> None:
+        self.config = config if isinstance(config, Config) else parse_config(config)
+        self._secrets = secrets if callable(secrets) else dict(secrets or {}).get
+        self._admin_token = admin_token
+        self._seed = seed
+        self._world = _world or _World(ManualClock(start_ms), _Origins(origin))
+        self._world.isolates.append(self)
+        self._build()
+
+    @classmethod
+    def from_file(cls, path: str | Path, env: str | None = None, **options: Any) -> Simulator:
+        """The config in a TOML file, with ``[env.NAME]`` laid over it as the Worker does
+        for ``EDGE_LIMITER_ENV = NAME``."""
+        file = Path(path)
+        document = tomllib.loads(file.read_text(encoding="utf-8"))
+        return cls(apply_environment(document, env, file.name), **options)
+
+    def _build(self) -> None:
+        world = self._world
+        self._background = Deferred()
+        services = Services(
+            store=world.store,
+            origin=world.origins,
+            clock=world.clock,
+            log=world.logs.append,
+            cache=world.kv,
+            idempotency=world.records,
+            breakers=world.breakers,
+            control=world.control,
+            admin_token=self._admin_token,
+            secret=self._secrets,
+            random=random.Random(self._seed).random,
+            sleep=InstantSleep(world.clock),
+        )
+        self.gateway = Gateway(self.config, services)
+
+    # --- requests ------------------------------------------------------------------------
+
+    def request(self, method: str, url: str, **options: Any) -> Answer:
+        """One request, and then what it left for after the response (cache writes).
+
+        Options: ``ip`` (the client's address, as Cloudflare's ``CF-Connecting-IP``),
+        ``headers`` (a mapping or ``(name, value)`` pairs), ``body`` (bytes or text),
+        ``country``, ``continent``, ``asn``, ``latitude``, ``longitude`` (``request.cf``).
+        """
+        return asyncio.run(self.arequest(method, url, **options))
+
+    async def arequest(self, method: str, url: str, **options: Any) -> Answer:
+        """:meth:`request` from a running event loop."""
+        answer = await self._send(self._request(method, url, **options))
+        await self._background.run()
+        return answer
+
+    def burst(self, count: int, method: str, url: str, **options: Any) -> list[Answer]:
+        """``count`` identical requests at once (their object calls interleave as the
+        runtime's would), then the work they left."""
+
+        async def run() -> list[Answer]:
+            requests = [self._request(method, url, **options) for _ in range(count)]
+            answers = await asyncio.gather(*(self._send(r) for r in requests))
+            await self._background.run()
+            return list(answers)
+
+        return asyncio.run(run())
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        ip: str = DEFAULT_IP,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        body: bytes | str | None = None,
+        country: str = "",
+        continent: str = "",
+        asn: str | int = "",
+        latitude: float | None = None,
+        longitude: float | None = None,
+    ) -> Request:
+        scheme, authority, path, query = split_url(url)
+        client = explained_client(
+            ip=ip,
+            country=country,
+            continent=continent,
+            asn=str(asn),
+            latitude="" if latitude is None else str(latitude),
+            longitude="" if longitude is None else str(longitude),
+        )
+        pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or [])
+        # Cloudflare sets the client's address itself, whatever the client sent.
+        pairs = [(k, v) for k, v in pairs if k.lower() != "cf-connecting-ip"]
+        if client.ip:
+            pairs.append(("cf-connecting-ip", client.ip))
+        data = body.encode() if isinstance(body, str) else body
+        return Request(
+            method=method.upper(),
+            path=runtime_path(path),
+            query=query,
+            host=authority,
+            scheme=scheme.lower(),
+            headers=Headers(pairs),
+            client=client,
+            body=BytesBody(data) if data is not None else None,
+        )
+
+    async def _send(self, request: Request) -> Answer:
+        before = len(self._world.origins.calls)
+        response = await self.gateway.handle(request, self._background)
+        forwarded = len(self._world.origins.calls) - before
+        body = response.body
+        if body is None:
+            data = b""
+        elif isinstance(body, bytes | bytearray):
+            data = bytes(body)
+        else:
+            data = await body.read()
+        fields: dict[str, str] = {}
+        for name, value in response.headers.items():
+            key = name.lower()
+            fields[key] = f"{fields[key]}, {value}" if key in fields else value
+        return Answer(response.status, fields, data, forwarded)
+
+    # --- time and state ------------------------------------------------------------------
+
+    @property
+    def now_ms(self) -> int:
+        """The simulated clock, in epoch milliseconds."""
+        return self._world.clock.now
+
+    def advance(self, duration: int | str) -> None:
+        """Move the clock: milliseconds, or a duration such as ``"1m"`` or ``"250ms"``."""
+        ms = duration if isinstance(duration, int) else parse_duration(duration)
+        if ms < 0:
+            raise ValueError("the clock only moves forward")
+        self._world.clock.advance(ms)
+
+    def reset(self) -> None:
+        """Forget every counter, cached answer, idempotency record, breaker and override,
+        in every isolate: a Worker deployed afresh (the clock keeps its time; the origin
+        calls and logs so far are kept)."""
+        self._world.forget()
+        for isolate in self._world.isolates:
+            isolate._build()
+
+    def new_isolate(self) -> Simulator:
+        """Another isolate of the same Worker: the same objects, KV, origins and clock, but
+        its own deny cache, leases and copies of the breakers."""
+        return Simulator(
+            self.config,
+            secrets=self._secrets,
+            admin_token=self._admin_token,
+            seed=self._seed + 1,
+            _world=self._world,
+        )
+
+    @property
+    def origin_calls(self) -> list[OriginCall]:
+        """Every request that reached an origin, in order."""
+        return self._world.origins.calls
+
+    @property
+    def logs(self) -> list[dict[str, Any]]:
+        """The gateway's log lines (one dict per event), in order."""
+        return self._world.logs
+
+    @property
+    def object_calls(self) -> int:
+        """How many calls the rate limiter's Durable Objects took."""
+        return len(self._world.store.calls)

@@ -1,0 +1,176 @@
+"""The users' simulator (``edge_limiter.testing``): the whole gateway, deterministic."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from edge_limiter.core.errors import ConfigError
+from edge_limiter.testing import (
+    OriginCall,
+    OriginTimeoutError,
+    OriginUnreachableError,
+    Simulator,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+API = "https://api.example.com"
+
+
+def limited(limits: str = "5/minute", **route: object) -> dict[str, object]:
+    return {
+        "origin": API,
+        "routes": [
+            {"name": "r", "match": {"path": "/v1/*"}, "limits": limits, "key": "ip", **route}
+        ],
+    }
+
+
+def test_the_example_config_limits_logins_by_address_on_its_own_clock() -> None:
+    sim = Simulator.from_file(ROOT / "edge-limiter.toml")
+    login = f"{API}/v1/login"
+    first = [sim.request("POST", login, ip="203.0.113.9") for _ in range(5)]
+    assert [a.status for a in first] == [200] * 5
+    assert first[-1].headers["ratelimit"] == '"5-per-minute";r=0;t=60, "20-per-hour";r=15;t=3600'
+    denied = sim.request("POST", login, ip="203.0.113.9")
+    assert denied.status == 429 and denied.headers["retry-after"] == "60"
+    assert denied.headers["content-type"] == "application/problem+json"
+    assert denied.json()["violated-policies"] == ["5-per-minute"]
+    assert denied.forwarded == 0
+    # Another client is not affected; time moves only when the test says so.
+    assert sim.request("POST", login, ip="203.0.113.10").status == 200
+    sim.advance("59s")
+    assert sim.request("POST", login, ip="203.0.113.9").status == 429
+    sim.advance(1_000)
+    assert sim.request("POST", login, ip="203.0.113.9").status == 200
+    # What reached the origins, as they saw it.
+    assert sim.origin_calls[0].url == f"{API}/v1/login"
+    assert sim.origin_calls[0].method == "POST"
+    assert len(sim.origin_calls) == 7
+
+
+def test_an_environment_is_laid_over_the_file() -> None:
+    sim = Simulator.from_file(ROOT / "edge-limiter.toml", env="staging")
+    sim.request("GET", f"{API}/v1/anything")
+    assert sim.origin_calls[-1].url.startswith("https://staging.api.example.com/")
+
+
+def test_the_origin_answers_as_the_test_says() -> None:
+    replies: list[object] = [503, (200, {"content-type": "text/plain"}, "fine")]
+
+    def origin(call: OriginCall) -> object:
+        assert call.path == "/v1/x" and call.header("cf-connecting-ip") == "198.51.100.7"
+        return replies.pop(0)
+
+    sim = Simulator(limited(), origin=origin)  # type: ignore[arg-type]
+    answer = sim.request("GET", f"{API}/v1/x")
+    # A 503 to a GET is retried (backoff on the simulated clock, nothing sleeps).
+    assert (answer.status, answer.text, answer.forwarded) == (200, "fine", 2)
+    assert answer.headers["content-type"] == "text/plain"
+
+
+@pytest.mark.parametrize(
+    ("failure", "status"), [(OriginTimeoutError, 504), (OriginUnreachableError, 502)]
+)
+def test_origins_that_fail(failure: type[Exception], status: int) -> None:
+    def origin(call: OriginCall) -> None:
+        raise failure("simulated")
+
+    sim = Simulator(limited(), origin=origin)
+    answer = sim.request("POST", f"{API}/v1/x", body="{}")
+    assert answer.status == status and answer.forwarded == 1  # a POST is not retried
+    assert answer.json()["status"] == status
+
+
+def test_a_burst_is_counted_exactly() -> None:
+    sim = Simulator(limited("10/minute"))
+    answers = sim.burst(40, "GET", f"{API}/v1/x")
+    assert sorted(a.status for a in answers) == [200] * 10 + [429] * 30
+    assert len(sim.origin_calls) == 10
+
+
+def test_isolates_share_the_objects_and_keep_their_own_deny_cache() -> None:
+    sim = Simulator(limited("2/minute"))
+    other = sim.new_isolate()
+    assert [sim.request("GET", f"{API}/v1/x").status for _ in range(2)] == [200, 200]
+    assert other.request("GET", f"{API}/v1/x").status == 429  # the same key's object
+    calls = sim.object_calls
+    assert sim.request("GET", f"{API}/v1/x").status == 429
+    assert sim.object_calls == calls  # answered from this isolate's deny cache
+
+
+def test_reset_forgets_every_counter_in_every_isolate() -> None:
+    sim = Simulator(limited("1/hour"))
+    other = sim.new_isolate()
+    sim.request("GET", f"{API}/v1/x")
+    assert other.request("GET", f"{API}/v1/x").status == 429
+    sim.reset()
+    assert other.request("GET", f"{API}/v1/x").status == 200
+    assert sim.request("GET", f"{API}/v1/x").status == 429
+
+
+def test_the_cache_and_idempotency_keys_work_as_deployed() -> None:
+    config = {
+        "origin": API,
+        "routes": [
+            {
+                "name": "get",
+                "match": {"path": "/c/*"},
+                "limits": "9/minute",
+                "cache": {"ttl": "1m"},
+            },
+            {
+                "name": "pay",
+                "match": {"path": "/pay", "methods": ["POST"]},
+                "limits": "9/minute",
+                "idempotency": {"mode": "required"},
+            },
+        ],
+    }
+    sim = Simulator(config)
+    assert sim.request("GET", f"{API}/c/1").headers["x-cache"] == "MISS"
+    sim.advance("10s")
+    hit = sim.request("GET", f"{API}/c/1")
+    assert (hit.headers["x-cache"], hit.headers["age"], hit.forwarded) == ("HIT", "10", 0)
+    key = {"idempotency-key": '"k1"', "content-type": "application/json"}
+    first = sim.request("POST", f"{API}/pay", headers=key, body='{"amount": 5}')
+    again = sim.request("POST", f"{API}/pay", headers=key, body='{"amount": 5}')
+    assert (first.forwarded, again.forwarded) == (1, 0)
+    assert again.body == first.body and again.headers["idempotent-replayed"] == "true"
+    other = sim.request("POST", f"{API}/pay", headers=key, body='{"amount": 6}')
+    assert other.status == 422
+    assert sim.request("POST", f"{API}/pay", body="{}").status == 400
+
+
+def test_the_client_address_is_the_platforms_never_the_clients() -> None:
+    sim = Simulator(limited("1/minute"))
+    sim.request("GET", f"{API}/v1/x", ip="192.0.2.1")
+    spoofed = {"cf-connecting-ip": "192.0.2.99", "x-forwarded-for": "192.0.2.98"}
+    assert sim.request("GET", f"{API}/v1/x", ip="192.0.2.1", headers=spoofed).status == 429
+
+
+def test_bad_input_is_said_plainly() -> None:
+    with pytest.raises(ConfigError, match=r"route 'r'\.limits"):
+        Simulator(limited("5 per fortnight"))
+    sim = Simulator(limited())
+    with pytest.raises(ValueError, match="only moves forward"):
+        sim.advance(-1)
+    with pytest.raises(ValueError, match="is not an absolute URL"):
+        sim.request("GET", "/v1/x")
+    with pytest.raises(ValueError, match="not an IP address"):
+        sim.request("GET", f"{API}/v1/x", ip="me")
+    before = sim.now_ms
+    sim.advance("1s500ms")
+    assert sim.now_ms - before == 1_500
+
+
+def test_it_runs_inside_an_event_loop_too() -> None:
+    sim = Simulator(limited("1/minute"))
+
+    async def run() -> list[int]:
+        return [(await sim.arequest("GET", f"{API}/v1/x")).status for _ in range(2)]
+
+    assert asyncio.run(run()) == [200, 429]
+    assert sim.logs[-1]["event"] == "cached_denial"
