@@ -800,3 +800,131 @@ def test_a_live_stream_is_passed_on_as_it_comes_never_held_or_stored(media: str)
         assert answer.headers.get("x-cache") == "MISS"
     assert [body.held for body in events.bodies] == [0, 0]  # never read by the gateway
     assert h.kv.puts == []
+
+
+# --- request collapsing ---------------------------------------------------------------------
+
+
+def gated(
+    headers: list[tuple[str, str]] | None = None, status: int = 200
+) -> tuple[asyncio.Event, FakeOrigin]:
+    """An origin that answers once the test opens the gate; each body says its number."""
+    gate = asyncio.Event()
+    count = 0
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        nonlocal count
+        count += 1
+        number = count
+        await gate.wait()
+        return Response(status, Headers(list(headers or [])), f"answer {number}".encode())
+
+    return gate, FakeOrigin(respond=respond)
+
+
+async def together(h: Any, gate: asyncio.Event, *requests: Any) -> tuple[list[Any], int]:
+    """The requests at once; how many reached the origin before its first answer."""
+    before = len(h.origin.sent)
+    running = asyncio.ensure_future(h.concurrently(*requests))
+    for _ in range(20):  # let every request get as far as it can
+        await asyncio.sleep(0)
+    asked = len(h.origin.sent) - before
+    gate.set()
+    answers = await running
+    await h.background.run()
+    return answers, asked
+
+
+def test_concurrent_misses_of_one_uri_ask_the_origin_once() -> None:
+    gate, origin = gated([("content-type", "text/plain")])
+    h = cached(origin)
+    answers, asked = asyncio.run(together(h, gate, *[request("/v1/catalog/hot")] * 5))
+    assert asked == 1 and len(h.origin.sent) == 1
+    assert [a.status for a in answers] == [200] * 5
+    assert {a.body for a in answers} == {b"answer 1"}
+    assert sorted(a.headers.get("x-cache") for a in answers) == ["HIT"] * 4 + ["MISS"]
+    assert answers[1].headers.get("content-type") == "text/plain"
+    # Those that waited were answered as hits: no quota taken.
+    assert "x-ratelimit-remaining" not in answers[1].headers
+    assert answers[0].headers.get("x-ratelimit-remaining") == "4"
+
+
+def test_only_requests_for_the_same_answer_wait_for_it() -> None:
+    gate, origin = gated([("vary", "accept-language")])
+    h = cached(origin)
+    english = request("/v1/catalog/v", headers={"accept-language": "en"})
+    german = request("/v1/catalog/v", headers={"accept-language": "de"})
+    other = request("/v1/catalog/other")
+    answers, asked = asyncio.run(
+        together(
+            h,
+            gate,
+            english,
+            request("/v1/catalog/v", headers={"accept-language": "en"}),
+            german,
+            other,
+        )
+    )
+    # The other URI went at once; the German variant waited, then went on its own.
+    assert asked == 2 and len(h.origin.sent) == 3
+    assert [a.headers.get("x-cache") for a in answers] == ["MISS", "HIT", "MISS", "MISS"]
+    assert answers[1].body == answers[0].body and answers[2].body != answers[0].body
+
+
+def test_an_answer_not_to_keep_lets_the_waiting_go_and_then_none_wait() -> None:
+    gate, origin = gated([("cache-control", "no-store")])
+    h = cached(origin)
+    answers, asked = asyncio.run(together(h, gate, *[request("/v1/catalog/n")] * 3))
+    assert asked == 1 and len(h.origin.sent) == 3  # each then asked for its own answer
+    assert [a.headers.get("x-cache") for a in answers] == ["MISS"] * 3
+    # A key whose answer is not stored no longer makes requests wait for each other...
+    gate2, origin2 = gated([("cache-control", "no-store")])
+    h.origin.respond = origin2.respond
+    h.clock.advance(50_000)
+    _, asked = asyncio.run(together(h, gate2, *[request("/v1/catalog/n")] * 2))
+    assert asked == 2
+    # ...for a minute after the last such answer.
+    h.clock.advance(60_000)
+    gate3, origin3 = gated([("cache-control", "no-store")])
+    h.origin.respond = origin3.respond
+    _, asked = asyncio.run(together(h, gate3, *[request("/v1/catalog/n")] * 2))
+    assert asked == 1
+
+
+def test_with_count_hits_the_waiting_requests_are_counted() -> None:
+    gate, origin = gated()
+    h = cached(origin, count_hits=True)
+    answers, _ = asyncio.run(together(h, gate, *[request("/v1/catalog/c")] * 7))
+    assert len(h.origin.sent) == 1
+    assert sorted(a.status for a in answers) == [200] * 5 + [429] * 2  # 5/minute
+
+
+def test_a_purge_while_waiting_sends_the_waiting_request_to_the_origin() -> None:
+    gate, origin = gated()
+    h = cached(origin)
+    cache = h.gateway.caches["catalog"]
+
+    async def run() -> list[Any]:
+        running = asyncio.ensure_future(
+            h.concurrently(request("/v1/catalog/p"), request("/v1/catalog/p"))
+        )
+        for _ in range(20):
+            await asyncio.sleep(0)
+        h.clock.advance(1)
+        await cache.purge("api.test", "/v1/catalog/p", "", None)
+        gate.set()
+        answers = await running
+        await h.background.run()
+        return answers
+
+    answers = asyncio.run(run())
+    assert len(h.origin.sent) == 2  # the purge came after the first was sent
+    assert [a.headers.get("x-cache") for a in answers] == ["MISS", "MISS"]
+
+
+def test_a_failing_origin_lets_the_waiting_go_on_their_own() -> None:
+    gate, origin = gated(status=503)
+    h = cached(origin)
+    answers, asked = asyncio.run(together(h, gate, *[request("/v1/catalog/f")] * 2))
+    assert asked == 1 and all(a.status == 503 for a in answers)
+    assert len(h.origin.sent) >= 2

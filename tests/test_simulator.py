@@ -174,3 +174,20 @@ def test_it_runs_inside_an_event_loop_too() -> None:
 
     assert asyncio.run(run()) == [200, 429]
     assert sim.logs[-1]["event"] == "cached_denial"
+
+
+def test_misses_at_once_overlap_at_a_slow_origin_and_are_collapsed() -> None:
+    config = {
+        "origin": API,
+        "routes": [
+            {"name": "c", "match": {"path": "/c/*"}, "limits": "100/minute", "cache": {"ttl": "1m"}}
+        ],
+    }
+    sim = Simulator(config, origin_latency="80ms")
+    start = sim.now_ms
+    answers = sim.burst(20, "GET", f"{API}/c/x")
+    assert len(sim.origin_calls) == 1
+    assert sorted(a.headers["x-cache"] for a in answers) == ["HIT"] * 19 + ["MISS"]
+    # Waits that overlap do not add up: a few times the origin's 80 ms (the waiting
+    # requests look again 5-50 ms apart), not 20 times it.
+    assert 80 <= sim.now_ms - start <= 400

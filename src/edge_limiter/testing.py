@@ -98,7 +98,9 @@ class ManualClock:
 
 
 class InstantSleep:
-    """A retry's backoff on the manual clock: waiting moves time, nothing sleeps."""
+    """Waits (a retry's backoff, a request waiting for another's answer) on the manual
+    clock: nothing sleeps, and a wait moves the clock to its end, unless it is there
+    already (waits that overlap do not add up)."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
@@ -106,8 +108,9 @@ class InstantSleep:
 
     async def __call__(self, seconds: float) -> None:
         self.waits.append(seconds)
-        self.clock.advance(round(seconds * 1000))
+        end = self.clock.now + round(seconds * 1000)
         await asyncio.sleep(0)
+        self.clock.now = max(self.clock.now, end)
 
 
 class SqliteSql:
@@ -314,8 +317,10 @@ OriginFunction = Callable[[OriginCall], OriginReply | Awaitable[OriginReply]]
 class _Origins:
     """Every origin of the config, answered by one function (or the JSON echo)."""
 
-    def __init__(self, respond: OriginFunction | None) -> None:
+    def __init__(self, respond: OriginFunction | None, clock: ManualClock, latency_ms: int) -> None:
         self.respond = respond
+        self.wait = InstantSleep(clock)
+        self.latency_s = latency_ms / 1000
         self.calls: list[OriginCall] = []
 
     async def send(self, request: OriginRequest) -> Response:
@@ -323,6 +328,8 @@ class _Origins:
         data = body if isinstance(body, bytes) else (await body.read() if body else b"")
         call = OriginCall(request.method, request.url, tuple(request.headers.items()), data)
         self.calls.append(call)
+        if self.latency_s > 0:
+            await self.wait(self.latency_s)
         reply: Any = self.respond(call) if self.respond is not None else None
         if inspect.isawaitable(reply):
             reply = await reply
@@ -372,9 +379,11 @@ class Simulator:
     """The gateway for ``config`` (a table as in ``edge-limiter.toml``, or a parsed
     :class:`~edge_limiter.core.config.Config`) in one simulated isolate.
 
-    ``secrets`` are the Worker's secrets and vars (for ``origin_headers``: a mapping, or a
-    function of the name);
-    ``admin_token`` enables the admin API; ``seed`` fixes the retries' jitter.
+    ``origin`` answers every origin's requests (see the module's docstring), each after
+    ``origin_latency`` on the simulated clock (milliseconds or ``"50ms"``: requests at
+    once then overlap at the origin, as they do on the platform). ``secrets`` are the
+    Worker's secrets and vars (for ``origin_headers``: a mapping, or a function of the
+    name); ``admin_token`` enables the admin API; ``seed`` fixes the retries' jitter.
     Raises :class:`~edge_limiter.core.errors.ConfigError` for a config the Worker refuses.
     """
 
@@ -383,6 +392,7 @@ class Simulator:
         config: Mapping[str, Any] | Config,
         *,
         origin: OriginFunction | None = None,
+        origin_latency: int | str = 0,
         secrets: Mapping[str, str] | Callable[[str], str | None] | None = None,
         admin_token: str | None = None,
         start_ms: int = EPOCH_MS,
@@ -393,7 +403,17 @@ class Simulator:
         self._secrets = secrets if callable(secrets) else dict(secrets or {}).get
         self._admin_token = admin_token
         self._seed = seed
-        self._world = _world or _World(ManualClock(start_ms), _Origins(origin))
+        if _world is None:
+            clock = ManualClock(start_ms)
+            latency_ms = (
+                origin_latency
+                if isinstance(origin_latency, int)
+                else parse_duration(origin_latency)
+            )
+            if latency_ms < 0:
+                raise ValueError("origin_latency cannot be negative")
+            _world = _World(clock, _Origins(origin, clock, latency_ms))
+        self._world = _world
         self._world.isolates.append(self)
         self._build()
 

@@ -3,6 +3,7 @@ response, so a test waits for the hit with a deadline)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from urllib.parse import quote
@@ -172,6 +173,34 @@ def test_cdn_cache_control_decides_over_cache_control(
         assert get(gateway, out).headers["x-cache"] == "MISS"
         time.sleep(0.2)
     assert origin_gets(origin, out.split("?")[0]) == 3
+
+
+def test_concurrent_misses_ask_the_origin_once(gateway: LocalGateway, origin: DemoOrigin) -> None:
+    # One slow answer for six requests at once: five wait for it in the isolate (each on
+    # its own timers: the runtime lets no request resume in another's) and are answered
+    # from it, without asking the origin or taking quota (3/hour here).
+    path = unique()
+    ip = fresh_ip()
+
+    async def run() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            return list(
+                await asyncio.gather(
+                    *(
+                        client.get(
+                            gateway.url + path,
+                            headers={"cf-connecting-ip": ip, "x-demo-delay": "400"},
+                        )
+                        for _ in range(6)
+                    )
+                )
+            )
+
+    answers = asyncio.run(run())
+    assert [a.status_code for a in answers] == [200] * 6
+    assert sorted(a.headers["x-cache"] for a in answers) == ["HIT"] * 5 + ["MISS"]
+    assert len({a.content for a in answers}) == 1
+    assert origin_gets(origin, path) == 1
 
 
 def test_a_max_age_shorter_than_the_ttl_expires_the_entry(gateway: LocalGateway) -> None:

@@ -6,8 +6,9 @@ fresh entry is answered at once (``X-Cache: HIT`` with its ``Age``; ``304`` when
 stale-while-revalidate window a stale copy is answered the same way, ``X-Cache:
 UPDATING``, and a fresh one fetched after the response). On a miss the request
 goes on; if the origin's response may be stored, it is written to KV after the response
-is sent (``waitUntil``), never on the request's critical path. KV failures are misses,
-logged, never errors for the client. The rules (keys, Cache-Control, Vary, lifetimes) are
+is sent (``waitUntil``), never on the request's critical path; other misses of the same
+entry meanwhile wait for that answer in the isolate instead of asking the origin again
+(request collapsing). KV failures are misses, logged, never errors for the client. The rules (keys, Cache-Control, Vary, lifetimes) are
 the pure :mod:`edge_limiter.core.caching`.
 """
 
@@ -53,6 +54,29 @@ REWRITE_AFTER_MS = 1_000
 _RECENT_WRITES = 1_024
 
 
+#: How long requests for a key whose answer was not stored go to the origin without
+#: waiting for each other (Varnish's "hit-for-pass").
+PASS_FOR_MS = 60_000
+
+
+#: A request waiting for another's answer looks again after this long, then twice as
+#: long each time, up to :data:`POLL_MAX_S`.
+POLL_FIRST_S = 0.005
+POLL_MAX_S = 0.05
+
+
+class _Leader:
+    """A miss under way at the origin, and what it stored once done."""
+
+    __slots__ = ("done", "request_fields", "started", "stored")
+
+    def __init__(self, started: int, request_fields: list[tuple[str, str]]) -> None:
+        self.started = started
+        self.request_fields = request_fields
+        self.done = False
+        self.stored: Entry | None = None
+
+
 #: Answers that make a stale copy stand in (RFC 5861 section 4, stale-if-error: "an
 #: error is any situation that would result in a 500, 502, 503, or 504"), besides
 #: origins that could not be reached or timed out.
@@ -81,6 +105,12 @@ class Cache:
         the origin gave to a request sent before that is not stored over it."""
         self._refreshing: dict[str, int] = {}
         """Entries being fetched again (stale-while-revalidate), with when it started."""
+        self._leaders: dict[str, _Leader] = {}
+        """Misses being fetched from the origin, by base key: a request for the same key
+        meanwhile waits for that answer instead of asking the origin again."""
+        self._passed: OrderedDict[str, int] = OrderedDict()
+        """When each base key's answer last turned out not to be stored: requests for it
+        go straight on for a while, rather than wait for each other."""
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         request = exchange.request
@@ -131,27 +161,106 @@ class Cache:
             if entry is not None and usable_stale(entry, now):
                 stale = entry
         storing = lookup.write and request.method == "GET"
-        if storing and validators:
-            # The origin's whole answer fills the cache; the client's condition is judged
-            # here against it.
-            for name in VALIDATORS:
-                request.headers.delete(name)
-        response = await call_next(exchange)
-        if stale is not None and (exchange.origin_failed or response.status in ERROR_STATUSES):
-            return self._stale(exchange, stale, response)
-        if storing and exchange.reached_origin:
-            try:
-                stored = await self._store(exchange, base, request_fields, response, generation)
-            except BodyReadError as exc:
-                # Cut off mid-body: nothing is stored, and the client is told, not sent a
-                # truncated copy as if it were whole.
-                self._log_failure("origin_body", exc)
-                origin = response.headers.get("x-origin") or "origin"
-                return problem_response(problems.origin_body_broken(self.route.name, origin))
-            if validators and stored is not None:
-                response = self._judged(validators, stored, response, now)
-        response.headers.set(CACHE_HEADER, "MISS")
-        return response
+        leader: _Leader | None = None
+        if storing:
+            waited = await self._follow(exchange, base, request_fields, validators)
+            if waited is not None:
+                return waited
+            leader = self._lead(base, request_fields, now, exchange.forward.timeout_ms)
+        stored: Entry | None = None
+        try:
+            if storing and validators:
+                # The origin's whole answer fills the cache; the client's condition is
+                # judged here against it.
+                for name in VALIDATORS:
+                    request.headers.delete(name)
+            response = await call_next(exchange)
+            if stale is not None and (exchange.origin_failed or response.status in ERROR_STATUSES):
+                return self._stale(exchange, stale, response)
+            if storing and exchange.reached_origin:
+                try:
+                    stored = await self._store(exchange, base, request_fields, response, generation)
+                except BodyReadError as exc:
+                    # Cut off mid-body: nothing is stored, and the client is told, not
+                    # sent a truncated copy as if it were whole.
+                    self._log_failure("origin_body", exc)
+                    origin = response.headers.get("x-origin") or "origin"
+                    return problem_response(problems.origin_body_broken(self.route.name, origin))
+                if stored is None:
+                    _note(self._passed, base, self.services.clock.now_ms())
+                elif validators:
+                    response = self._judged(validators, stored, response, now)
+            response.headers.set(CACHE_HEADER, "MISS")
+            return response
+        finally:
+            if leader is not None:
+                self._release(base, leader, stored)
+
+    # --- request collapsing --------------------------------------------------------------
+
+    def _lead(
+        self, base: str, request_fields: list[tuple[str, str]], now: int, timeout_ms: int
+    ) -> _Leader | None:
+        """Become the request whose answer the others for ``base`` wait for, unless one
+        is already under way (one that would have timed out by now is replaced) or the
+        key's last answer was not stored (RFC 9111 section 4: a cache may collapse
+        requests; one that cannot store the answer only makes them wait)."""
+        passed = self._passed.get(base)
+        if passed is not None and now - passed < PASS_FOR_MS:
+            return None
+        current = self._leaders.get(base)
+        if current is not None and now - current.started < timeout_ms + 1_000:
+            return None
+        if current is None and len(self._leaders) >= _RECENT_WRITES:
+            return None  # that many misses under way: the rest go on as before
+        leader = _Leader(now, request_fields)
+        self._leaders[base] = leader
+        return leader
+
+    def _release(self, base: str, leader: _Leader, stored: Entry | None) -> None:
+        """The leader's answer is in (stored, or not): wake the requests waiting for it."""
+        if self._leaders.get(base) is leader:
+            del self._leaders[base]
+        leader.stored = stored
+        leader.done = True
+
+    async def _follow(
+        self,
+        exchange: Exchange,
+        base: str,
+        request_fields: list[tuple[str, str]],
+        validators: list[tuple[str, str]],
+    ) -> Response | None:
+        """Wait for the request already fetching ``base``, and answer from what it stored
+        (as a hit: ``X-Cache: HIT``, counted only with ``count_hits``); ``None`` when
+        there is no such request, or its answer is no answer to this one (not stored, of
+        another variant, purged meanwhile): then this request goes to the origin itself."""
+        leader = self._leaders.get(base)
+        arrived = exchange.now_ms
+        limit_s = (exchange.forward.timeout_ms + 1_000) / 1000
+        if leader is None or arrived - leader.started >= limit_s * 1000:
+            return None
+        # This request looks on its own timers: awaiting anything the leader resolves
+        # would resume it in the leader's request, which the platform refuses (its
+        # continuation would be cancelled with that request).
+        waited_s, delay_s = 0.0, POLL_FIRST_S
+        while not leader.done:
+            if waited_s >= limit_s:
+                return None
+            await self.services.sleep(delay_s)
+            waited_s += delay_s
+            delay_s = min(delay_s * 2, POLL_MAX_S)
+        entry = leader.stored
+        if entry is None or self._purged_since(base, arrived):
+            return None
+        if entry.vary and variant_key(base, entry.vary, request_fields) != variant_key(
+            base, entry.vary, leader.request_fields
+        ):
+            return None
+        exchange.now_ms = self.services.clock.now_ms()
+        if not is_fresh(entry, exchange.now_ms):
+            return None
+        return await self._hit(exchange, entry, validators)
 
     @staticmethod
     def _judged(
