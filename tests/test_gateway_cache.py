@@ -928,3 +928,11 @@ def test_a_failing_origin_lets_the_waiting_go_on_their_own() -> None:
     answers, asked = asyncio.run(together(h, gate, *[request("/v1/catalog/f")] * 2))
     assert asked == 1 and all(a.status == 503 for a in answers)
     assert len(h.origin.sent) >= 2
+
+
+def test_a_client_that_skips_the_cache_never_waits_for_another_answer() -> None:
+    gate, origin = gated()
+    h = cached(origin, allow_client_no_cache=True)
+    fresh = request("/v1/catalog/s", headers={"cache-control": "no-cache"})
+    answers, asked = asyncio.run(together(h, gate, request("/v1/catalog/s"), fresh))
+    assert asked == 2 and [a.headers.get("x-cache") for a in answers] == ["MISS", "MISS"]

@@ -163,9 +163,12 @@ class Cache:
         storing = lookup.write and request.method == "GET"
         leader: _Leader | None = None
         if storing:
-            waited = await self._follow(exchange, base, request_fields, validators)
-            if waited is not None:
-                return waited
+            # A client that skipped the cache (no-cache, where the route allows it) wants
+            # an answer the origin gave after it asked: it never waits for another's.
+            if lookup.read:
+                waited = await self._follow(exchange, base, request_fields, validators)
+                if waited is not None:
+                    return waited
             leader = self._lead(base, request_fields, now, exchange.forward.timeout_ms)
         stored: Entry | None = None
         try:
