@@ -3,7 +3,8 @@
     scripts/check-config [FILE] [--wrangler wrangler.toml] [--env NAME]
     scripts/check-config --explain METHOD URL [--header "Name: value"] [--ip ADDR]
                          [--country CC --continent XX --asn N --lat LAT --lon LON]
-    scripts/check-config --simulate METHOD URL [--times N] [--every 1s] [the same options]
+    scripts/check-config --simulate METHOD URL [--times N] [--every 1s] [--at ISO-TIME]
+                         [--origin-status 503] [--origin-latency 2s] [the same options]
 
 Prints the effective table of routes (match, key, limits with burst, algorithm, shadow,
 failure policy, cache, idempotency, origin pool) and every warning; exits 1 listing every
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,7 @@ from edge_limiter.core.explain import (  # noqa: E402
     header_line,
 )
 from edge_limiter.gateway.health import pools_of  # noqa: E402
-from edge_limiter.testing import DEFAULT_IP, Simulator  # noqa: E402
+from edge_limiter.testing import DEFAULT_IP, Answer, Reply, Simulator, epoch_ms  # noqa: E402
 
 
 def _limits(route: dict[str, Any]) -> str:
@@ -134,35 +136,64 @@ def simulate(
     times: int,
     every_ms: int,
     headers: list[tuple[str, str]],
-    client: dict[str, str],
+    client: dict[str, Any],
+    start: int,
+    origin_status: int = 200,
+    origin_latency_ms: int = 0,
 ) -> list[dict[str, Any]]:
     """``times`` requests ``every_ms`` apart through the whole gateway on a simulated
-    clock (in-memory Durable Objects, KV and origins that answer 200)."""
-    sim = Simulator(config, secrets=_secret_shown)
+    clock from ``start`` (in-memory Durable Objects and KV; origins that answer
+    ``origin_status`` after ``origin_latency_ms``)."""
+    sim = Simulator(
+        config,
+        secrets=_secret_shown,
+        start=start,
+        origin=lambda call: Reply(origin_status, [("content-type", "application/json")], "{}"),
+        origin_latency=origin_latency_ms,
+    )
     started = sim.now_ms
     out = []
     for number in range(1, times + 1):
         if number > 1:
             sim.advance(every_ms)
+        sent_at = sim.now_ms - started
         answer = sim.request(method, url, headers=headers, **client)
         fields = answer.headers
         out.append(
             {
                 "n": number,
-                "at_ms": sim.now_ms - started,
+                "at_ms": sent_at,
                 "status": answer.status,
                 "remaining": fields.get("x-ratelimit-remaining"),
                 "retry_after": fields.get("retry-after"),
                 "ratelimit": fields.get("ratelimit"),
-                "reason": fields.get("x-edgelimiter-reason") or fields.get("x-cache"),
+                "reason": _note(answer),
                 "forwarded": answer.forwarded,
             }
         )
     return out
 
 
+def _note(answer: Answer) -> str | None:
+    """Why the answer is what it is: the gateway's reason, the cache's word, a replay,
+    or the code of the gateway's own problem answer."""
+    fields = answer.headers
+    for name in ("x-edgelimiter-reason", "x-cache"):
+        if fields.get(name):
+            return fields[name]
+    if fields.get("idempotent-replayed") == "true":
+        return "replayed"
+    if fields.get("content-type", "").startswith("application/problem+json"):
+        try:
+            code = answer.json().get("code")
+        except ValueError:
+            code = None
+        return str(code) if code else None
+    return None
+
+
 def simulation_table(results: list[dict[str, Any]]) -> str:
-    rows = [["#", "at", "status", "remaining", "retry-after", "to origin", "note"]]
+    rows = [["#", "at", "status", "remaining", "retry-after", "origin attempts", "note"]]
     for item in results:
         rows.append(
             [
@@ -171,7 +202,7 @@ def simulation_table(results: list[dict[str, Any]]) -> str:
                 str(item["status"]),
                 item["remaining"] or "-",
                 item["retry_after"] or "-",
-                "yes" if item["forwarded"] else "no",
+                str(item["forwarded"]),
                 item["reason"] or "",
             ]
         )
@@ -194,7 +225,7 @@ def _shown(value: object) -> str:
 #: The options that describe the request to explain or simulate.
 EXPLAIN_ONLY = ("header", "ip", "country", "continent", "asn", "lat", "lon", "json")
 #: The options of a simulation only.
-SIMULATE_ONLY = ("times", "every")
+SIMULATE_ONLY = ("times", "every", "at", "origin_status", "origin_latency")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,6 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--every", default=None, help="--simulate: time between them ('100ms', '1s'; 0)"
     )
+    parser.add_argument(
+        "--at",
+        default=None,
+        help="--simulate: when the first is sent, ISO 8601 ('2026-12-01T10:00:00Z'; now)",
+    )
+    parser.add_argument(
+        "--origin-status", type=int, default=None, help="--simulate: what origins answer (200)"
+    )
+    parser.add_argument(
+        "--origin-latency", default=None, help="--simulate: how long they take ('0ms')"
+    )
     args = parser.parse_args(argv)
     if args.explain and args.simulate:
         parser.error("--explain and --simulate: one at a time")
@@ -231,16 +273,31 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"{', '.join(given)}: only with --explain or --simulate METHOD URL")
     if not args.simulate:
-        given = [f"--{name}" for name in SIMULATE_ONLY if getattr(args, name) is not None]
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in SIMULATE_ONLY
+            if getattr(args, name) is not None
+        ]
         if given:
             parser.error(f"{', '.join(given)}: only with --simulate METHOD URL")
     times = 1 if args.times is None else args.times
     if not 1 <= times <= 100_000:
         parser.error(f"--times must be from 1 to 100000, got {times}")
+    durations = {}
+    for option in ("every", "origin_latency"):
+        text = getattr(args, option)
+        try:
+            durations[option] = 0 if text in (None, "0") else parse_duration(text)
+        except DurationError as exc:
+            parser.error(f"--{option.replace('_', '-')}: {exc}")
+    every_ms, latency_ms = durations["every"], durations["origin_latency"]
+    origin_status = 200 if args.origin_status is None else args.origin_status
+    if not 200 <= origin_status <= 599:
+        parser.error(f"--origin-status must be a final status, 200 to 599, got {origin_status}")
     try:
-        every_ms = parse_duration(args.every or "0ms")
-    except DurationError as exc:
-        parser.error(f"--every: {exc}")
+        start = int(time.time() * 1000) if args.at is None else epoch_ms(args.at)
+    except ValueError as exc:
+        parser.error(f"--at: {exc}")
 
     # Problems of the wrangler environments not asked for are warnings here (the build,
     # which cannot tell which one wrangler deploys, refuses them all).
@@ -294,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
                         "latitude": client.latitude,
                         "longitude": client.longitude,
                     },
+                    start=start,
+                    origin_status=origin_status,
+                    origin_latency_ms=latency_ms,
                 )
                 if args.json:
                     print(json.dumps(results, indent=2))

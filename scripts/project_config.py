@@ -85,6 +85,8 @@ def read_toml(path: Path) -> dict[str, Any]:
             f"{path}: not UTF-8 text (TOML is UTF-8): byte {exc.object[exc.start]:#04x} at "
             f"offset {exc.start}"
         ) from exc
+    except IsADirectoryError:
+        raise ProjectConfigError(f"{path}: is a directory, not a config file") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ProjectConfigError(f"{path}: {exc}") from exc
 

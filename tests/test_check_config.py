@@ -166,7 +166,7 @@ def test_simulate_runs_the_requests_through_the_gateway_on_a_simulated_clock() -
     assert [row[1] for row in rows] == ["0s", "5s", "10s", "15s", "20s", "25s", "30s"]
     # The window of the first request ends at 60 s: 35 s then 30 s to wait.
     assert [row[4] for row in rows[5:]] == ["35", "30"]
-    assert rows[0][5] == "yes" and rows[-1][5:] == ["no", "limited"]
+    assert rows[0][5] == "1" and rows[-1][5:] == ["0", "limited"]
     keyed = run(
         "--simulate",
         "GET",
@@ -189,6 +189,59 @@ def test_simulate_runs_the_requests_through_the_gateway_on_a_simulated_clock() -
         assert refused.returncode == 2 and says in refused.stderr, bad
     relative = run("--simulate", "GET", "/v1/login")
     assert relative.returncode == 2 and "not an absolute URL" in relative.stderr
+    for url, says in (
+        ("https://api.example.com:99999/x", "the port must be from 1 to 65535"),
+        ("https://[::1/x", "is not a host with an optional port"),
+    ):
+        refused = run("--simulate", "GET", url)
+        assert refused.returncode == 2 and says in refused.stderr, url
+    for bad, says in (
+        (["--header", "Bad Name: x"], "expected 'Name: value'"),
+        (["--country", "ZZZ"], "two-letter code"),
+        (["--at", "soon"], "--at: start must be"),
+        (["--origin-status", "99"], "--origin-status must be"),
+    ):
+        refused = run("--simulate", "GET", login, *bad)
+        assert refused.returncode == 2 and says in refused.stderr, bad
+
+
+def test_simulate_says_why_and_takes_failing_slow_origins_and_a_start() -> None:
+    pay = "https://api.example.com/v1/payments"
+    keyed = ["--header", "X-Api-Key: k", "--header", 'Idempotency-Key: "k1"']
+    done = run("--simulate", "POST", pay, "--times", "2", *keyed, "--json")
+    assert [r["reason"] for r in json.loads(done.stdout)] == [None, "replayed"]
+    missing = run("--simulate", "POST", pay, "--header", "X-Api-Key: k", "--json")
+    assert json.loads(missing.stdout)[0]["reason"] == "idempotency_key_missing"
+    failing = run(
+        "--simulate",
+        "GET",
+        "https://api.example.com/v1/x",
+        "--times",
+        "2",
+        "--every",
+        "0",
+        "--origin-status",
+        "503",
+        "--origin-latency",
+        "200ms",
+        "--json",
+    )
+    results = json.loads(failing.stdout)
+    assert [(r["status"], r["forwarded"]) for r in results] == [(503, 3), (503, 3)]
+    assert results[0]["at_ms"] == 0 and results[1]["at_ms"] >= 600  # three slow attempts
+    # Windows aligned to the clock (the example's catalog: a fixed window of 300/minute):
+    # where the first request falls decides the reset.
+    at = run(
+        "--simulate",
+        "GET",
+        "https://api.example.com/v1/catalog/a",
+        "--at",
+        "2026-12-01T10:00:45Z",
+        "--json",
+    )
+    assert json.loads(at.stdout)[0]["ratelimit"].endswith("t=15")
+    directory = run(str(ROOT / "src"), "--simulate", "GET", "https://api.example.com/x")
+    assert directory.returncode == 1 and "is a directory" in directory.stderr
 
 
 def test_a_config_file_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> None:

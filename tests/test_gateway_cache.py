@@ -59,6 +59,20 @@ def test_cdn_cache_control_decides_for_this_cache_and_reaches_the_client() -> No
     assert h.kv.puts == [] and len(h.origin.sent) == 2
 
 
+def test_a_304_carries_the_targeted_cache_fields_too() -> None:
+    fields = [
+        *TAGGED,
+        ("cdn-cache-control", "max-age=600"),
+        ("cloudflare-cdn-cache-control", "max-age=30"),
+    ]
+    h = cached(FakeOrigin(respond=answering(headers=fields)))
+    for _ in range(2):  # on the miss, then from the hit
+        answer = h.send(request("/v1/catalog/t304", headers={"if-none-match": '"v1"'}))
+        assert answer.status == 304
+        assert answer.headers.get("cdn-cache-control") == "max-age=600"
+        assert answer.headers.get("cloudflare-cdn-cache-control") == "max-age=30"
+
+
 def test_the_write_happens_after_the_response() -> None:
     h = cached()
     h.send(request("/v1/catalog/a"), flush=False)

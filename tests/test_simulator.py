@@ -12,6 +12,7 @@ from edge_limiter.testing import (
     OriginCall,
     OriginTimeoutError,
     OriginUnreachableError,
+    Reply,
     Simulator,
 )
 
@@ -191,3 +192,43 @@ def test_misses_at_once_overlap_at_a_slow_origin_and_are_collapsed() -> None:
     # Waits that overlap do not add up: a few times the origin's 80 ms (the waiting
     # requests look again 5-50 ms apart), not 20 times it.
     assert 80 <= sim.now_ms - start <= 400
+
+
+def test_a_slow_origin_times_out_on_the_simulated_clock() -> None:
+    sim = Simulator(limited(timeout="1s"), origin=lambda call: Reply(200, body="late", after="3s"))
+    start = sim.now_ms
+    answer = sim.request("GET", f"{API}/v1/x")
+    # The route's timeout covers every attempt: one that took all of it leaves no retry.
+    assert (answer.status, answer.forwarded) == (504, 1)
+    assert sim.now_ms - start == 1_000
+    assert sim.origin_calls[0].timeout_ms == 1_000
+    quick = Simulator(limited(timeout="1s"), origin=lambda call: Reply(201, after=999))
+    assert quick.request("GET", f"{API}/v1/x").status == 201
+
+
+def test_the_clock_starts_where_the_test_says() -> None:
+    sim = Simulator(limited("2/minute", algorithm="fixed_window"), start="2026-12-01T10:00:30Z")
+    assert sim.now_ms == 1_796_119_230_000
+    answers = [sim.request("GET", f"{API}/v1/x") for _ in range(3)]
+    assert answers[-1].status == 429 and answers[-1].headers["retry-after"] == "30"
+    with pytest.raises(ValueError, match="ISO 8601"):
+        Simulator(limited(), start="tomorrow")
+
+
+def test_a_body_is_sent_as_clients_send_it_and_every_cookie_is_kept() -> None:
+    def origin(call: OriginCall) -> Reply:
+        assert call.header("content-length") == str(len(call.body))
+        return Reply(
+            503 if call.method == "PUT" and len(sim.origin_calls) < 3 else 200,
+            [
+                ("set-cookie", "a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT"),
+                ("set-cookie", "b=2"),
+            ],
+        )
+
+    sim = Simulator(limited(), origin=origin)
+    put = sim.request("PUT", f"{API}/v1/x", body=b"{}")
+    # A body of known length is kept and sent again: the PUT is retried.
+    assert (put.status, put.forwarded) == (200, 3)
+    assert [c.body for c in sim.origin_calls] == [b"{}"] * 3
+    assert put.get_all("Set-Cookie") == ["a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT", "b=2"]

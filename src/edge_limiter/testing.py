@@ -34,6 +34,7 @@ import random
 import tomllib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from .core.config.sources import apply_environment
 from .core.control import apply_overrides_call, apply_stats_call
 from .core.durations import parse_duration
 from .core.explain import explained_client, split_url
-from .core.http.messages import BytesBody, Headers, Request, Response
+from .core.http.messages import Headers, Request, Response
 from .core.idempotency.protocol import apply_stored
 from .core.keystore import KeyStore
 from .core.resilience.shared import (
@@ -70,8 +71,10 @@ __all__ = [
     "OriginCall",
     "OriginTimeoutError",
     "OriginUnreachableError",
+    "Reply",
     "Simulator",
     "SqliteSql",
+    "epoch_ms",
 ]
 
 #: Where a simulation's clock starts: 2023-11-14T22:13:20Z.
@@ -266,6 +269,43 @@ class Deferred:
         return count
 
 
+def epoch_ms(start: int | str) -> int:
+    """A clock's start: epoch milliseconds, or an ISO 8601 time (UTC unless it says)."""
+    if isinstance(start, int):
+        return start
+    try:
+        moment = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"start must be epoch milliseconds or an ISO 8601 time like "
+            f"'2026-12-01T10:00:00Z', got {start!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+class _ClientBody:
+    """A request's body as the platform hands it over: a stream, read only when a stage
+    asks for it (then kept), so what the gateway does with it is what it does there."""
+
+    __slots__ = ("_bytes", "data")
+
+    def __init__(self, payload: bytes) -> None:
+        self._bytes = payload
+        self.data: bytes | None = None
+
+    async def read(self, progress: Any = None) -> bytes:
+        del progress
+        self.data = self._bytes
+        return self._bytes
+
+    async def read_at_most(self, limit: int, progress: Any = None) -> bytes | None:
+        if len(self._bytes) > limit:
+            return None
+        return await self.read(progress)
+
+
 # --- what a simulation shows ----------------------------------------------------------------
 
 
@@ -277,6 +317,8 @@ class OriginCall:
     url: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
+    timeout_ms: int = 0
+    """How long the gateway waits for this attempt's answer (its status and fields)."""
 
     @property
     def path(self) -> str:
@@ -290,27 +332,50 @@ class OriginCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Reply:
+    """An origin's answer, given ``after`` a while on the simulated clock (milliseconds or
+    ``"3s"``; by default the simulator's ``origin_latency``). An answer that would come
+    after the attempt's timeout never comes: the gateway's wait ends at the timeout."""
+
+    status: int = 200
+    headers: Mapping[str, str] | Iterable[tuple[str, str]] = ()
+    body: bytes | str = b""
+    after: int | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """What the client got."""
 
     status: int
     headers: dict[str, str]
-    """Field names in lower case; a field sent on several lines joined with ``, ``."""
+    """Field names in lower case; a field sent on several lines joined with ``, `` (see
+    :meth:`get_all` for ``Set-Cookie``)."""
     body: bytes
     forwarded: int
-    """How many requests to origins this one made (retries included; 0: answered by the
-    gateway or from its cache)."""
+    """How many attempts at origins this request made, retries included, whether or not
+    they reached one (0: answered by the gateway or from its cache)."""
+    header_list: tuple[tuple[str, str], ...] = ()
+    """The fields as sent, one pair per line."""
 
     @property
     def text(self) -> str:
         return self.body.decode("utf-8", "replace")
 
+    def get_all(self, name: str) -> list[str]:
+        """Every line of the field ``name`` (any case), in order."""
+        wanted = name.lower()
+        return [value for key, value in self.header_list if key.lower() == wanted]
+
     def json(self) -> Any:
         return json.loads(self.body)
 
 
-#: What an origin function may return: a status, (status, headers, body), or None.
-OriginReply = int | tuple[int, Mapping[str, str] | Iterable[tuple[str, str]], bytes | str] | None
+#: What an origin function may return: a status, (status, headers, body), a
+#: :class:`Reply`, or None (the JSON echo).
+OriginReply = (
+    int | tuple[int, Mapping[str, str] | Iterable[tuple[str, str]], bytes | str] | Reply | None
+)
 OriginFunction = Callable[[OriginCall], OriginReply | Awaitable[OriginReply]]
 
 
@@ -320,30 +385,48 @@ class _Origins:
     def __init__(self, respond: OriginFunction | None, clock: ManualClock, latency_ms: int) -> None:
         self.respond = respond
         self.wait = InstantSleep(clock)
-        self.latency_s = latency_ms / 1000
+        self.latency_ms = latency_ms
         self.calls: list[OriginCall] = []
 
     async def send(self, request: OriginRequest) -> Response:
         body = request.body
         data = body if isinstance(body, bytes) else (await body.read() if body else b"")
-        call = OriginCall(request.method, request.url, tuple(request.headers.items()), data)
+        call = OriginCall(
+            request.method, request.url, tuple(request.headers.items()), data, request.timeout_ms
+        )
         self.calls.append(call)
-        if self.latency_s > 0:
-            await self.wait(self.latency_s)
         reply: Any = self.respond(call) if self.respond is not None else None
         if inspect.isawaitable(reply):
             reply = await reply
-        if reply is None:
-            echo = {"origin": request.url, "method": request.method, "n": len(self.calls)}
-            return Response(
-                200, Headers([("content-type", "application/json")]), json.dumps(echo).encode()
-            )
-        if isinstance(reply, int):
-            return Response(reply, Headers([]), b"")
-        status, fields, payload = reply
+        if not isinstance(reply, Reply):
+            reply = _as_reply(reply, request, len(self.calls))
+        after_ms = (
+            self.latency_ms
+            if reply.after is None
+            else reply.after
+            if isinstance(reply.after, int)
+            else parse_duration(reply.after)
+        )
+        if request.timeout_ms and after_ms > request.timeout_ms:
+            await self.wait(request.timeout_ms / 1000)
+            raise OriginTimeoutError("The operation was aborted due to timeout")
+        if after_ms > 0:
+            await self.wait(after_ms / 1000)
+        fields = reply.headers
         pairs = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
-        raw = payload.encode() if isinstance(payload, str) else bytes(payload)
-        return Response(int(status), Headers(pairs), raw)
+        raw = reply.body.encode() if isinstance(reply.body, str) else bytes(reply.body)
+        return Response(int(reply.status), Headers(pairs), raw)
+
+
+def _as_reply(reply: Any, request: OriginRequest, number: int) -> Reply:
+    """What an origin function returned, as a :class:`Reply`."""
+    if reply is None:
+        echo = {"origin": request.url, "method": request.method, "n": number}
+        return Reply(200, [("content-type", "application/json")], json.dumps(echo))
+    if isinstance(reply, int):
+        return Reply(reply)
+    status, fields, payload = reply
+    return Reply(status, fields, payload)
 
 
 @dataclass
@@ -380,8 +463,11 @@ class Simulator:
     :class:`~edge_limiter.core.config.Config`) in one simulated isolate.
 
     ``origin`` answers every origin's requests (see the module's docstring), each after
-    ``origin_latency`` on the simulated clock (milliseconds or ``"50ms"``: requests at
-    once then overlap at the origin, as they do on the platform). ``secrets`` are the
+    ``origin_latency`` on the simulated clock unless its :class:`Reply` says otherwise
+    (milliseconds or ``"50ms"``: requests at once then overlap at the origin, as they do
+    on the platform). ``start`` is when the clock starts, in epoch milliseconds or as an
+    ISO 8601 time (``"2026-12-01T10:00:00Z"``): windows aligned to the clock
+    (``fixed_window``, ``sliding_window``) reset at times that depend on it. ``secrets`` are the
     Worker's secrets and vars (for ``origin_headers``: a mapping, or a function of the
     name); ``admin_token`` enables the admin API; ``seed`` fixes the retries' jitter.
     Raises :class:`~edge_limiter.core.errors.ConfigError` for a config the Worker refuses.
@@ -395,7 +481,7 @@ class Simulator:
         origin_latency: int | str = 0,
         secrets: Mapping[str, str] | Callable[[str], str | None] | None = None,
         admin_token: str | None = None,
-        start_ms: int = EPOCH_MS,
+        start: int | str = EPOCH_MS,
         seed: int = 7,
         _world: _World | None = None,
     ) -> None:
@@ -404,7 +490,7 @@ class Simulator:
         self._admin_token = admin_token
         self._seed = seed
         if _world is None:
-            clock = ManualClock(start_ms)
+            clock = ManualClock(epoch_ms(start))
             latency_ms = (
                 origin_latency
                 if isinstance(origin_latency, int)
@@ -502,6 +588,9 @@ class Simulator:
         if client.ip:
             pairs.append(("cf-connecting-ip", client.ip))
         data = body.encode() if isinstance(body, str) else body
+        framed = {k.lower() for k, _ in pairs} & {"content-length", "transfer-encoding"}
+        if data is not None and not framed:
+            pairs.append(("content-length", str(len(data))))  # as HTTP clients send it
         return Request(
             method=method.upper(),
             path=runtime_path(path),
@@ -510,7 +599,7 @@ class Simulator:
             scheme=scheme.lower(),
             headers=Headers(pairs),
             client=client,
-            body=BytesBody(data) if data is not None else None,
+            body=_ClientBody(data) if data is not None else None,
         )
 
     async def _send(self, request: Request) -> Answer:
@@ -524,11 +613,11 @@ class Simulator:
             data = bytes(body)
         else:
             data = await body.read()
+        lines = tuple((name.lower(), value) for name, value in response.headers.items())
         fields: dict[str, str] = {}
-        for name, value in response.headers.items():
-            key = name.lower()
+        for key, value in lines:
             fields[key] = f"{fields[key]}, {value}" if key in fields else value
-        return Answer(response.status, fields, data, forwarded)
+        return Answer(response.status, fields, data, forwarded, lines)
 
     # --- time and state ------------------------------------------------------------------
 

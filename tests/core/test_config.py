@@ -519,6 +519,10 @@ def test_forms_users_of_peers_write_are_taken_or_refused_saying_what_to_write() 
 def test_settings_that_can_never_apply_are_warnings() -> None:
     posts = route(match={"path": "/x", "methods": ["POST"]}, cache={"ttl": "5m"})
     assert any(".cache: never stores" in w for w in parse_config(config(posts)).warnings)
+    heads = route(match={"path": "/x", "methods": ["HEAD"]}, cache={"ttl": "5m"})
+    assert any(".cache: never stores" in w for w in parse_config(config(heads)).warnings)
+    gets = route(match={"path": "/x", "methods": ["GET"]}, cache={"ttl": "5m"})
+    assert not any(".cache" in w for w in parse_config(config(gets)).warnings)
     gets = route(match={"path": "/x", "methods": ["GET"]}, idempotency={"mode": "required"})
     assert any(".idempotency: protects nothing" in w for w in parse_config(config(gets)).warnings)
     under = parse_config(config(route(match={"path": "/v1/*"}), admin={"prefix": "/v1"}))
@@ -593,6 +597,9 @@ def test_fields_that_would_change_nothing_are_refused_or_warned() -> None:
     for key in (["global", "ip"], ["header:x-k", "global"]):
         problems = problems_of(config(route(key=key)))
         assert any("route 'r'.key" in p and "'global'" in p for p in problems), key
+    assert problems_of(config(route(key=["global", "global"]))) == [
+        "route 'r'.key: names the same key part twice"
+    ]
     assert parse_config(config(route(key="global"))).routes[0].limits.key.parts
     # Address aggregation on a key without an address.
     header = parse_config(config(route(key="header:x-k", ipv6_prefix=48, ipv4_prefix=24)))
@@ -606,3 +613,30 @@ def test_fields_that_would_change_nothing_are_refused_or_warned() -> None:
     assert any("route 'r'.shadow: has no effect" in w for w in everywhere)
     assert parse_config(config(route(shadow=False))).warnings == ()
     assert parse_config(config(route(shadow=True), shadow=True)).warnings == ()
+
+
+def test_retry_and_breaker_settings_that_cannot_act_are_warnings() -> None:
+    def warned(*routes: dict[str, object], **top: object) -> list[str]:
+        return list(parse_config(config(*routes, **top)).warnings)
+
+    posts = route(match={"path": "/p", "methods": ["POST", "PATCH"]}, retry={"attempts": 5})
+    assert any("route 'r'.retry: has no effect" in w for w in warned(posts))
+    keyed = {**posts, "idempotency": {"mode": "required"}}
+    assert not any(".retry" in w for w in warned(keyed))
+    puts = route(match={"path": "/p", "methods": ["POST", "PUT"]}, retry={"attempts": 5})
+    assert not any(".retry" in w for w in warned(puts))
+    assert not any(".retry" in w for w in warned(route(retry={"attempts": 5})))  # all methods
+    once = route(retry={"attempts": 1, "base": "1s", "budget": 0.5})
+    assert any("route 'r'.retry.base: has no effect" in w and "budget" in w for w in warned(once))
+    assert not any(".retry" in w for w in warned(route(retry={"attempts": 1})))
+    never = route(retry={"attempts": 3, "budget": 0, "min_per_second": 0})
+    assert any("route 'r'.retry: no retry can ever run" in w for w in warned(never))
+    assert not any(".retry" in w for w in warned(route(retry={"attempts": 3, "budget": 0})))
+    pool = {
+        "breaker": {"slow_call": "5s"},
+        "origins": [{"name": "a", "url": "https://a.test", "timeout": "5s"}],
+    }
+    slow = warned(route(pool="p"), pools={"p": pool})
+    assert any("pool 'p'.breaker.slow_call: has no effect" in w for w in slow)
+    pool["breaker"] = {"slow_call": "4s"}
+    assert not any("slow_call" in w for w in warned(route(pool="p"), pools={"p": pool}))

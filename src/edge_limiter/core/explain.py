@@ -20,6 +20,12 @@ from .routing.geo import ClientLocation, order_origins
 
 #: Where an absolute URL's authority ends.
 _AUTHORITY_END = re.compile(r"[/?#]")
+#: A host (a name, an IPv4 address or a bracketed IPv6 one) and an optional port, as a
+#: URL parser takes them; no user information, spaces or controls.
+_AUTHORITY_RE = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s\x00-\x1f\x7f@\[\]:/]+)(?::\d{0,5})?")
+_PORT_RE = re.compile(r":\d+$")
+#: ``request.cf.country`` / ``continent``: two letters (Cloudflare adds ``T1`` for Tor).
+_CODE_RE = re.compile(r"[A-Za-z][A-Za-z0-9]")
 
 
 def _leases(route: Route) -> dict[str, Any] | None:
@@ -80,8 +86,10 @@ def describe_route(route: Route) -> dict[str, Any]:
 def header_line(text: str) -> tuple[str, str]:
     """``"Name: value"`` as a field to explain a request with; raises :class:`ExplainError`."""
     name, sep, value = text.partition(":")
-    if not sep or not name.strip():
+    if not sep or not is_token(name.strip()):
         raise ExplainError(f"a header is written 'Name: value', got {text!r}")
+    if any(char in value for char in "\r\n\x00"):
+        raise ExplainError(f"a header's value is one line, got {text!r}")
     return name.strip(), value.strip()
 
 
@@ -109,6 +117,12 @@ def explained_client(
             ) from None
     if asn and not (asn.strip().isascii() and asn.strip().isdigit()):
         raise ExplainError(f"asn must be a number (request.cf.asn, e.g. 13335), got {asn!r}")
+    for name, code, example in (("country", country, "DE"), ("continent", continent, "EU")):
+        if code and not _CODE_RE.fullmatch(code):
+            raise ExplainError(
+                f"{name} is a two-letter code as request.cf gives it (e.g. {example!r}), "
+                f"got {code!r}"
+            )
     coordinates: list[float | None] = []
     for name, text, bound in (("latitude", latitude, 90), ("longitude", longitude, 180)):
         if not text:
@@ -141,6 +155,11 @@ def split_url(url: str) -> tuple[str, str, str, str]:
     target = rest[len(authority) :]
     if scheme.lower() not in ("http", "https") or not authority:
         raise ExplainError(f"{url!r} is not an absolute URL like https://api.example.com/v1/x")
+    if not _AUTHORITY_RE.fullmatch(authority):
+        raise ExplainError(f"{url!r}: {authority!r} is not a host with an optional port")
+    port = authority.rpartition(":")[2] if _PORT_RE.search(authority) else ""
+    if port and not 0 < int(port) <= 65535:
+        raise ExplainError(f"{url!r}: the port must be from 1 to 65535, got {port}")
     raw_path, _, query = target.partition("#")[0].partition("?")
     return scheme, authority, raw_path or "/", query
 

@@ -24,9 +24,20 @@ from ..http.dates import http_date_ms
 from .fields import FieldPairs, Fields, field_pairs, field_value, field_values
 
 #: The stored fields a ``304`` carries (RFC 9110 section 15.4.5), ``Last-Modified`` included
-#: since it guides the client's next ``If-Modified-Since``.
+#: since it guides the client's next ``If-Modified-Since``, and the targeted forms of
+#: ``Cache-Control`` (RFC 9213), which a cache downstream freshens its copy with.
 NOT_MODIFIED_FIELDS = frozenset(
-    {"cache-control", "content-location", "date", "etag", "expires", "last-modified", "vary"}
+    {
+        "cache-control",
+        "cdn-cache-control",
+        "cloudflare-cdn-cache-control",
+        "content-location",
+        "date",
+        "etag",
+        "expires",
+        "last-modified",
+        "vary",
+    }
 )
 
 

@@ -49,7 +49,7 @@ from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..rates import MAX_QUOTA, Limit, parse_rate, parse_rates
 from ..resilience.breaker import BreakerSettings
-from ..resilience.retry import RetrySettings, parse_retry
+from ..resilience.retry import IDEMPOTENT_METHODS, RetrySettings, parse_retry
 from ..routing.origins import Origin, Pool, fit_trial_timeout, parse_origin_url, parse_pools
 from ..validation import (
     Problems,
@@ -298,8 +298,8 @@ def _parse_key(
         parts.append(part)
     if len({str(p) for p in parts}) != len(parts):
         problems.add(f"{where}.key", "names the same key part twice")
-    if len(parts) > 1 and any(part.kind == "global" for part in parts):
-        others = "+".join(str(part) for part in parts if part.kind != "global")
+    others = "+".join(str(part) for part in parts if part.kind != "global")
+    if others and any(part.kind == "global" for part in parts):
         problems.add(
             f"{where}.key",
             "'global' is one counter for every request and cannot be combined with other "
@@ -504,11 +504,25 @@ def _parse_route(
     cache = parse_cache(raw.get("cache"), f"{where}.cache", problems)
     idempotency = parse_idempotency(raw.get("idempotency"), f"{where}.idempotency", problems)
     matched = match.methods if match is not None else None
-    if cache is not None and matched is not None and not matched & {"GET", "HEAD"}:
+    if cache is not None and matched is not None and "GET" not in matched:
         problems.warn(
             f"{where}.cache",
             f"never stores anything: the route matches only {', '.join(sorted(matched))}, "
-            "and the cache keeps answers to GET and HEAD",
+            "and the cache stores answers to GET (a HEAD is answered from the stored GET "
+            "answer of its route, never stored itself)",
+        )
+    if (
+        raw.get("retry") is not None
+        and idempotency is None
+        and matched is not None
+        and not matched & IDEMPOTENT_METHODS
+    ):
+        problems.warn(
+            f"{where}.retry",
+            f"has no effect: the route matches only {', '.join(sorted(matched))}, which are "
+            "never sent twice (the origin may have acted on the first); with an "
+            "idempotency table, requests holding an Idempotency-Key are retried when the "
+            "origin says it did not act",
         )
     if (
         idempotency is not None

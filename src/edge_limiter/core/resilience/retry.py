@@ -120,6 +120,19 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
             f"{where}.budget_window", f"must be whole seconds, got {shown(fields['budget_window'])}"
         )
         window = DEFAULT_WINDOW_MS
+    if attempts > 1 and ratio == 0 and min_per_second == 0:
+        problems.warn(
+            where,
+            "no retry can ever run: budget = 0 and min_per_second = 0 allow none (write "
+            "attempts = 1 to send each request once)",
+        )
+    spacing = [name for name in _FIELDS if name != "attempts" and name in fields]
+    if attempts == 1 and spacing:
+        problems.warn(
+            f"{where}.{spacing[0]}",
+            f"has no effect: attempts = 1 sends each request once (there are no retries "
+            f"for {', '.join(spacing)} to shape)",
+        )
     return RetrySettings(attempts, base, cap, float(ratio), min_per_second, window)
 
 

@@ -32,6 +32,7 @@ from math import isfinite
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..durations import format_duration
 from ..http.origin_headers import OriginHeader, parse_origin_headers
 from ..resilience.breaker import BreakerSettings, parse_breaker
 from ..resilience.retry import RetrySettings, parse_retry
@@ -247,6 +248,13 @@ def _parse_pool(
     raw_breaker = fields.get("breaker")
     given = isinstance(raw_breaker, dict) and "trial_timeout" in raw_breaker
     breaker = fit_trial_timeout(breaker, origins, f"{where}.breaker" if given else None, problems)
+    longest = max(origin.timeout_ms for origin in origins)
+    if breaker.slow_call_ms is not None and breaker.slow_call_ms >= longest:
+        problems.warn(
+            f"{where}.breaker.slow_call",
+            f"has no effect: no answer comes later than the pool's longest origin timeout "
+            f"({format_duration(longest)}); a slow call must be shorter to be counted",
+        )
     return Pool(name, tuple(origins), breaker, retry, headers)
 
 
