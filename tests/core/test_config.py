@@ -640,3 +640,15 @@ def test_retry_and_breaker_settings_that_cannot_act_are_warnings() -> None:
     assert any("pool 'p'.breaker.slow_call: has no effect" in w for w in slow)
     pool["breaker"] = {"slow_call": "4s"}
     assert not any("slow_call" in w for w in warned(route(pool="p"), pools={"p": pool}))
+
+
+def test_a_lease_reserve_that_eats_the_burst_is_a_warning() -> None:
+    def warned(limits: str, algorithm: str = "token_bucket") -> list[str]:
+        leased = route(limits=limits, algorithm=algorithm, leases=True)
+        return [w for w in parse_config(config(leased)).warnings if ".leases" in w]
+
+    (small,) = warned("4/hour")
+    assert "keeps 1 of the 4 units" in small and "do not suit a limit this small" in small
+    (fast,) = warned("5000/second", "gcra")
+    assert "keeps 2500 of the 5000 units" in fast and "a shorter ttl keeps less" in fast
+    assert warned("1000/hour") == [] and warned("5/minute", "fixed_window") == []

@@ -610,6 +610,22 @@ def _parse_leases(
         if why is not None:
             problems.add(where, why)
             return 0
+    for limit in limits:
+        bucket = ALGORITHMS[algorithm](limit)
+        reserve = bucket.lease_reserve(ttl)
+        if reserve * 10 >= limit.capacity:
+            advice = (
+                "a shorter ttl keeps less"
+                if bucket.lease_reserve(1) < reserve
+                else "leases do not suit a limit this small"
+            )
+            problems.warn(
+                where,
+                f"keeps {reserve} of the {limit.capacity} units of {limit} in reserve (a "
+                f"ttl of refill, for the lag between grant and use): at most "
+                f"{limit.capacity - reserve} pass at once; {advice}, and without leases "
+                "every unit can be used",
+            )
     return ttl
 
 
