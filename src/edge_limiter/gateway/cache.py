@@ -8,8 +8,8 @@ UPDATING``, and a fresh one fetched after the response). On a miss the request
 goes on; if the origin's response may be stored, it is written to KV after the response
 is sent (``waitUntil``), never on the request's critical path; other misses of the same
 entry meanwhile wait for that answer in the isolate instead of asking the origin again
-(request collapsing). KV failures are misses, logged, never errors for the client. The rules (keys, Cache-Control, Vary, lifetimes) are
-the pure :mod:`edge_limiter.core.caching`.
+(request collapsing). KV failures are misses, logged, never errors for the client. The
+rules (keys, Cache-Control, Vary, lifetimes) are the pure :mod:`edge_limiter.core.caching`.
 """
 
 from __future__ import annotations
