@@ -950,3 +950,18 @@ def test_a_client_that_skips_the_cache_never_waits_for_another_answer() -> None:
     fresh = request("/v1/catalog/s", headers={"cache-control": "no-cache"})
     answers, asked = asyncio.run(together(h, gate, request("/v1/catalog/s"), fresh))
     assert asked == 2 and [a.headers.get("x-cache") for a in answers] == ["MISS", "MISS"]
+
+
+def test_a_client_max_age_or_min_fresh_is_honoured_where_clients_may_skip_the_cache() -> None:
+    fields = [("cache-control", "max-age=60")]
+    for allowed in (True, False):
+        h = cached(FakeOrigin(respond=answering(headers=fields)), allow_client_no_cache=allowed)
+        h.send(request("/v1/catalog/a"))
+        h.clock.advance(10_000)
+        young = h.send(request("/v1/catalog/a", headers={"cache-control": "max-age=5"}))
+        assert young.headers.get("x-cache") == ("MISS" if allowed else "HIT")
+        h.clock.advance(40_000)  # the copy (stored again if it was a miss) has 10-20 s left
+        ok = h.send(request("/v1/catalog/a", headers={"cache-control": "max-age=3600"}))
+        assert ok.headers.get("x-cache") == "HIT"
+        lasting = h.send(request("/v1/catalog/a", headers={"cache-control": "min-fresh=30"}))
+        assert lasting.headers.get("x-cache") == ("MISS" if allowed else "HIT")

@@ -354,3 +354,18 @@ def test_lifetime_is_never_longer_than_the_ttl_or_the_origin_allows(
         assert lifetime == min(ttl_s, remaining) * 1000
     assert store.fresh_until <= store.stale_until <= store.fresh_until + stale_s * 1000
     assert kv_expiration_ttl(store.stale_until, NOW) * 1000 >= store.stale_until - NOW
+
+
+def test_a_client_max_age_and_min_fresh_count_only_where_clients_may_skip_the_cache() -> None:
+    asked = {"cache-control": "max-age=30, min-fresh=10"}
+    allowing = lookup_decision("GET", asked, ALLOWING)
+    assert (allowing.max_age_s, allowing.min_fresh_s, allowing.read) == (30, 10, True)
+    assert lookup_decision("GET", asked, PUBLIC).max_age_s is None
+    store = decide({"cache-control": "max-age=60"})
+    entry = response_entry(store, 200, [], b"x", NOW)
+    assert allowing.accepts(entry, NOW + 30_000)
+    assert not allowing.accepts(entry, NOW + 31_000)  # older than 30 s
+    assert not Lookup(True, True, LookupReason.CACHEABLE, min_fresh_s=10).accepts(
+        entry, NOW + 51_000
+    )
+    assert Lookup(True, True, LookupReason.CACHEABLE).accepts(entry, NOW + 59_000)

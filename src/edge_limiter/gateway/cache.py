@@ -30,6 +30,7 @@ from ..core.caching.entry import (
 )
 from ..core.caching.keys import base_key, variant_key
 from ..core.caching.policy import (
+    Lookup,
     kv_expiration_ttl,
     lookup_decision,
     manifest_entry,
@@ -147,6 +148,8 @@ class Cache:
         generation: str | None = None  # the vary manifest's, once read
         if lookup.read:
             entry, generation = await self._lookup(base, request_fields, now)
+            if entry is not None and not lookup.accepts(entry, now):
+                entry = None  # older than the client takes: a miss
             if entry is not None and is_fresh(entry, now):
                 return await self._hit(exchange, entry, validators)
             if entry is not None and revalidating(entry, now) and not lookup.only_if_cached:
@@ -166,7 +169,7 @@ class Cache:
             # A client that skipped the cache (no-cache, where the route allows it) wants
             # an answer the origin gave after it asked: it never waits for another's.
             if lookup.read:
-                waited = await self._follow(exchange, base, request_fields, validators)
+                waited = await self._follow(exchange, base, request_fields, validators, lookup)
                 if waited is not None:
                     return waited
             leader = self._lead(base, request_fields, now, exchange.forward.timeout_ms)
@@ -233,6 +236,7 @@ class Cache:
         base: str,
         request_fields: list[tuple[str, str]],
         validators: list[tuple[str, str]],
+        lookup: Lookup,
     ) -> Response | None:
         """Wait for the request already fetching ``base``, and answer from what it stored
         (as a hit: ``X-Cache: HIT``, counted only with ``count_hits``); ``None`` when
@@ -261,7 +265,7 @@ class Cache:
         ):
             return None
         exchange.now_ms = self.services.clock.now_ms()
-        if not is_fresh(entry, exchange.now_ms):
+        if not is_fresh(entry, exchange.now_ms) or not lookup.accepts(entry, exchange.now_ms):
             return None
         return await self._hit(exchange, entry, validators)
 

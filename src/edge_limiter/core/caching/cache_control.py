@@ -21,7 +21,13 @@ from .fields import is_token
 #: Section 1.2.2: the value a cache uses for delta-seconds it cannot represent.
 DELTA_SECONDS_CAP = 2_147_483_648
 
-_SECONDS_DIRECTIVES = ("max-age", "s-maxage", "stale-if-error", "stale-while-revalidate")
+_SECONDS_DIRECTIVES = (
+    "max-age",
+    "s-maxage",
+    "stale-if-error",
+    "stale-while-revalidate",
+    "min-fresh",
+)
 _SPACE = " \t"
 
 
@@ -45,6 +51,8 @@ class CacheControl:
     s_maxage: int | None = None
     stale_if_error: int | None = None
     stale_while_revalidate: int | None = None
+    min_fresh: int | None = None
+    """A request's ``min-fresh`` (RFC 9111 section 5.2.1.3)."""
     directives: tuple[tuple[str, str | None], ...] = ()
 
     def has(self, name: str) -> bool:
@@ -79,6 +87,7 @@ def directives_of(directives: tuple[tuple[str, str | None], ...]) -> CacheContro
         s_maxage=seconds["s-maxage"],
         stale_if_error=seconds["stale-if-error"],
         stale_while_revalidate=seconds["stale-while-revalidate"],
+        min_fresh=seconds["min-fresh"],
         directives=directives,
     )
 

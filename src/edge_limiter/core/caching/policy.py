@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from .cache_control import CacheControl, delta_seconds, parse_cache_control
 from .conditional import needs_origin
-from .entry import Entry, storable_fields, vary_manifest
+from .entry import Entry, age_seconds, storable_fields, vary_manifest
 from .fields import (
     Fields,
     content_length,
@@ -80,11 +80,22 @@ class Lookup:
     only_if_cached: bool = False
     """The client wants a stored response or nothing (RFC 9111 section 5.2.1.7): without a
     fresh copy it gets ``504``, and the origin is not asked."""
+    max_age_s: int | None = None
+    """The oldest copy the client takes (its ``max-age``), where the route lets clients
+    decide (``allow_client_no_cache``); ``None``: any fresh copy."""
+    min_fresh_s: int | None = None
+    """How long a copy must stay fresh for the client (its ``min-fresh``), likewise."""
 
     @property
     def bypass(self) -> bool:
         """Neither read nor written: the request goes straight on."""
         return not self.read and not self.write
+
+    def accepts(self, entry: Entry, now: int) -> bool:
+        """Whether a fresh ``entry`` is young enough for the client at ``now``."""
+        if self.max_age_s is not None and age_seconds(entry, now) > self.max_age_s:
+            return False
+        return self.min_fresh_s is None or entry.fresh_until - now >= self.min_fresh_s * 1000
 
 
 def lookup_decision(method: str, request_headers: Fields, settings: CacheSettings) -> Lookup:
@@ -120,6 +131,14 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
         return Lookup(True, False, LookupReason.HEAD, only)
     if wants_fresh:
         return Lookup(True, True, LookupReason.CLIENT_NO_CACHE_IGNORED, only)
+    if settings.allow_client_no_cache and (
+        directives.max_age is not None or directives.min_fresh is not None
+    ):
+        # The client says how old a copy it takes (RFC 9111 sections 5.2.1.1 and
+        # 5.2.1.3); a copy older than that is a miss, where the route lets clients skip it.
+        return Lookup(
+            True, True, LookupReason.CACHEABLE, only, directives.max_age, directives.min_fresh
+        )
     return Lookup(True, True, LookupReason.CACHEABLE, only)
 
 
