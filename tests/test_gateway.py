@@ -408,6 +408,11 @@ def test_an_origin_answer_that_allows_the_page_gets_the_rate_limit_fields_expose
     h = harness(ROUTE, upstream=allowing)
     answer = h.send(request("/v1/a", headers={"origin": "https://app.test"}))
     assert answer.headers.get("access-control-expose-headers") == "ETag"
+    # Nor is an answer the origin allows another page to read.
+    h = harness(ROUTE, upstream=allowing, cors=CORS)
+    other = h.send(request("/v1/a", headers={"origin": "https://other.test"}))
+    assert other.headers.get("access-control-allow-origin") == "https://app.test"
+    assert other.headers.get("access-control-expose-headers") == "ETag"
 
 
 def test_credentials_and_admin_answers() -> None:

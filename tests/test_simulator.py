@@ -232,3 +232,14 @@ def test_a_body_is_sent_as_clients_send_it_and_every_cookie_is_kept() -> None:
     assert (put.status, put.forwarded) == (200, 3)
     assert [c.body for c in sim.origin_calls] == [b"{}"] * 3
     assert put.get_all("Set-Cookie") == ["a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT", "b=2"]
+
+
+def test_an_origins_answer_keeps_its_own_cors_decision() -> None:
+    cors = {"allow_origins": ["https://app.test"], "allow_credentials": True}
+    sim = Simulator(limited("1/minute") | {"cors": cors})
+    page = {"origin": "https://app.test"}
+    forwarded = sim.request("GET", f"{API}/v1/x", headers=page)
+    assert "access-control-allow-origin" not in forwarded.headers  # the origin said nothing
+    denied = sim.request("GET", f"{API}/v1/x", headers=page)  # the gateway's own answer
+    assert denied.headers["access-control-allow-origin"] == "https://app.test"
+    assert denied.headers["access-control-allow-credentials"] == "true"

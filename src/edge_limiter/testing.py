@@ -19,8 +19,10 @@ an hour's limit gives::
     assert sim.request("POST", login, ip="203.0.113.9").status == 200
 
 Origins answer ``200`` with a small JSON echo unless ``origin`` says otherwise: a function
-of the :class:`OriginCall` that returns a status, a ``(status, headers, body)`` tuple or
-``None`` (the echo), or raises :class:`OriginTimeoutError` / :class:`OriginUnreachableError`.
+of the :class:`OriginCall` that returns a status, a ``(status, headers, body)`` tuple, a
+:class:`Reply` (which may come ``after`` a while: later than the attempt's timeout is a
+timeout) or ``None`` (the echo), or raises :class:`OriginTimeoutError` /
+:class:`OriginUnreachableError`.
 
 This module is not part of the deployed Worker (the build leaves it out).
 """
@@ -415,7 +417,13 @@ class _Origins:
         fields = reply.headers
         pairs = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
         raw = reply.body.encode() if isinstance(reply.body, str) else bytes(reply.body)
-        return Response(int(reply.status), Headers(pairs), raw)
+        # Marked as fetched, as the platform's answers are: the gateway tells an origin's
+        # answer from its own by it (CORS, for one).
+        return Response(int(reply.status), Headers(pairs), raw, _FETCHED)
+
+
+#: What an origin's answer carries as ``native`` (the platform's own response there).
+_FETCHED = object()
 
 
 def _as_reply(reply: Any, request: OriginRequest, number: int) -> Reply:
@@ -467,9 +475,10 @@ class Simulator:
     (milliseconds or ``"50ms"``: requests at once then overlap at the origin, as they do
     on the platform). ``start`` is when the clock starts, in epoch milliseconds or as an
     ISO 8601 time (``"2026-12-01T10:00:00Z"``): windows aligned to the clock
-    (``fixed_window``, ``sliding_window``) reset at times that depend on it. ``secrets`` are the
-    Worker's secrets and vars (for ``origin_headers``: a mapping, or a function of the
-    name); ``admin_token`` enables the admin API; ``seed`` fixes the retries' jitter.
+    (``fixed_window``, ``sliding_window``) reset at times that depend on it.
+    ``secrets`` are the Worker's secrets and vars (for ``origin_headers``: a mapping, or
+    a function of the name); ``admin_token`` enables the admin API; ``seed`` fixes the
+    retries' jitter.
     Raises :class:`~edge_limiter.core.errors.ConfigError` for a config the Worker refuses.
     """
 
@@ -508,7 +517,7 @@ class Simulator:
         """The config in a TOML file, with ``[env.NAME]`` laid over it as the Worker does
         for ``EDGE_LIMITER_ENV = NAME``."""
         file = Path(path)
-        document = tomllib.loads(file.read_text(encoding="utf-8"))
+        document = tomllib.loads(file.read_text(encoding="utf-8-sig"))
         return cls(apply_environment(document, env, file.name), **options)
 
     def _build(self) -> None:

@@ -315,6 +315,8 @@ def _allow(cors: CorsSettings, origin: str, response: Response) -> None:
             vary = with_vary_origin(headers.get("vary"))
             if vary is not None:
                 headers.set("Vary", vary)
+    elif allowed.strip() not in ("*", origin):
+        return  # the origin's answer allows another page: nothing to expose to this one
     credentials = headers.get("access-control-allow-credentials") == "true"
     fields = exposed(headers.get("access-control-expose-headers"), credentials)
     if fields is not None:
