@@ -4,7 +4,8 @@
     scripts/check-config --explain METHOD URL [--header "Name: value"] [--ip ADDR]
                          [--country CC --continent XX --asn N --lat LAT --lon LON]
     scripts/check-config --simulate METHOD URL [--times N] [--every 1s] [--at ISO-TIME]
-                         [--origin-status 503] [--origin-latency 2s] [the same options]
+                         [--origin-status 503] [--origin-latency 2s] [--body TEXT]
+                         [the same options]
 
 Prints the effective table of routes (match, key, limits with burst, algorithm, shadow,
 failure policy, cache, idempotency, origin pool) and every warning; exits 1 listing every
@@ -138,6 +139,7 @@ def simulate(
     headers: list[tuple[str, str]],
     client: dict[str, Any],
     start: int,
+    body: str | None = None,
     origin_status: int = 200,
     origin_latency_ms: int = 0,
 ) -> list[dict[str, Any]]:
@@ -157,7 +159,7 @@ def simulate(
         if number > 1:
             sim.advance(every_ms)
         sent_at = sim.now_ms - started
-        answer = sim.request(method, url, headers=headers, **client)
+        answer = sim.request(method, url, headers=headers, body=body, **client)
         fields = answer.headers
         out.append(
             {
@@ -169,6 +171,7 @@ def simulate(
                 "ratelimit": fields.get("ratelimit"),
                 "reason": _note(answer),
                 "forwarded": answer.forwarded,
+                "headers": dict(answer.headers),
             }
         )
     return out
@@ -188,7 +191,10 @@ def _note(answer: Answer) -> str | None:
             code = answer.json().get("code")
         except ValueError:
             code = None
-        return str(code) if code else None
+        if code:
+            return str(code)
+    if answer.status >= 400 and fields.get("x-origin"):
+        return f"from {fields['x-origin']}"  # the origin's own answer
     return None
 
 
@@ -225,7 +231,7 @@ def _shown(value: object) -> str:
 #: The options that describe the request to explain or simulate.
 EXPLAIN_ONLY = ("header", "ip", "country", "continent", "asn", "lat", "lon", "json")
 #: The options of a simulation only.
-SIMULATE_ONLY = ("times", "every", "at", "origin_status", "origin_latency")
+SIMULATE_ONLY = ("times", "every", "at", "origin_status", "origin_latency", "body")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--origin-latency", default=None, help="--simulate: how long they take ('0ms')"
     )
+    parser.add_argument("--body", default=None, help="--simulate: the requests' body (text)")
     args = parser.parse_args(argv)
     if args.explain and args.simulate:
         parser.error("--explain and --simulate: one at a time")
@@ -352,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                         "longitude": client.longitude,
                     },
                     start=start,
+                    body=args.body,
                     origin_status=origin_status,
                     origin_latency_ms=latency_ms,
                 )

@@ -212,6 +212,8 @@ def test_simulate_says_why_and_takes_failing_slow_origins_and_a_start() -> None:
     assert [r["reason"] for r in json.loads(done.stdout)] == [None, "replayed"]
     missing = run("--simulate", "POST", pay, "--header", "X-Api-Key: k", "--json")
     assert json.loads(missing.stdout)[0]["reason"] == "idempotency_key_missing"
+    changed = run("--simulate", "POST", pay, *keyed, "--body", '{"amount": 1}', "--json")
+    assert json.loads(changed.stdout)[0]["headers"]["x-origin"] == "origin"
     failing = run(
         "--simulate",
         "GET",
@@ -228,6 +230,7 @@ def test_simulate_says_why_and_takes_failing_slow_origins_and_a_start() -> None:
     )
     results = json.loads(failing.stdout)
     assert [(r["status"], r["forwarded"]) for r in results] == [(503, 3), (503, 3)]
+    assert results[0]["reason"] == "from origin"
     assert results[0]["at_ms"] == 0 and results[1]["at_ms"] >= 600  # three slow attempts
     # Windows aligned to the clock (the example's catalog: a fixed window of 300/minute):
     # where the first request falls decides the reset.

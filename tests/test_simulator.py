@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 from pathlib import Path
 
 import pytest
@@ -243,3 +245,70 @@ def test_an_origins_answer_keeps_its_own_cors_decision() -> None:
     denied = sim.request("GET", f"{API}/v1/x", headers=page)  # the gateway's own answer
     assert denied.headers["access-control-allow-origin"] == "https://app.test"
     assert denied.headers["access-control-allow-credentials"] == "true"
+
+
+def test_the_conveniences_a_users_tests_reach_for() -> None:
+    document = {
+        "origin": API,
+        "routes": [{"name": "r", "match": {"path": "/v1/*"}, "limits": "2/minute"}],
+        "env": {"staging": {"origin": "https://staging.test"}},
+    }
+    # A config table as read from TOML, its environments included.
+    staging = Simulator(document, env="staging", admin_token="t")
+    assert staging.request("GET", f"{API}/v1/x").forwarded == 1
+    assert staging.origin_calls[-1].url.startswith("https://staging.test/")
+    with pytest.raises(ConfigError, match=r"has no \[env.prod\] table \(it has: staging\)"):
+        Simulator(document, env="prod")
+    # Fields by name in any case; every line of a field.
+    answer = staging.request("GET", f"{API}/v1/x")
+    assert answer.headers["X-RateLimit-Remaining"] == "0" and "RateLimit" in answer.headers
+    # The admin API with the token given.
+    peek = staging.admin("GET", "/api/keys?route=r&key=" + "198.51.100.7")
+    assert peek.status == 200 and peek.json()["limits"][0]["remaining"] == 0
+    assert staging.admin("POST", "/api/keys/reset?route=r&key=198.51.100.7").status == 200
+    assert staging.request("GET", f"{API}/v1/x").status == 200
+    with pytest.raises(ValueError, match="admin_token"):
+        Simulator(document).admin("GET", "/api/config")
+    with pytest.raises(TypeError, match="milliseconds"):
+        staging.advance(1.5)  # type: ignore[arg-type]
+
+
+def test_origin_functions_answer_in_any_plain_form_or_say_what_they_may_return() -> None:
+    for reply, expected in (("hello", (200, "hello")), ((418, "teapot"), (418, "teapot"))):
+        sim = Simulator(limited(), origin=lambda call, r=reply: r)  # type: ignore[misc]
+        answer = sim.request("GET", f"{API}/v1/x")
+        assert (answer.status, answer.text) == expected
+    odd = Simulator(limited(), origin=lambda call: [200])  # type: ignore[arg-type, return-value]
+    with pytest.raises(TypeError, match="an origin function returns"):
+        odd.request("GET", f"{API}/v1/x")
+
+    def broken(call: OriginCall) -> None:
+        raise KeyError("the test's own bug")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no work left behind un-run
+        with pytest.raises(KeyError):
+            Simulator(limited(), origin=broken).request("GET", f"{API}/v1/x")
+        gc.collect()
+
+
+def test_async_tests_and_health_checks() -> None:
+    pooled = {
+        "pools": {
+            "p": {
+                "origins": [
+                    {"name": "a", "url": "https://a.test", "health": {"path": "/health"}},
+                    {"name": "b", "url": "https://b.test"},
+                ]
+            }
+        },
+        "routes": [{"name": "r", "match": {"path": "/v1/*"}, "limits": "3/minute", "pool": "p"}],
+    }
+    sim = Simulator(pooled, origin=lambda call: 503 if call.path == "/health" else None)
+    reports = sim.health_check()
+    assert [r["origin"] for r in reports] == ["a"] and reports[0]["healthy"] is False
+
+    async def run() -> list[int]:
+        return [a.status for a in await sim.aburst(4, "GET", f"{API}/v1/x")]
+
+    assert sorted(asyncio.run(run())) == [200, 200, 200, 429]

@@ -45,6 +45,7 @@ from .core.config import Config, parse_config
 from .core.config.sources import apply_environment
 from .core.control import apply_overrides_call, apply_stats_call
 from .core.durations import parse_duration
+from .core.errors import ConfigError
 from .core.explain import explained_client, split_url
 from .core.http.messages import Headers, Request, Response
 from .core.idempotency.protocol import apply_stored
@@ -63,6 +64,7 @@ __all__ = [
     "EPOCH_MS",
     "Answer",
     "Deferred",
+    "Fields",
     "InstantSleep",
     "ManualClock",
     "MemoryBreakers",
@@ -270,6 +272,26 @@ class Deferred:
             count += 1
         return count
 
+    def discard(self) -> None:
+        """Drop the work not yet run (the request it came from failed)."""
+        for work in self.pending:
+            close = getattr(work, "close", None)
+            if close is not None:
+                close()
+        self.pending.clear()
+
+
+def _environment(document: Mapping[str, Any], env: str | None, source: str) -> dict[str, Any]:
+    """The config's top level with ``[env.NAME]`` laid over it (as the Worker does for
+    ``EDGE_LIMITER_ENV = NAME``)."""
+    tables = document.get("env")
+    if env is not None and (not isinstance(tables, Mapping) or env not in tables):
+        known = ", ".join(sorted(tables)) if isinstance(tables, Mapping) else ""
+        raise ConfigError(
+            [f"config: {source} has no [env.{env}] table (it has: {known or 'none'})"]
+        )
+    return apply_environment(document, env, source)
+
 
 def epoch_ms(start: int | str) -> int:
     """A clock's start: epoch milliseconds, or an ISO 8601 time (UTC unless it says)."""
@@ -345,13 +367,27 @@ class Reply:
     after: int | str | None = None
 
 
+class Fields(dict[str, str]):
+    """An answer's fields by name, in any case (kept in lower case); a field sent on
+    several lines joined with ``, ``."""
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower(), default)
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """What the client got."""
 
     status: int
-    headers: dict[str, str]
-    """Field names in lower case; a field sent on several lines joined with ``, `` (see
+    headers: Fields
+    """By name in any case; a field sent on several lines joined with ``, `` (see
     :meth:`get_all` for ``Set-Cookie``)."""
     body: bytes
     forwarded: int
@@ -373,10 +409,16 @@ class Answer:
         return json.loads(self.body)
 
 
-#: What an origin function may return: a status, (status, headers, body), a
-#: :class:`Reply`, or None (the JSON echo).
+#: What an origin function may return: a status, a body (answered 200), (status, body),
+#: (status, headers, body), a :class:`Reply`, or None (the JSON echo).
 OriginReply = (
-    int | tuple[int, Mapping[str, str] | Iterable[tuple[str, str]], bytes | str] | Reply | None
+    int
+    | str
+    | bytes
+    | tuple[int, bytes | str]
+    | tuple[int, Mapping[str, str] | Iterable[tuple[str, str]], bytes | str]
+    | Reply
+    | None
 )
 OriginFunction = Callable[[OriginCall], OriginReply | Awaitable[OriginReply]]
 
@@ -431,10 +473,18 @@ def _as_reply(reply: Any, request: OriginRequest, number: int) -> Reply:
     if reply is None:
         echo = {"origin": request.url, "method": request.method, "n": number}
         return Reply(200, [("content-type", "application/json")], json.dumps(echo))
-    if isinstance(reply, int):
+    if isinstance(reply, int) and not isinstance(reply, bool):
         return Reply(reply)
-    status, fields, payload = reply
-    return Reply(status, fields, payload)
+    if isinstance(reply, str | bytes):
+        return Reply(200, body=reply)
+    if isinstance(reply, tuple) and len(reply) == 2:
+        return Reply(reply[0], body=reply[1])
+    if isinstance(reply, tuple) and len(reply) == 3:
+        return Reply(*reply)
+    raise TypeError(
+        "an origin function returns None (a JSON echo), a status, a body, (status, body), "
+        f"(status, headers, body) or a Reply; got {reply!r}"
+    )
 
 
 @dataclass
@@ -476,6 +526,8 @@ class Simulator:
     on the platform). ``start`` is when the clock starts, in epoch milliseconds or as an
     ISO 8601 time (``"2026-12-01T10:00:00Z"``): windows aligned to the clock
     (``fixed_window``, ``sliding_window``) reset at times that depend on it.
+    ``env`` lays the config's ``[env.NAME]`` table over its top level, as the Worker does
+    for ``EDGE_LIMITER_ENV = NAME``.
     ``secrets`` are the Worker's secrets and vars (for ``origin_headers``: a mapping, or
     a function of the name); ``admin_token`` enables the admin API; ``seed`` fixes the
     retries' jitter.
@@ -486,6 +538,7 @@ class Simulator:
         self,
         config: Mapping[str, Any] | Config,
         *,
+        env: str | None = None,
         origin: OriginFunction | None = None,
         origin_latency: int | str = 0,
         secrets: Mapping[str, str] | Callable[[str], str | None] | None = None,
@@ -494,7 +547,12 @@ class Simulator:
         seed: int = 7,
         _world: _World | None = None,
     ) -> None:
-        self.config = config if isinstance(config, Config) else parse_config(config)
+        if isinstance(config, Config):
+            if env is not None:
+                raise ValueError("env applies to a config table, not a parsed Config")
+            self.config = config
+        else:
+            self.config = parse_config(_environment(config, env, "the config"))
         self._secrets = secrets if callable(secrets) else dict(secrets or {}).get
         self._admin_token = admin_token
         self._seed = seed
@@ -518,7 +576,7 @@ class Simulator:
         for ``EDGE_LIMITER_ENV = NAME``."""
         file = Path(path)
         document = tomllib.loads(file.read_text(encoding="utf-8-sig"))
-        return cls(apply_environment(document, env, file.name), **options)
+        return cls(_environment(document, env, file.name), **options)
 
     def _build(self) -> None:
         world = self._world
@@ -551,22 +609,52 @@ class Simulator:
         return asyncio.run(self.arequest(method, url, **options))
 
     async def arequest(self, method: str, url: str, **options: Any) -> Answer:
-        """:meth:`request` from a running event loop."""
-        answer = await self._send(self._request(method, url, **options))
+        """:meth:`request` from a running event loop (an ``async`` test, with
+        pytest-asyncio or anyio)."""
+        try:
+            answer = await self._send(self._request(method, url, **options))
+        except BaseException:
+            self._background.discard()  # an origin function raised: the test's to see
+            raise
         await self._background.run()
         return answer
 
     def burst(self, count: int, method: str, url: str, **options: Any) -> list[Answer]:
         """``count`` identical requests at once (their object calls interleave as the
         runtime's would), then the work they left."""
+        return asyncio.run(self.aburst(count, method, url, **options))
 
-        async def run() -> list[Answer]:
-            requests = [self._request(method, url, **options) for _ in range(count)]
+    async def aburst(self, count: int, method: str, url: str, **options: Any) -> list[Answer]:
+        """:meth:`burst` from a running event loop."""
+        requests = [self._request(method, url, **options) for _ in range(count)]
+        try:
             answers = await asyncio.gather(*(self._send(r) for r in requests))
-            await self._background.run()
-            return list(answers)
+        except BaseException:
+            self._background.discard()
+            raise
+        await self._background.run()
+        return list(answers)
 
-        return asyncio.run(run())
+    def admin(self, method: str, path: str, body: Any = None) -> Answer:
+        """A call to the admin API (``path`` under its prefix, query included, e.g.
+        ``"/api/keys?route=login&key=203.0.113.9"``) with the ``admin_token`` given;
+        ``body`` is sent as JSON."""
+        if self._admin_token is None:
+            raise ValueError("the admin API needs Simulator(..., admin_token='...')")
+        prefix = self.config.ops.admin_prefix
+        headers = {"authorization": f"Bearer {self._admin_token}"}
+        data = None
+        if body is not None:
+            headers["content-type"] = "application/json"
+            data = json.dumps(body)
+        return self.request(
+            method, f"https://gateway.test{prefix}{path}", headers=headers, body=data
+        )
+
+    def health_check(self) -> list[dict[str, Any]]:
+        """The Cron Trigger's work: every origin with a health check probed, its breaker
+        told; one report per origin."""
+        return asyncio.run(self.gateway.probe_health())
 
     def _request(
         self,
@@ -623,7 +711,7 @@ class Simulator:
         else:
             data = await body.read()
         lines = tuple((name.lower(), value) for name, value in response.headers.items())
-        fields: dict[str, str] = {}
+        fields = Fields()
         for key, value in lines:
             fields[key] = f"{fields[key]}, {value}" if key in fields else value
         return Answer(response.status, fields, data, forwarded, lines)
@@ -637,6 +725,10 @@ class Simulator:
 
     def advance(self, duration: int | str) -> None:
         """Move the clock: milliseconds, or a duration such as ``"1m"`` or ``"250ms"``."""
+        if isinstance(duration, bool) or not isinstance(duration, int | str):
+            raise TypeError(
+                f"advance takes milliseconds (an int) or a duration such as '1m', got {duration!r}"
+            )
         ms = duration if isinstance(duration, int) else parse_duration(duration)
         if ms < 0:
             raise ValueError("the clock only moves forward")
@@ -657,7 +749,7 @@ class Simulator:
             self.config,
             secrets=self._secrets,
             admin_token=self._admin_token,
-            seed=self._seed + 1,
+            seed=self._seed + len(self._world.isolates),
             _world=self._world,
         )
 
