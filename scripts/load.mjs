@@ -38,11 +38,23 @@ function parseArgs(argv) {
       opts.headers[name.trim()] = parts.join(":").trim();
     } else rest.push(arg);
   }
+  const usage =
+    "usage: node scripts/load.mjs URL [--requests N] [--concurrency C] [--warmup N]\n" +
+    "         [--method M] [--header 'name: value']... [--rate R] [--duration S]\n";
+  if (rest.includes("--help") || rest.includes("-h")) {
+    process.stdout.write(usage);
+    process.exit(0);
+  }
   if (rest.length !== 1) {
-    process.stderr.write("usage: node scripts/load.mjs URL [--requests N] [--concurrency C] ...\n");
+    process.stderr.write(usage);
     process.exit(2);
   }
-  opts.url = new URL(rest[0]);
+  try {
+    opts.url = new URL(rest[0]);
+  } catch {
+    process.stderr.write(`not a URL: ${rest[0]}\n${usage}`);
+    process.exit(2);
+  }
   return opts;
 }
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.gateway import OriginRequest
+from edge_limiter.gateway.cache import LINGER_MS
 
 from .fakes import FakeOrigin, answering, body_json, cut_off, harness, request, streaming
 
@@ -77,10 +78,14 @@ def test_the_write_happens_after_the_response() -> None:
     h = cached()
     h.send(request("/v1/catalog/a"), flush=False)
     assert h.kv.puts == []  # nothing written on the request's path
-    assert h.send(request("/v1/catalog/a"), flush=False).headers.get("x-cache") == "MISS"
+    # Meanwhile the answer just fetched is served from memory, not fetched again.
+    assert h.send(request("/v1/catalog/a"), flush=False).headers.get("x-cache") == "HIT"
+    assert h.kv.puts == [] and len(h.origin.sent) == 1
     h.flush()
-    assert len(h.kv.puts) == 1  # one write: the isolate skips rewriting a key within a second
+    assert len(h.kv.puts) == 1
+    h.clock.advance(LINGER_MS + 1)  # from KV from now on
     assert h.send(request("/v1/catalog/a")).headers.get("x-cache") == "HIT"
+    assert len(h.kv.gets) == 3 and len(h.origin.sent) == 1
 
 
 def test_hits_do_not_consume_quota_unless_counted() -> None:
@@ -464,7 +469,9 @@ def test_credentials_never_meet_a_public_entry(credential: tuple[str, str]) -> N
 def test_a_kv_failure_is_a_miss_and_is_logged() -> None:
     h = cached()
     h.kv.failing = True
-    answers = [h.send(request("/v1/catalog/k")) for _ in range(2)]
+    answers = [h.send(request("/v1/catalog/k"))]
+    h.clock.advance(LINGER_MS + 1)  # past the answer held in memory while it is written
+    answers.append(h.send(request("/v1/catalog/k")))
     assert [a.status for a in answers] == [200, 200]
     assert [a.headers.get("x-cache") for a in answers] == ["MISS", "MISS"]
     ops = {record["op"] for record in h.events("cache_error")}
@@ -965,3 +972,109 @@ def test_a_client_max_age_or_min_fresh_is_honoured_where_clients_may_skip_the_ca
         assert ok.headers.get("x-cache") == "HIT"
         lasting = h.send(request("/v1/catalog/a", headers={"cache-control": "min-fresh=30"}))
         assert lasting.headers.get("x-cache") == ("MISS" if allowed else "HIT")
+
+
+def test_a_head_waits_for_the_gets_answer() -> None:
+    gate, origin = gated()
+    h = cached(origin)
+    answers, asked = asyncio.run(
+        together(h, gate, request("/v1/catalog/h"), request("/v1/catalog/h", "HEAD"))
+    )
+    assert asked == 1 and len(h.origin.sent) == 1
+    assert [a.headers.get("x-cache") for a in answers] == ["MISS", "HIT"]
+    assert answers[1].body is None
+
+
+def test_each_variant_is_fetched_once_however_many_wait() -> None:
+    gate, origin = gated([("vary", "accept-language")])
+    h = cached(origin)
+    langs = ["en", "en", "de", "de", "de", "fr", "fr"]
+    herd = [request("/v1/catalog/l", headers={"accept-language": lang}) for lang in langs]
+    answers, asked = asyncio.run(together(h, gate, *herd))
+    assert asked == 1  # the rest waited for the first answer to learn what it varies on
+    sent = [dict(s.headers).get("accept-language") for s in h.origin.sent]
+    assert sorted(sent) == ["de", "en", "fr"]
+    by_lang: dict[str, set[bytes]] = {}
+    for lang, answer in zip(langs, answers, strict=True):
+        by_lang.setdefault(lang, set()).add(answer.body)
+    assert all(len(bodies) == 1 for bodies in by_lang.values())
+    # Once the manifest is known, a new variant's herd is collapsed from the start.
+    gate2, origin2 = gated([("vary", "accept-language")])
+    h.origin.respond = origin2.respond
+    herd = [request("/v1/catalog/l", headers={"accept-language": "it"}) for _ in range(4)]
+    _, asked = asyncio.run(together(h, gate2, *herd))
+    assert asked == 1
+
+
+def test_waiting_requests_take_the_stale_copy_when_the_origin_fails_the_fetch() -> None:
+    stale_ok = cached(stale_if_error="10m")
+    stale_ok.origin.respond = answering(headers=[("cache-control", "max-age=1")])
+    stale_ok.send(request("/v1/catalog/s"))
+    stale_ok.clock.advance(2_000)
+    gate, failing = gated(status=503)
+    stale_ok.origin.respond = failing.respond
+    answers, asked = asyncio.run(together(stale_ok, gate, *[request("/v1/catalog/s")] * 4))
+    # One fill, then the one fetch the herd waited for (a GET: tried three times).
+    assert asked == 1 and len(stale_ok.origin.sent) == 4
+    assert [a.headers.get("x-cache") for a in answers] == ["STALE"] * 4
+    assert {a.body for a in answers} == {b"answer 1"}
+    assert "x-ratelimit-remaining" not in answers[1].headers  # not the leader's fields
+
+
+class DrippingBody:
+    """A body whose parts come ``gap_ms`` apart on the test's clock."""
+
+    def __init__(self, clock: Any, parts: int, gap_ms: int) -> None:
+        self.clock, self.parts, self.gap_ms = clock, parts, gap_ms
+
+    async def read(self) -> bytes:
+        return await self.read_at_most(1 << 30) or b""
+
+    async def read_at_most(self, limit: int, progress: Any = None) -> bytes | None:
+        for _ in range(self.parts):
+            if progress is not None:
+                await progress()
+            self.clock.advance(self.gap_ms)
+            await asyncio.sleep(0)
+        data = b"x" * self.parts
+        return data if len(data) <= limit else None
+
+
+def test_a_slow_body_within_its_idle_bound_is_waited_for() -> None:
+    # The route's timeout (5 s here) bounds the wait for the status and fields; a body
+    # then takes 8 s, a part every 400 ms: those waiting keep waiting while it comes.
+    gate = asyncio.Event()
+    h = harness({**CATALOG, "timeout": "5s"}, upstream=FakeOrigin())
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        await gate.wait()
+        return Response(200, Headers([("content-length", "20")]), DrippingBody(h.clock, 20, 400))
+
+    h.origin.respond = respond
+    answers, asked = asyncio.run(together(h, gate, *[request("/v1/catalog/d")] * 3))
+    assert asked == 1 and len(h.origin.sent) == 1
+    assert [a.headers.get("x-cache") for a in answers] == ["MISS", "HIT", "HIT"]
+
+
+def test_a_write_meanwhile_sends_later_requests_to_the_origin_at_once() -> None:
+    gate, origin = gated()
+    h = harness(GETS_ONLY, WRITES, upstream=origin)
+    cache = h.gateway.caches["catalog"]
+
+    async def run() -> int:
+        first = asyncio.ensure_future(h.concurrently(request("/v1/catalog/w")))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        h.clock.advance(1)
+        await cache.purge("api.test", "/v1/catalog/w", "", None)
+        later = asyncio.ensure_future(h.concurrently(request("/v1/catalog/w")))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        asked = len(h.origin.sent)  # the later one did not wait for the doomed fetch
+        gate.set()
+        await first
+        await later
+        await h.background.run()
+        return asked
+
+    assert asyncio.run(run()) == 2

@@ -42,7 +42,7 @@ from ..core.config import Route
 from ..core.errors import BodyReadError, CacheEntryError
 from ..core.http import problems
 from ..core.http.fields import gateway_fields, origin_fields
-from ..core.http.messages import Headers, Response
+from ..core.http.messages import Headers, Progress, Response
 from .exchange import Exchange, Handler, problem_response
 from .ports import KeyValueStore, Services
 from .ratelimit import RateLimit, request_key
@@ -66,15 +66,35 @@ POLL_FIRST_S = 0.005
 POLL_MAX_S = 0.05
 
 
-class _Leader:
-    """A miss under way at the origin, and what it stored once done."""
+#: How long a finished fetch's stored answer still answers requests from memory: its KV
+#: write lands after the response, and a request meanwhile would miss and ask again.
+LINGER_MS = 2_000
+#: The most body bytes of such answers held at once.
+LINGER_MAX_BYTES = 8 * 1024 * 1024
 
-    __slots__ = ("done", "request_fields", "started", "stored")
+
+class _Leader:
+    """A miss under way at the origin, and how it ended."""
+
+    __slots__ = (
+        "done",
+        "failed",
+        "finished_at",
+        "progress_at",
+        "request_fields",
+        "started",
+        "stored",
+    )
 
     def __init__(self, started: int, request_fields: list[tuple[str, str]]) -> None:
         self.started = started
         self.request_fields = request_fields
+        self.progress_at = started
+        """When the last part of the answer arrived (its head, then each part of its body)."""
         self.done = False
+        self.failed: int | None = None
+        """The status when the origins failed it (a 5xx, or no answer: 502/504)."""
+        self.finished_at = 0
         self.stored: Entry | None = None
 
 
@@ -146,8 +166,9 @@ class Cache:
         validators = [(n, v) for n, v in request_fields if n.lower() in VALIDATORS]
         stale: Entry | None = None
         generation: str | None = None  # the vary manifest's, once read
+        varies: tuple[str, ...] = ()  # the fields the stored answers vary on, once known
         if lookup.read:
-            entry, generation = await self._lookup(base, request_fields, now)
+            entry, generation, varies = await self._lookup(base, request_fields, now)
             if entry is not None and not lookup.accepts(entry, now):
                 entry = None  # older than the client takes: a miss
             if entry is not None and is_fresh(entry, now):
@@ -165,14 +186,24 @@ class Cache:
                 stale = entry
         storing = lookup.write and request.method == "GET"
         leader: _Leader | None = None
+        key = variant_key(base, varies, request_fields) if varies else base
+        # A client that skipped the cache (no-cache, where the route allows it) wants an
+        # answer the origin gave after it asked: it never waits for another's. A HEAD
+        # waits for a GET's answer, but never fetches one.
+        if lookup.read:
+            waited, key = await self._follow(
+                exchange,
+                key,
+                base=base,
+                request_fields=request_fields,
+                validators=validators,
+                lookup=lookup,
+                stale=stale,
+            )
+            if waited is not None:
+                return waited
         if storing:
-            # A client that skipped the cache (no-cache, where the route allows it) wants
-            # an answer the origin gave after it asked: it never waits for another's.
-            if lookup.read:
-                waited = await self._follow(exchange, base, request_fields, validators, lookup)
-                if waited is not None:
-                    return waited
-            leader = self._lead(base, request_fields, now, exchange.forward.timeout_ms)
+            leader = self._lead(key, base, request_fields, now, exchange.forward.timeout_ms)
         stored: Entry | None = None
         try:
             if storing and validators:
@@ -181,11 +212,21 @@ class Cache:
                 for name in VALIDATORS:
                     request.headers.delete(name)
             response = await call_next(exchange)
-            if stale is not None and (exchange.origin_failed or response.status in ERROR_STATUSES):
+            failed = exchange.origin_failed or response.status in ERROR_STATUSES
+            if leader is not None and failed:
+                leader.failed = response.status
+            if stale is not None and failed:
                 return self._stale(exchange, stale, response)
             if storing and exchange.reached_origin:
                 try:
-                    stored = await self._store(exchange, base, request_fields, response, generation)
+                    stored = await self._store(
+                        exchange,
+                        base,
+                        request_fields,
+                        response,
+                        generation,
+                        progress=self._progress(leader),
+                    )
                 except BodyReadError as exc:
                     # Cut off mid-body: nothing is stored, and the client is told, not
                     # sent a truncated copy as if it were whole.
@@ -200,74 +241,136 @@ class Cache:
             return response
         finally:
             if leader is not None:
-                self._release(base, leader, stored)
+                self._release(key, leader, stored)
 
     # --- request collapsing --------------------------------------------------------------
 
     def _lead(
-        self, base: str, request_fields: list[tuple[str, str]], now: int, timeout_ms: int
+        self,
+        key: str,
+        base: str,
+        request_fields: list[tuple[str, str]],
+        now: int,
+        timeout_ms: int,
     ) -> _Leader | None:
-        """Become the request whose answer the others for ``base`` wait for, unless one
-        is already under way (one that would have timed out by now is replaced) or the
-        key's last answer was not stored (RFC 9111 section 4: a cache may collapse
-        requests; one that cannot store the answer only makes them wait)."""
+        """Become the request whose answer the others for ``key`` (the base key, or the
+        variant once the fields the answers vary on are known) wait for, unless one is
+        already under way or the key's last answer was not stored (RFC 9111 section 4: a
+        cache may collapse requests; one that cannot store the answer only makes them
+        wait)."""
         passed = self._passed.get(base)
         if passed is not None and now - passed < PASS_FOR_MS:
             return None
-        current = self._leaders.get(base)
-        if current is not None and now - current.started < timeout_ms + 1_000:
+        current = self._leaders.get(key)
+        if current is not None and self._waitable(current, base, now, timeout_ms):
             return None
+        self._sweep(now)
         if current is None and len(self._leaders) >= _RECENT_WRITES:
             return None  # that many misses under way: the rest go on as before
         leader = _Leader(now, request_fields)
-        self._leaders[base] = leader
+        self._leaders[key] = leader
         return leader
 
-    def _release(self, base: str, leader: _Leader, stored: Entry | None) -> None:
-        """The leader's answer is in (stored, or not): wake the requests waiting for it."""
-        if self._leaders.get(base) is leader:
-            del self._leaders[base]
+    def _release(self, key: str, leader: _Leader, stored: Entry | None) -> None:
+        """The leader's answer is in (stored, or not): the requests waiting for it see it
+        on their next look; a stored one stays for :data:`LINGER_MS`, while its KV write
+        is on its way."""
         leader.stored = stored
+        leader.finished_at = self.services.clock.now_ms()
         leader.done = True
+        if stored is None and self._leaders.get(key) is leader:
+            del self._leaders[key]
+
+    def _sweep(self, now: int) -> None:
+        """Forget finished fetches past :data:`LINGER_MS`, and the oldest ones while their
+        answers hold more than :data:`LINGER_MAX_BYTES`."""
+        held = 0
+        for key, leader in reversed(list(self._leaders.items())):
+            if not leader.done:
+                continue
+            size = len(leader.stored.body) if leader.stored is not None else 0
+            if now - leader.finished_at > LINGER_MS or held + size > LINGER_MAX_BYTES:
+                del self._leaders[key]
+            else:
+                held += size
+
+    def _waitable(self, leader: _Leader, base: str, now: int, timeout_ms: int) -> bool:
+        """Whether ``leader``'s answer is still worth waiting for: no write or purge of the
+        URI since it was sent, it finished not long ago (or is still coming, with its last
+        part within the route's timeout)."""
+        if self._purged_since(base, leader.started):
+            return False
+        if leader.done:
+            stored = leader.stored
+            return (
+                stored is not None
+                and now - leader.finished_at <= LINGER_MS
+                and is_fresh(stored, now)
+            )
+        return now - leader.progress_at < timeout_ms + 1_000
+
+    def _progress(self, leader: _Leader | None) -> Progress | None:
+        """What the leader's body read reports each part to (a slow body is no dead one)."""
+        if leader is None:
+            return None
+        clock = self.services.clock
+
+        async def heard() -> None:
+            leader.progress_at = clock.now_ms()
+
+        return heard
 
     async def _follow(
         self,
         exchange: Exchange,
+        key: str,
+        *,
         base: str,
         request_fields: list[tuple[str, str]],
         validators: list[tuple[str, str]],
         lookup: Lookup,
-    ) -> Response | None:
-        """Wait for the request already fetching ``base``, and answer from what it stored
-        (as a hit: ``X-Cache: HIT``, counted only with ``count_hits``); ``None`` when
-        there is no such request, or its answer is no answer to this one (not stored, of
-        another variant, purged meanwhile): then this request goes to the origin itself."""
-        leader = self._leaders.get(base)
-        arrived = exchange.now_ms
-        limit_s = (exchange.forward.timeout_ms + 1_000) / 1000
-        if leader is None or arrived - leader.started >= limit_s * 1000:
-            return None
-        # This request looks on its own timers: awaiting anything the leader resolves
-        # would resume it in the leader's request, which the platform refuses (its
-        # continuation would be cancelled with that request).
-        waited_s, delay_s = 0.0, POLL_FIRST_S
-        while not leader.done:
-            if waited_s >= limit_s:
-                return None
-            await self.services.sleep(delay_s)
-            waited_s += delay_s
-            delay_s = min(delay_s * 2, POLL_MAX_S)
-        entry = leader.stored
-        if entry is None or self._purged_since(base, arrived):
-            return None
-        if entry.vary and variant_key(base, entry.vary, request_fields) != variant_key(
-            base, entry.vary, leader.request_fields
-        ):
-            return None
-        exchange.now_ms = self.services.clock.now_ms()
-        if not is_fresh(entry, exchange.now_ms) or not lookup.accepts(entry, exchange.now_ms):
-            return None
-        return await self._hit(exchange, entry, validators)
+        stale: Entry | None,
+    ) -> tuple[Response | None, str]:
+        """Wait for the request already fetching this request's answer, and answer from
+        what it stored (as a hit: ``X-Cache: HIT``, counted only with ``count_hits``), or
+        from the stale copy when the origins failed it. ``None`` when there is no such
+        request or its answer is no answer to this one (not stored, purged meanwhile):
+        then this request goes to the origin itself, and may lead the fetch of the key
+        returned (its own variant, when the answer turned out to vary)."""
+        timeout_ms = exchange.forward.timeout_ms
+        clock = self.services.clock
+        for _ in range(2):  # the base key, then this request's variant of it
+            leader = self._leaders.get(key)
+            if leader is None or not self._waitable(leader, base, clock.now_ms(), timeout_ms):
+                return None, key
+            # This request looks on its own timers: awaiting anything the leader resolves
+            # would resume it in the leader's request, which the platform refuses (its
+            # continuation would be cancelled with that request).
+            delay_s = POLL_FIRST_S
+            while not leader.done:
+                await self.services.sleep(delay_s)
+                delay_s = min(delay_s * 2, POLL_MAX_S)
+                if not leader.done and not self._waitable(leader, base, clock.now_ms(), timeout_ms):
+                    return None, key
+            exchange.now_ms = now = clock.now_ms()
+            entry = leader.stored
+            if entry is None:
+                if leader.failed is not None and stale is not None:
+                    # The origins failed the answer this request waited for: the stale
+                    # copy stands in at once (without the leader's rate-limit fields).
+                    return self._stale(exchange, stale, Response(leader.failed)), key
+                return None, key
+            if entry.vary:
+                mine = variant_key(base, entry.vary, request_fields)
+                if mine != variant_key(base, entry.vary, leader.request_fields):
+                    if key == mine:
+                        return None, key
+                    key = mine  # another variant's answer: follow (or lead) this one's
+                    continue
+            if not is_fresh(entry, now) or not lookup.accepts(entry, now):
+                return None, key
+            return await self._hit(exchange, entry, validators), key
+        return None, key
 
     @staticmethod
     def _judged(
@@ -451,19 +554,19 @@ class Cache:
 
     async def _lookup(
         self, base: str, request_fields: list[tuple[str, str]], now: int
-    ) -> tuple[Entry | None, str | None]:
-        """The stored answer for this request, and the generation of the vary manifest
-        at ``base`` (``None``: none stands there)."""
+    ) -> tuple[Entry | None, str | None, tuple[str, ...]]:
+        """The stored answer for this request, the generation of the vary manifest at
+        ``base`` (``None``: none stands there) and the fields it names."""
         entry = await self._read(base)
         if entry is None or not entry.manifest:
-            return entry, None
+            return entry, None, ()
         generation = entry.generation
         if now >= entry.expires:
-            return None, None
+            return None, None, ()
         variant = await self._read(variant_key(base, entry.vary, request_fields, generation))
         if variant is not None and variant.manifest:
-            return None, generation
-        return variant, generation
+            return None, generation, entry.vary
+        return variant, generation, entry.vary
 
     async def _generation(self, base: str, now: int) -> str:
         """The generation of the vary manifest standing at ``base``, or a new one."""
@@ -496,6 +599,7 @@ class Cache:
         *,
         defer: bool = True,
         since: int | None = None,
+        progress: Progress | None = None,
     ) -> Entry | None:
         """Store ``response`` if it may be (written after the response, unless not
         ``defer``: already there); the entry, if any. A response that varies goes under
@@ -512,7 +616,7 @@ class Cache:
             return None
         # A body of unknown length is measured as it is read, never held past max_bytes: a
         # larger one is not stored and goes to the client streamed.
-        body = await response.read_body_at_most(self.settings.max_bytes)
+        body = await response.read_body_at_most(self.settings.max_bytes, progress)
         if body is None:
             return None
         decision = replace(decision, must_measure=False)
