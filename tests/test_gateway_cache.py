@@ -1078,3 +1078,41 @@ def test_a_write_meanwhile_sends_later_requests_to_the_origin_at_once() -> None:
         return asked
 
     assert asyncio.run(run()) == 2
+
+
+def test_answers_held_in_memory_are_bounded_in_time_and_bytes() -> None:
+    h = harness(
+        {**CATALOG, "limits": "100/minute"},
+        upstream=FakeOrigin(respond=answering(body=b"x" * 1000)),
+    )
+    cache = h.gateway.caches["catalog"]
+    for n in range(5):
+        h.send(request(f"/v1/catalog/m{n}"), flush=False)
+    assert len(cache._lingering) == 5 and cache._lingering_bytes == 5000
+    h.send(request("/v1/catalog/m0"), flush=False)  # held: a hit, no fetch
+    assert len(h.origin.sent) == 5
+    h.clock.advance(LINGER_MS + 1)
+    h.send(request("/v1/catalog/other"))
+    assert list(cache._lingering) and len(cache._lingering) == 1  # only the newest left
+    assert cache._lingering_bytes == 1000
+    h.flush()
+
+
+def test_the_oldest_held_answers_go_first_past_the_byte_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import edge_limiter.gateway.cache as stage
+
+    monkeypatch.setattr(stage, "LINGER_MAX_BYTES", 2_500)
+    h = harness(
+        {**CATALOG, "limits": "100/minute"},
+        upstream=FakeOrigin(respond=answering(body=b"x" * 1000)),
+    )
+    cache = h.gateway.caches["catalog"]
+    for n in range(4):
+        h.send(request(f"/v1/catalog/b{n}"), flush=False)
+    assert len(cache._lingering) == 2 and cache._lingering_bytes == 2000
+    # The newest are held (their KV writes not done yet), the oldest not.
+    assert h.send(request("/v1/catalog/b3"), flush=False).headers.get("x-cache") == "HIT"
+    assert h.send(request("/v1/catalog/b0"), flush=False).headers.get("x-cache") == "MISS"
+    h.flush()

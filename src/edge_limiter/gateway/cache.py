@@ -129,6 +129,9 @@ class Cache:
         self._leaders: dict[str, _Leader] = {}
         """Misses being fetched from the origin, by base key: a request for the same key
         meanwhile waits for that answer instead of asking the origin again."""
+        self._lingering: OrderedDict[str, _Leader] = OrderedDict()
+        """Finished fetches whose stored answer still answers from memory, oldest first."""
+        self._lingering_bytes = 0
         self._passed: OrderedDict[str, int] = OrderedDict()
         """When each base key's answer last turned out not to be stored: requests for it
         go straight on for a while, rather than wait for each other."""
@@ -276,23 +279,32 @@ class Cache:
         on their next look; a stored one stays for :data:`LINGER_MS`, while its KV write
         is on its way."""
         leader.stored = stored
-        leader.finished_at = self.services.clock.now_ms()
+        leader.finished_at = now = self.services.clock.now_ms()
         leader.done = True
-        if stored is None and self._leaders.get(key) is leader:
+        if self._leaders.get(key) is not leader:
+            return
+        if stored is None:
             del self._leaders[key]
+            return
+        before = self._lingering.pop(key, None)
+        if before is not None and before.stored is not None:
+            self._lingering_bytes -= len(before.stored.body)
+        self._lingering[key] = leader
+        self._lingering_bytes += len(stored.body)
+        self._sweep(now)
 
     def _sweep(self, now: int) -> None:
         """Forget finished fetches past :data:`LINGER_MS`, and the oldest ones while their
-        answers hold more than :data:`LINGER_MAX_BYTES`."""
-        held = 0
-        for key, leader in reversed(list(self._leaders.items())):
-            if not leader.done:
-                continue
-            size = len(leader.stored.body) if leader.stored is not None else 0
-            if now - leader.finished_at > LINGER_MS or held + size > LINGER_MAX_BYTES:
+        answers hold more than :data:`LINGER_MAX_BYTES` (oldest first: cheap per call)."""
+        lingering = self._lingering
+        while lingering:
+            key, leader = next(iter(lingering.items()))
+            if now - leader.finished_at <= LINGER_MS and self._lingering_bytes <= LINGER_MAX_BYTES:
+                return
+            del lingering[key]
+            self._lingering_bytes -= len(leader.stored.body) if leader.stored else 0
+            if self._leaders.get(key) is leader:
                 del self._leaders[key]
-            else:
-                held += size
 
     def _waitable(self, leader: _Leader, base: str, now: int, timeout_ms: int) -> bool:
         """Whether ``leader``'s answer is still worth waiting for: no write or purge of the
