@@ -312,3 +312,35 @@ def test_async_tests_and_health_checks() -> None:
         return [a.status for a in await sim.aburst(4, "GET", f"{API}/v1/x")]
 
     assert sorted(asyncio.run(run())) == [200, 200, 200, 429]
+
+
+def test_each_answer_of_a_burst_counts_its_own_attempts() -> None:
+    sim = Simulator(limited("100/minute"), origin_latency="200ms")
+    assert [a.forwarded for a in sim.burst(3, "GET", f"{API}/v1/x")] == [1, 1, 1]
+    cached = {
+        "origin": API,
+        "routes": [
+            {"name": "c", "match": {"path": "/c/*"}, "limits": "9/minute", "cache": {"ttl": "1m"}}
+        ],
+    }
+    herd = Simulator(cached, origin_latency="200ms").burst(4, "GET", f"{API}/c/x")
+    assert sorted(a.forwarded for a in herd) == [0, 0, 0, 1]  # the hits made none
+
+
+def test_inside_an_event_loop_the_a_methods_are_awaited() -> None:
+    sim = Simulator(limited("5/minute"), admin_token="t")
+
+    async def run() -> tuple[int, int]:
+        with pytest.raises(RuntimeError, match=r"await arequest\(\)"):
+            sim.request("GET", f"{API}/v1/x")
+        with pytest.raises(RuntimeError, match=r"await ahealth_check\(\)"):
+            sim.health_check()
+        answer = await sim.arequest("GET", f"{API}/v1/x")
+        peek = await sim.aadmin("GET", "/api/keys?route=r&key=198.51.100.7")
+        assert await sim.ahealth_check() == []  # no origin has a health check
+        return answer.status, peek.json()["limits"][0]["remaining"]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert asyncio.run(run()) == (200, 3)  # what the next request would find
+        gc.collect()

@@ -35,6 +35,7 @@ import json
 import random
 import tomllib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -439,6 +440,9 @@ class _Origins:
             request.method, request.url, tuple(request.headers.items()), data, request.timeout_ms
         )
         self.calls.append(call)
+        attempts = _ATTEMPTS.get()
+        if attempts is not None:
+            attempts[0] += 1
         reply: Any = self.respond(call) if self.respond is not None else None
         if inspect.isawaitable(reply):
             reply = await reply
@@ -466,6 +470,10 @@ class _Origins:
 
 #: What an origin's answer carries as ``native`` (the platform's own response there).
 _FETCHED = object()
+
+#: The attempts at origins of the request being answered (each request of a burst runs in
+#: its own task, with its own count).
+_ATTEMPTS: ContextVar[list[int] | None] = ContextVar("attempts", default=None)
 
 
 def _as_reply(reply: Any, request: OriginRequest, number: int) -> Reply:
@@ -599,6 +607,16 @@ class Simulator:
 
     # --- requests ------------------------------------------------------------------------
 
+    @staticmethod
+    def _outside_a_loop(name: str) -> None:
+        """The synchronous calls run their own event loop: inside a running one, say
+        which ``a``-method to await instead (before any coroutine is made)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise RuntimeError(f"{name}() runs its own event loop: await a{name}() in an async test")
+
     def request(self, method: str, url: str, **options: Any) -> Answer:
         """One request, and then what it left for after the response (cache writes).
 
@@ -606,6 +624,7 @@ class Simulator:
         ``headers`` (a mapping or ``(name, value)`` pairs), ``body`` (bytes or text),
         ``country``, ``continent``, ``asn``, ``latitude``, ``longitude`` (``request.cf``).
         """
+        self._outside_a_loop("request")
         return asyncio.run(self.arequest(method, url, **options))
 
     async def arequest(self, method: str, url: str, **options: Any) -> Answer:
@@ -622,6 +641,7 @@ class Simulator:
     def burst(self, count: int, method: str, url: str, **options: Any) -> list[Answer]:
         """``count`` identical requests at once (their object calls interleave as the
         runtime's would), then the work they left."""
+        self._outside_a_loop("burst")
         return asyncio.run(self.aburst(count, method, url, **options))
 
     async def aburst(self, count: int, method: str, url: str, **options: Any) -> list[Answer]:
@@ -639,6 +659,11 @@ class Simulator:
         """A call to the admin API (``path`` under its prefix, query included, e.g.
         ``"/api/keys?route=login&key=203.0.113.9"``) with the ``admin_token`` given;
         ``body`` is sent as JSON."""
+        self._outside_a_loop("admin")
+        return asyncio.run(self.aadmin(method, path, body))
+
+    async def aadmin(self, method: str, path: str, body: Any = None) -> Answer:
+        """:meth:`admin` from a running event loop."""
         if self._admin_token is None:
             raise ValueError("the admin API needs Simulator(..., admin_token='...')")
         prefix = self.config.ops.admin_prefix
@@ -647,14 +672,18 @@ class Simulator:
         if body is not None:
             headers["content-type"] = "application/json"
             data = json.dumps(body)
-        return self.request(
-            method, f"https://gateway.test{prefix}{path}", headers=headers, body=data
-        )
+        url = f"https://gateway.test{prefix}{path}"
+        return await self.arequest(method, url, headers=headers, body=data)
 
     def health_check(self) -> list[dict[str, Any]]:
         """The Cron Trigger's work: every origin with a health check probed, its breaker
         told; one report per origin."""
-        return asyncio.run(self.gateway.probe_health())
+        self._outside_a_loop("health_check")
+        return asyncio.run(self.ahealth_check())
+
+    async def ahealth_check(self) -> list[dict[str, Any]]:
+        """:meth:`health_check` from a running event loop."""
+        return await self.gateway.probe_health()
 
     def _request(
         self,
@@ -700,9 +729,16 @@ class Simulator:
         )
 
     async def _send(self, request: Request) -> Answer:
-        before = len(self._world.origins.calls)
+        attempts = [0]
+        token = _ATTEMPTS.set(attempts)
+        try:
+            return await self._answer(request, attempts)
+        finally:
+            _ATTEMPTS.reset(token)
+
+    async def _answer(self, request: Request, attempts: list[int]) -> Answer:
         response = await self.gateway.handle(request, self._background)
-        forwarded = len(self._world.origins.calls) - before
+        forwarded = attempts[0]
         body = response.body
         if body is None:
             data = b""
