@@ -1116,3 +1116,75 @@ def test_the_oldest_held_answers_go_first_past_the_byte_bound(
     assert h.send(request("/v1/catalog/b3"), flush=False).headers.get("x-cache") == "HIT"
     assert h.send(request("/v1/catalog/b0"), flush=False).headers.get("x-cache") == "MISS"
     h.flush()
+
+
+def test_a_request_released_by_a_write_stores_the_newer_answer() -> None:
+    gate, origin = gated([("cache-control", "max-age=60")])
+    h = harness(GETS_ONLY, WRITES, upstream=origin)
+    cache = h.gateway.caches["catalog"]
+
+    async def run() -> None:
+        first = asyncio.ensure_future(h.concurrently(request("/v1/catalog/r")))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(h.concurrently(request("/v1/catalog/r")))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        h.clock.advance(1)
+        await cache.purge("api.test", "/v1/catalog/r", "", None)  # a write meanwhile
+        for _ in range(10):
+            await asyncio.sleep(0)
+        gate.set()
+        await first
+        await waiting
+        await h.background.run()
+
+    asyncio.run(run())
+    assert len(h.origin.sent) == 2  # the waiting one went on after the write...
+    h.clock.advance(LINGER_MS + 1)
+    after = h.send(request("/v1/catalog/r"))
+    assert after.headers.get("x-cache") == "HIT"  # ...and its newer answer was kept
+    assert len(h.origin.sent) == 2
+
+
+def test_a_stale_copy_standing_in_answers_the_clients_validators() -> None:
+    tagged = [("etag", '"s1"'), ("cache-control", "max-age=1")]
+    h = cached(FakeOrigin(respond=answering(headers=tagged)), stale_if_error="10m")
+    h.send(request("/v1/catalog/e"))
+    h.clock.advance(2_000)
+    h.origin.respond = answering(status=500)
+    held = h.send(request("/v1/catalog/e", headers={"if-none-match": '"s1"'}))
+    assert (held.status, held.headers.get("x-cache"), held.body) == (304, "STALE", None)
+    other = h.send(request("/v1/catalog/e", headers={"if-none-match": '"s0"'}))
+    assert (other.status, other.headers.get("x-cache")) == (200, "STALE")
+
+
+def test_a_304_on_a_miss_keeps_the_origins_cors_decision() -> None:
+    h = harness(
+        {**CATALOG, "cache": {"ttl": "5m"}},
+        upstream=FakeOrigin(respond=answering(headers=TAGGED)),
+        cors={"allow_origins": ["https://app.test"]},
+    )
+    page = {"origin": "https://app.test", "if-none-match": '"v1"'}
+    miss = h.send(request("/v1/catalog/c304", headers=page))
+    assert miss.status == 304 and miss.headers.get("x-cache") == "MISS"
+    assert "access-control-allow-origin" not in miss.headers  # the origin allowed no page
+    hit = h.send(request("/v1/catalog/c304", headers=page))
+    assert (
+        hit.status == 304 and hit.headers.get("access-control-allow-origin") == "https://app.test"
+    )
+
+
+def test_a_client_max_age_takes_no_stale_copy() -> None:
+    h = cached(
+        FakeOrigin(respond=answering(headers=[("cache-control", "max-age=1")])),
+        allow_client_no_cache=True,
+        stale_while_revalidate="30s",
+    )
+    h.send(request("/v1/catalog/u"))
+    h.clock.advance(2_000)
+    asked = h.send(request("/v1/catalog/u", headers={"cache-control": "max-age=100"}))
+    assert asked.headers.get("x-cache") == "MISS" and len(h.origin.sent) == 2
+    h.clock.advance(2_000)
+    plain = h.send(request("/v1/catalog/u"))
+    assert plain.headers.get("x-cache") == "UPDATING"

@@ -205,6 +205,9 @@ class Cache:
             )
             if waited is not None:
                 return waited
+            # A request that goes on after waiting is sent now: its answer is newer than
+            # any write or purge that came while it waited, so it may be stored.
+            exchange.now_ms = now = self.services.clock.now_ms()
         if storing:
             leader = self._lead(key, base, request_fields, now, exchange.forward.timeout_ms)
         stored: Entry | None = None
@@ -219,7 +222,7 @@ class Cache:
             if leader is not None and failed:
                 leader.failed = response.status
             if stale is not None and failed:
-                return self._stale(exchange, stale, response)
+                return self._stale(exchange, stale, response, validators)
             if storing and exchange.reached_origin:
                 try:
                     stored = await self._store(
@@ -370,7 +373,8 @@ class Cache:
                 if leader.failed is not None and stale is not None:
                     # The origins failed the answer this request waited for: the stale
                     # copy stands in at once (without the leader's rate-limit fields).
-                    return self._stale(exchange, stale, Response(leader.failed)), key
+                    failed = Response(leader.failed)
+                    return self._stale(exchange, stale, failed, validators), key
                 return None, key
             if entry.vary:
                 mine = variant_key(base, entry.vary, request_fields)
@@ -397,7 +401,8 @@ class Cache:
         origin = response.headers.get("x-origin")
         if origin is not None:
             out.set("X-Origin", origin)
-        return Response(304, out, None)
+        # It stands for the origin's answer (``native``): its CORS decision stands too.
+        return Response(304, out, None, response.native)
 
     def _revalidate(
         self,
@@ -551,18 +556,33 @@ class Cache:
         response.headers.set(CACHE_HEADER, "MISS")
         return response
 
-    def _stale(self, exchange: Exchange, entry: Entry, failed: Response) -> Response:
-        """The stored copy standing in for origins that all failed (``stale_if_error``).
-        Its ``Age`` is reckoned now, after the time spent on the origins."""
-        out = Headers(replay_headers(entry, self.services.clock.now_ms()))
-        for name, value in gateway_fields(failed.headers.items()):
-            out.set(name, value)
-        out.set(CACHE_HEADER, "STALE")
+    def _stale(
+        self,
+        exchange: Exchange,
+        entry: Entry,
+        failed: Response,
+        validators: list[tuple[str, str]],
+    ) -> Response:
+        """The stored copy standing in for origins that all failed (``stale_if_error``),
+        or ``304`` when the client's validators say it holds that copy. Its ``Age`` is
+        reckoned now, after the time spent on the origins."""
+        now = self.services.clock.now_ms()
         self.services.log(
             {"event": "stale_served", "route": self.route.name, "failed_status": failed.status}
         )
-        body = _body_for(exchange.request.method, entry, out)
-        return Response(entry.status, out, body)
+        if validators and not_modified(
+            validators, entry.status, entry.headers, entry.stored_at, now
+        ):
+            out = Headers(not_modified_fields(entry.headers))
+            out.set("Age", str(age_seconds(entry, now)))
+            status, body = 304, None
+        else:
+            out = Headers(replay_headers(entry, now))
+            status, body = entry.status, _body_for(exchange.request.method, entry, out)
+        for name, value in gateway_fields(failed.headers.items()):
+            out.set(name, value)
+        out.set(CACHE_HEADER, "STALE")
+        return Response(status, out, body)
 
     async def _lookup(
         self, base: str, request_fields: list[tuple[str, str]], now: int

@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from .cache_control import CacheControl, delta_seconds, parse_cache_control
 from .conditional import needs_origin
-from .entry import Entry, age_seconds, storable_fields, vary_manifest
+from .entry import Entry, age_seconds, is_fresh, storable_fields, vary_manifest
 from .fields import (
     Fields,
     content_length,
@@ -92,7 +92,14 @@ class Lookup:
         return not self.read and not self.write
 
     def accepts(self, entry: Entry, now: int) -> bool:
-        """Whether a fresh ``entry`` is young enough for the client at ``now``."""
+        """Whether ``entry`` is young enough for the client at ``now``. A client that says
+        how old a copy it takes wants a fresh one (without ``max-stale``, which this
+        cache does not read, RFC 9111 section 5.2.1.1): no stale copy, served while it is
+        fetched again or when the origins fail, is one."""
+        if self.max_age_s is None and self.min_fresh_s is None:
+            return True
+        if not is_fresh(entry, now):
+            return False
         if self.max_age_s is not None and age_seconds(entry, now) > self.max_age_s:
             return False
         return self.min_fresh_s is None or entry.fresh_until - now >= self.min_fresh_s * 1000
