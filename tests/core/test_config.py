@@ -652,3 +652,25 @@ def test_a_lease_reserve_that_eats_the_burst_is_a_warning() -> None:
     (fast,) = warned("5000/second", "gcra")
     assert "keeps 2500 of the 5000 units" in fast and "a shorter ttl keeps less" in fast
     assert warned("1000/hour") == [] and warned("5/minute", "fixed_window") == []
+
+
+def test_more_fields_that_change_nothing_are_warnings() -> None:
+    keyed = route(
+        match={"path": "/p", "methods": ["POST"]},
+        idempotency={"fingerprint_headers": ["Authorization", "x-v", "idempotency-key"]},
+    )
+    warned = parse_config(config(keyed)).warnings
+    assert any("fingerprint_headers[0]: authorization is part of every" in w for w in warned)
+    assert any("fingerprint_headers[2]: idempotency-key is the record's key" in w for w in warned)
+    assert not any("fingerprint_headers[1]" in w for w in warned)
+    one = {"origins": [{"name": "a", "url": "https://a.test", "continents": ["EU"]}]}
+    lone = parse_config(config(route(pool="p"), pools={"p": one})).warnings
+    assert any("pool 'p'.origins[0].continents: has no effect" in w for w in lone)
+    two = {"origins": [*one["origins"], {"name": "b", "url": "https://b.test"}]}
+    assert not any(
+        "has no effect" in w
+        for w in parse_config(config(route(pool="p"), pools={"p": two})).warnings
+    )
+    shadowed = parse_config(config(route(), shadow=True, deny_cache={"max_keys": 10})).warnings
+    assert any("config.deny_cache: has no effect" in w for w in shadowed)
+    assert parse_config(config(route(), deny_cache={"max_keys": 10})).warnings == ()

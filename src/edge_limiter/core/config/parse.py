@@ -741,6 +741,11 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
     deny = raw.get("deny_cache", {})
     if isinstance(deny, Mapping):
         unknown_fields(deny, ("enabled", "max_keys", "max_ttl"), "config.deny_cache", problems)
+        if shadow is True and deny:
+            problems.warn(
+                "config.deny_cache",
+                "has no effect: with shadow = true nothing is denied, so nothing is cached",
+            )
         enabled = boolean(deny, "enabled", True, "config.deny_cache", problems)
         ttl = duration(
             deny, "max_ttl", ttl, "config.deny_cache", problems, minimum_ms=1, maximum_ms=300_000

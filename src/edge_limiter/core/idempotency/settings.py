@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..caching.fields import is_token
 from ..validation import Problems, boolean, duration, integer, shown, table, unknown_fields
+from .fingerprint import ALWAYS_FINGERPRINTED
 
 MIB = 1024 * 1024
 MODES = ("required", "optional")
@@ -49,6 +50,14 @@ _FIELDS = (
     "max_bytes",
     "max_request_bytes",
 )
+
+
+#: Fields a fingerprint gains nothing from, and why (a config naming one gets a warning).
+NEVER_WORTH_FINGERPRINTING = {
+    "idempotency-key": "idempotency-key is the record's key: two requests with different "
+    "keys never meet",
+    "content-length": "content-length adds nothing: the body itself is fingerprinted",
+}
 
 
 #: Answers that say the origin did not process the request, so a retry is due: 408 (the
@@ -200,6 +209,10 @@ def _names(
             continue
         if kind == "method" and name in SAFE_METHODS:
             problems.warn(f"{where}[{index}]", f"{name} is a safe method: a key protects nothing")
+        if kind == "header name" and name in ALWAYS_FINGERPRINTED:
+            problems.warn(f"{where}[{index}]", f"{name} is part of every fingerprint already")
+        elif kind == "header name" and name in NEVER_WORTH_FINGERPRINTING:
+            problems.warn(f"{where}[{index}]", NEVER_WORTH_FINGERPRINTING[name])
         names.append(name)
     if kind == "method" and not value:
         problems.add(where, "must name at least one method")

@@ -248,6 +248,15 @@ def _parse_pool(
     raw_breaker = fields.get("breaker")
     given = isinstance(raw_breaker, dict) and "trial_timeout" in raw_breaker
     breaker = fit_trial_timeout(breaker, origins, f"{where}.breaker" if given else None, problems)
+    if len(raw_origins) == 1 and isinstance(raw_origins[0], dict):
+        placed = [
+            f for f in ("countries", "continents", "lat", "lon", "priority") if f in raw_origins[0]
+        ]
+        if placed:
+            problems.warn(
+                f"{where}.origins[0].{placed[0]}",
+                f"has no effect: {', '.join(placed)} order a pool's origins, and this pool has one",
+            )
     longest = max(origin.timeout_ms for origin in origins)
     if breaker.slow_call_ms is not None and breaker.slow_call_ms >= longest:
         problems.warn(
