@@ -269,3 +269,25 @@ def test_an_env_that_is_not_a_table_of_tables_is_one_clear_problem(tmp_path: Pat
 def test_an_environment_wrangler_does_not_have_is_said_so() -> None:
     done = run("--env", "nosuch")
     assert done.returncode == 1 and "no [env.nosuch]" in done.stderr, done.stderr
+
+
+def test_explain_reads_the_host_as_the_runtime_does() -> None:
+    def explained(url: str) -> dict[str, object]:
+        done = run("--explain", "GET", url, "--json")
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    backslash = explained("http://api.example.com\\v1\\login")
+    assert (backslash["canonical_host"], backslash["canonical_path"]) == (
+        "api.example.com",
+        "/v1/login",
+    )
+    assert explained("http://api.ex%61mple.com/v1/x")["canonical_host"] == "api.example.com"
+    for url, says in (
+        ("http://[1.2.3.4]/x", "is not an IPv6 address"),
+        ("http://h%zz/x", "is not a host"),
+    ):
+        refused = run("--explain", "GET", url)
+        assert refused.returncode == 2 and says in refused.stderr, url
+    continent = run("--explain", "GET", "https://api.example.com/x", "--continent", "XX")
+    assert continent.returncode == 2 and "continent is one of AF" in continent.stderr

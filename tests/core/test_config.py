@@ -621,6 +621,8 @@ def test_retry_and_breaker_settings_that_cannot_act_are_warnings() -> None:
 
     posts = route(match={"path": "/p", "methods": ["POST", "PATCH"]}, retry={"attempts": 5})
     assert any("route 'r'.retry: has no effect" in w for w in warned(posts))
+    never = {**posts, "retry": {"attempts": 1}}  # saying "never retry" is no mistake
+    assert not any(".retry" in w for w in warned(never))
     keyed = {**posts, "idempotency": {"mode": "required"}}
     assert not any(".retry" in w for w in warned(keyed))
     puts = route(match={"path": "/p", "methods": ["POST", "PUT"]}, retry={"attempts": 5})

@@ -7,6 +7,7 @@ import ipaddress
 import math
 import re
 from typing import Any
+from urllib.parse import unquote
 
 from .algorithms import ALGORITHMS
 from .caching.fields import is_token
@@ -17,13 +18,17 @@ from .http.messages import Client, Headers, Request
 from .keys import object_name
 from .lease_plan import plans
 from .routing.geo import ClientLocation, order_origins
+from .routing.origins import CONTINENTS
 
 #: Where an absolute URL's authority ends.
-_AUTHORITY_END = re.compile(r"[/?#]")
+#: Where a URL's authority ends; the runtime's URL parser reads ``\`` as ``/`` in http(s).
+_AUTHORITY_END = re.compile(r"[/?#\\]")
 #: A host (a name, an IPv4 address or a bracketed IPv6 one) and an optional port, as a
 #: URL parser takes them; no user information, spaces or controls.
 _AUTHORITY_RE = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s\x00-\x1f\x7f@\[\]:/]+)(?::\d{0,5})?")
 _PORT_RE = re.compile(r":\d+$")
+#: An authority whose every ``%`` starts an escape of two hex digits.
+_ESCAPES_RE = re.compile(r"(?:[^%]|%[0-9A-Fa-f]{2})*")
 #: ``request.cf.country`` / ``continent``: two letters (Cloudflare adds ``T1`` for Tor).
 _CODE_RE = re.compile(r"[A-Za-z][A-Za-z0-9]")
 
@@ -89,7 +94,7 @@ def header_line(text: str) -> tuple[str, str]:
     if not sep or not is_token(name.strip()):
         raise ExplainError(f"a header is written 'Name: value', got {text!r}")
     if any(char in value for char in "\r\n\x00"):
-        raise ExplainError(f"a header's value is one line, got {text!r}")
+        raise ExplainError(f"a header's value holds no line break and no NUL, got {text!r}")
     return name.strip(), value.strip()
 
 
@@ -117,12 +122,15 @@ def explained_client(
             ) from None
     if asn and not (asn.strip().isascii() and asn.strip().isdigit()):
         raise ExplainError(f"asn must be a number (request.cf.asn, e.g. 13335), got {asn!r}")
-    for name, code, example in (("country", country, "DE"), ("continent", continent, "EU")):
-        if code and not _CODE_RE.fullmatch(code):
-            raise ExplainError(
-                f"{name} is a two-letter code as request.cf gives it (e.g. {example!r}), "
-                f"got {code!r}"
-            )
+    if country and not _CODE_RE.fullmatch(country):
+        raise ExplainError(
+            f"country is a two-letter code as request.cf gives it (e.g. 'DE'), got {country!r}"
+        )
+    if continent and continent.upper() not in CONTINENTS:
+        raise ExplainError(
+            f"continent is one of {', '.join(sorted(CONTINENTS))} (request.cf.continent), "
+            f"got {continent!r}"
+        )
     coordinates: list[float | None] = []
     for name, text, bound in (("latitude", latitude, 90), ("longitude", longitude, 180)):
         if not text:
@@ -155,8 +163,23 @@ def split_url(url: str) -> tuple[str, str, str, str]:
     target = rest[len(authority) :]
     if scheme.lower() not in ("http", "https") or not authority:
         raise ExplainError(f"{url!r} is not an absolute URL like https://api.example.com/v1/x")
+    written = authority
+    if "%" in authority:
+        # The runtime decodes a host's escapes (``h%41`` is ``ha``).
+        try:
+            authority = (
+                unquote(authority, errors="strict") if _ESCAPES_RE.fullmatch(authority) else ""
+            )
+        except UnicodeDecodeError:
+            authority = ""
     if not _AUTHORITY_RE.fullmatch(authority):
-        raise ExplainError(f"{url!r}: {authority!r} is not a host with an optional port")
+        raise ExplainError(f"{url!r}: {written!r} is not a host with an optional port")
+    if authority.startswith("["):
+        literal = authority[1 : authority.index("]")]
+        try:
+            ipaddress.IPv6Address(literal)
+        except ValueError:
+            raise ExplainError(f"{url!r}: [{literal}] is not an IPv6 address") from None
     port = authority.rpartition(":")[2] if _PORT_RE.search(authority) else ""
     if port and not 0 < int(port) <= 65535:
         raise ExplainError(f"{url!r}: the port must be from 1 to 65535, got {port}")

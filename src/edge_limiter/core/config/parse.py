@@ -513,6 +513,7 @@ def _parse_route(
         )
     if (
         raw.get("retry") is not None
+        and retry.attempts > 1  # attempts = 1 says "never retry": nothing to warn of
         and idempotency is None
         and matched is not None
         and not matched & IDEMPOTENT_METHODS
