@@ -61,6 +61,8 @@ def _limits(route: dict[str, Any]) -> str:
         text = limit["rate"]
         if limit["capacity"] != int(text.split(" ", 1)[0]):
             text += f" (burst {limit['capacity']})"
+        if limit.get("algorithm"):
+            text += f" ({limit['algorithm']})"
         parts.append(text)
     extras = []
     if route["cost"] != 1:

@@ -344,3 +344,30 @@ def test_inside_an_event_loop_the_a_methods_are_awaited() -> None:
         warnings.simplefilter("error")
         assert asyncio.run(run()) == (200, 3)  # what the next request would find
         gc.collect()
+
+
+def test_a_burst_bucket_with_a_daily_quota_that_resets_at_midnight() -> None:
+    config = {
+        "origin": API,
+        "routes": [
+            {
+                "name": "api",
+                "match": {"path": "/v1/*"},
+                "algorithm": "token_bucket",
+                "limits": [
+                    {"rate": "10/second", "burst": 20},
+                    {"rate": "3/day", "algorithm": "fixed_window", "name": "daily"},
+                ],
+                "key": "header:x-api-key",
+            }
+        ],
+    }
+    sim = Simulator(config, start="2026-12-01T23:59:00Z")
+    key = {"x-api-key": "k1"}
+    answers = [sim.request("GET", f"{API}/v1/x", headers=key) for _ in range(4)]
+    assert [a.status for a in answers] == [200, 200, 200, 429]
+    assert answers[-1].headers["retry-after"] == "60"  # midnight UTC
+    assert answers[-1].json()["violated-policies"] == ["daily"]
+    assert '"daily";q=3;w=86400' in answers[-1].headers["ratelimit-policy"]
+    sim.advance("1m")
+    assert sim.request("GET", f"{API}/v1/x", headers=key).status == 200

@@ -676,3 +676,24 @@ def test_more_fields_that_change_nothing_are_warnings() -> None:
     shadowed = parse_config(config(route(), shadow=True, deny_cache={"max_keys": 10})).warnings
     assert any("config.deny_cache: has no effect" in w for w in shadowed)
     assert parse_config(config(route(), deny_cache={"max_keys": 10})).warnings == ()
+
+
+def test_a_limit_may_have_its_own_algorithm() -> None:
+    mixed = route(
+        algorithm="token_bucket",
+        limits=[
+            {"rate": "10/second", "burst": 20},
+            {"rate": "1000/day", "algorithm": "fixed_window"},
+            {"rate": "100/minute", "algorithm": "token_bucket"},  # the route's: ordinary
+        ],
+    )
+    limits = parse_config(config(mixed)).routes[0].limits.limits
+    assert [lim.algorithm for lim in limits] == ["", "fixed_window", ""]
+    problems = problems_of(config(route(limits=[{"rate": "5/s", "algorithm": "leaky"}])))
+    assert any("route 'r'.limits[0].algorithm" in p for p in problems)
+    burst = problems_of(
+        config(route(limits=[{"rate": "5/s", "burst": 9, "algorithm": "fixed_window"}]))
+    )
+    assert any("a burst only applies to" in p and "not fixed_window" in p for p in burst)
+    leased = problems_of(config({**mixed, "leases": True}))
+    assert any("leases need one algorithm" in p for p in leased)

@@ -63,3 +63,41 @@ def test_malformed_requests(text: str) -> None:
 def test_malformed_response() -> None:
     with pytest.raises(ProtocolError):
         StoreResponse.from_json('{"ds":[[true,1,1,1,0]]}', RATES)  # one limit short
+
+
+def test_a_limit_with_its_own_algorithm_travels_and_counts_apart() -> None:
+    from edge_limiter.core.keystore import KeyStore
+    from edge_limiter.core.protocol import StoreRequest, StoreResponse, algorithm_of
+    from edge_limiter.core.rates import Limit, Rate
+    from edge_limiter.testing import SqliteSql
+
+    day = Limit(Rate(3, 86_400_000), algorithm="fixed_window")
+    burst = Limit(Rate(10, 1_000), burst=20)
+    request = StoreRequest("check", "token_bucket", (burst, day))
+    again = StoreRequest.from_json(request.to_json())
+    assert again.limits == (burst, day)
+    # Written once only when it differs from the route's.
+    assert '"fixed_window"' in request.to_json()
+    plain = StoreRequest("check", "fixed_window", (day,))
+    assert '"fixed_window"' not in plain.to_json().split('"limits"')[1]  # the route's
+    assert algorithm_of(StoreRequest.from_json(plain.to_json()).limits[0], "fixed_window") == (
+        "fixed_window"
+    )
+    store = KeyStore(SqliteSql())
+    day_start = 1_700_006_400_000  # a UTC midnight
+    answers = [
+        StoreResponse.from_json(
+            store.decide(request.to_json(), day_start + 86_400_000 - 3 + i), request.limits
+        )
+        for i in range(3)
+    ]
+    assert [a.decision.allowed for a in answers] == [True, True, True]
+    denied = StoreResponse.from_json(
+        store.decide(request.to_json(), day_start + 86_400_000 - 1), request.limits
+    )
+    assert not denied.decision.allowed  # the day's 3 are used...
+    fresh = StoreResponse.from_json(
+        store.decide(request.to_json(), day_start + 86_400_000), request.limits
+    )
+    assert fresh.decision.allowed  # ...and the next day starts at midnight, bucket or not
+    assert sorted(store.states) == sorted(["token_bucket:20:10/1000", "fixed_window::3/86400000"])

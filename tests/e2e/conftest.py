@@ -33,7 +33,7 @@ def fresh_ip() -> str:
     return f"203.0.{n // 250}.{n % 250 + 1}"
 
 
-def route(name: str, path: str, limits: str, **fields: Any) -> dict[str, Any]:
+def route(name: str, path: str, limits: str | list[Any], **fields: Any) -> dict[str, Any]:
     return {"name": name, "match": {"path": path}, "limits": limits, **fields}
 
 
@@ -68,6 +68,17 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             route("behind", "/behind", "5/hour", algorithm="gcra", write_behind="100ms"),
             route("geo", "/geo", "2/hour", key="country"),
             route("open", "/open", "100/hour"),
+            # A bucket's burst with a quota of its own algorithm: a window that ends on the
+            # hour (a daily quota works alike at midnight UTC).
+            route(
+                "mixed",
+                "/mixed",
+                [
+                    {"rate": "10/second", "burst": 10},
+                    {"rate": "7/hour", "algorithm": "fixed_window"},
+                ],
+                algorithm="token_bucket",
+            ),
             route("closed", "/closed", "100/hour", on_store_error="closed"),
             # Canonical paths, spelled differently on the request line.
             {

@@ -84,6 +84,21 @@ def test_exactly_the_limit_is_admitted_under_200_concurrent_requests(
     assert counts == {200: 50, 429: 150}
 
 
+def test_a_limit_of_its_own_algorithm_ends_with_its_window(gateway: LocalGateway) -> None:
+    # The route's token bucket lets 10 through at once; its second limit, a fixed window
+    # of 7 an hour, stops the 8th, and says when the hour ends (a bucket of 7 an hour
+    # would say about 514 s, the refill of one unit).
+    ip = fresh_ip()
+    results = asyncio.run(burst(gateway, "/mixed", [ip] * 9))
+    assert Counter(status for _, status in results) == {200: 7, 429: 2}
+    denied = get(gateway, "/mixed", ip)
+    assert denied.status_code == 429
+    assert denied.json()["violated-policies"] == ["7-per-hour"]
+    to_the_hour = 3600 - int(time.time()) % 3600
+    assert abs(int(denied.headers["retry-after"]) - to_the_hour) <= 2
+    assert '"7-per-hour";q=7;w=3600' in denied.headers["ratelimit-policy"]
+
+
 def test_sliding_window_counter_stays_within_its_bound(gateway: LocalGateway) -> None:
     ip = fresh_ip()
     results = asyncio.run(burst(gateway, "/sw", [ip] * 200))

@@ -57,6 +57,7 @@ def describe_route(route: Route) -> dict[str, Any]:
         "algorithm": limits.algorithm,
         "limits": [
             {"name": lim.name, "rate": str(lim.rate), "capacity": lim.capacity}
+            | ({"algorithm": lim.algorithm} if lim.algorithm else {})
             for lim in limits.limits
         ],
         "key": [str(part) for part in limits.key.parts],

@@ -49,6 +49,7 @@ from .protocol import (
     DEFAULT_CLEANUP_AFTER_MS,
     MAX_SHARED_STATE_INTS,
     StoreRequest,
+    algorithm_of,
     parse_row_id,
     row_id,
 )
@@ -260,10 +261,15 @@ class KeyStore:
         self, request: StoreRequest, key: str, into: dict[str, _Compiled] | None = None
     ) -> _Compiled:
         try:
-            algorithms = tuple(make_algorithm(request.algorithm, limit) for limit in request.limits)
+            algorithms = tuple(
+                make_algorithm(algorithm_of(limit, request.algorithm), limit)
+                for limit in request.limits
+            )
         except ValueError as exc:  # e.g. a burst for an algorithm that takes none
             raise ProtocolError(str(exc)) from exc
-        ids = tuple(row_id(request.algorithm, limit) for limit in request.limits)
+        ids = tuple(
+            row_id(algorithm_of(limit, request.algorithm), limit) for limit in request.limits
+        )
         for rid, algorithm in zip(ids, algorithms, strict=True):
             self.algorithms.setdefault(rid, algorithm)
         compiled = _Compiled(

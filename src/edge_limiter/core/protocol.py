@@ -68,7 +68,9 @@ class StoreRequest:
             "algorithm": self.algorithm,
             "cost": self.cost,
             "limits": [
-                [lim.rate.quota, lim.rate.window_ms, lim.name, lim.burst] for lim in self.limits
+                [lim.rate.quota, lim.rate.window_ms, lim.name, lim.burst]
+                + ([lim.algorithm] if lim.algorithm and lim.algorithm != self.algorithm else [])
+                for lim in self.limits
             ],
         }
         if self.write_behind_ms:
@@ -155,10 +157,18 @@ def _int_field(data: dict[str, Any], key: str, default: int, least: int, what: s
 
 
 def _limit_from_list(item: list[Any]) -> Limit:
-    quota, window_ms, name, burst = item
+    quota, window_ms, name, burst, *own = item
     if burst is not None and (not isinstance(burst, int) or isinstance(burst, bool)):
         raise ProtocolError(f"bad burst {burst!r}")
-    return Limit(Rate(int(quota), int(window_ms)), burst, str(name))
+    algorithm = own[0] if own else ""
+    if len(own) > 1 or (algorithm and algorithm not in ALGORITHMS):
+        raise ProtocolError(f"bad limit {item!r}")
+    return Limit(Rate(int(quota), int(window_ms)), burst, str(name), str(algorithm))
+
+
+def algorithm_of(limit: Limit, default: str) -> str:
+    """The algorithm that counts ``limit``: its own, else the route's ``default``."""
+    return limit.algorithm or default
 
 
 def _decision_to_list(d: Decision) -> list[Any]:

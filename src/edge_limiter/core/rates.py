@@ -87,6 +87,8 @@ class Limit:
     rate: Rate
     burst: int | None = None
     name: str = ""
+    algorithm: str = ""
+    """This limit's own algorithm (a route may mix them); empty: the route's."""
 
     def __post_init__(self) -> None:
         if self.burst is not None and not 1 <= self.burst <= MAX_QUOTA:

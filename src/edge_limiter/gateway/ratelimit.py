@@ -34,7 +34,7 @@ from ..core.keys import object_name
 from ..core.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
 from ..core.limiter import check_all, combine
 from ..core.overrides import Override
-from ..core.protocol import StoreRequest, StoreResponse
+from ..core.protocol import StoreRequest, StoreResponse, algorithm_of
 from ..core.rates import Limit
 from .exchange import Exchange, Handler, problem_response
 from .operations import Operating
@@ -93,7 +93,7 @@ class Check:
             lease_ttl_ms = 0
         return cls(
             limits,
-            tuple(make_algorithm(algorithm, limit) for limit in limits),
+            tuple(make_algorithm(algorithm_of(limit, algorithm), limit) for limit in limits),
             StoreRequest("check", algorithm, limits, cost, *storing).to_json(),
             StoreRequest("refund", algorithm, limits, cost, *storing).to_json(),
             lease_ttl_ms,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..algorithms import ALGORITHMS, make_algorithm
@@ -47,6 +47,7 @@ from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
+from ..protocol import algorithm_of
 from ..rates import MAX_QUOTA, Limit, parse_rate, parse_rates
 from ..resilience.breaker import BreakerSettings
 from ..resilience.retry import IDEMPOTENT_METHODS, RetrySettings, parse_retry
@@ -127,7 +128,7 @@ ROUTE_FIELDS = (
     "idempotency",
 )
 MATCH_FIELDS = ("methods", "path", "host", "case_insensitive")
-LIMIT_FIELDS = ("rate", "name", "burst")
+LIMIT_FIELDS = ("rate", "name", "burst", "algorithm")
 #: The methods local workerd hands to the Worker (checked one by one); others (CONNECT,
 #: LINK, MKCALENDAR, made-up names) it answers itself, so a route for them draws a warning.
 REACHABLE_METHODS = frozenset(
@@ -167,9 +168,14 @@ def _limit_table(item: Mapping[str, Any], where: str, problems: Problems) -> Lim
         problems.add(
             f"{where}.burst", f"must be an integer from 1 to {MAX_QUOTA}, got {shown(burst)}"
         )
+    algorithm = ""
+    if "algorithm" in item:
+        algorithm = choice(
+            item, "algorithm", "", where, problems, options=tuple(ALGORITHMS), hints=ALGORITHM_HINTS
+        )
     if len(problems) != before:
         return None
-    return Limit(rate, burst, name if isinstance(name, str) else "")
+    return Limit(rate, burst, name if isinstance(name, str) else "", algorithm)
 
 
 def _parse_limits(value: object, where: str, problems: Problems) -> list[Limit]:
@@ -236,7 +242,7 @@ def _apply_route_burst(
         )
         return limits
     named = target.name != target.rate.name
-    updated = Limit(target.rate, int(burst), target.name if named else "")
+    updated = Limit(target.rate, int(burst), target.name if named else "", target.algorithm)
     return [updated if i == shortest else limit for i, limit in enumerate(limits)]
 
 
@@ -256,18 +262,20 @@ ALGORITHM_HINTS = {
 def _check_algorithm_takes(
     algorithm: str, limits: list[Limit], where: str, problems: Problems, burst_field: str
 ) -> None:
-    """Let the algorithm itself say whether it accepts each limit (burst, quota range)."""
-    cls = ALGORITHMS[algorithm]
+    """Let each limit's algorithm (its own, else the route's) say whether it accepts the
+    limit (burst, quota range)."""
     for limit in limits:
+        own = algorithm_of(limit, algorithm)
+        cls = ALGORITHMS[own]
         if limit.burst is not None and not cls.takes_burst:
             takers = ", ".join(name for name, c in ALGORITHMS.items() if c.takes_burst)
             problems.add(
                 f"{where}.{burst_field}",
-                f"a burst only applies to {takers}, not {algorithm} (limit {shown(limit.name)})",
+                f"a burst only applies to {takers}, not {own} (limit {shown(limit.name)})",
             )
             continue
         try:
-            make_algorithm(algorithm, limit)
+            make_algorithm(own, limit)
         except ValueError as exc:
             problems.add(f"{where}.limits", f"{limit.name}: {exc}")
 
@@ -432,6 +440,8 @@ def _parse_route(
         hints=ALGORITHM_HINTS,
     )
     limits = _parse_limits(raw.get("limits"), f"{where}.limits", problems)
+    # A limit written with the route's own algorithm is an ordinary one.
+    limits = [replace(lim, algorithm="") if lim.algorithm == algorithm else lim for lim in limits]
     limits = _apply_route_burst(limits, raw.get("burst"), algorithm, where, problems)
     # A burst is written for the whole route, or in a limit's table.
     burst_field = "burst" if "burst" in raw else "limits"
@@ -590,6 +600,14 @@ def _parse_leases(
             return 0
         settings = value
         unknown_fields(settings, LEASE_FIELDS, where, problems)
+    mixed = sorted({lim.algorithm for lim in limits if lim.algorithm})
+    if mixed:
+        problems.add(
+            where,
+            f"leases need one algorithm for all the route's limits, and a limit here uses "
+            f"{', '.join(mixed)} (the route: {algorithm})",
+        )
+        return 0
     if algorithm not in LEASABLE:
         problems.add(
             where,
