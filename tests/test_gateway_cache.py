@@ -1080,11 +1080,16 @@ def test_a_write_meanwhile_sends_later_requests_to_the_origin_at_once() -> None:
     assert asyncio.run(run()) == 2
 
 
-def test_answers_held_in_memory_are_bounded_in_time_and_bytes() -> None:
-    h = harness(
+def holding() -> Any:
+    """A cache route whose answers are 1,000 bytes each, with quota to spare."""
+    return harness(
         {**CATALOG, "limits": "100/minute"},
         upstream=FakeOrigin(respond=answering(body=b"x" * 1000)),
     )
+
+
+def test_answers_held_in_memory_are_bounded_in_time_and_bytes() -> None:
+    h = holding()
     cache = h.gateway.caches["catalog"]
     for n in range(5):
         h.send(request(f"/v1/catalog/m{n}"), flush=False)
@@ -1104,10 +1109,7 @@ def test_the_oldest_held_answers_go_first_past_the_byte_bound(
     import edge_limiter.gateway.cache as stage
 
     monkeypatch.setattr(stage, "LINGER_MAX_BYTES", 2_500)
-    h = harness(
-        {**CATALOG, "limits": "100/minute"},
-        upstream=FakeOrigin(respond=answering(body=b"x" * 1000)),
-    )
+    h = holding()
     cache = h.gateway.caches["catalog"]
     for n in range(4):
         h.send(request(f"/v1/catalog/b{n}"), flush=False)

@@ -180,15 +180,9 @@ def test_it_runs_inside_an_event_loop_too() -> None:
 
 
 def test_misses_at_once_overlap_at_a_slow_origin_and_are_collapsed() -> None:
-    config = {
-        "origin": API,
-        "routes": [
-            {"name": "c", "match": {"path": "/c/*"}, "limits": "100/minute", "cache": {"ttl": "1m"}}
-        ],
-    }
-    sim = Simulator(config, origin_latency="80ms")
+    sim = Simulator(limited("100/minute", cache={"ttl": "1m"}), origin_latency="80ms")
     start = sim.now_ms
-    answers = sim.burst(20, "GET", f"{API}/c/x")
+    answers = sim.burst(20, "GET", f"{API}/v1/x")
     assert len(sim.origin_calls) == 1
     assert sorted(a.headers["x-cache"] for a in answers) == ["HIT"] * 19 + ["MISS"]
     # Waits that overlap do not add up: a few times the origin's 80 ms (the waiting
@@ -317,13 +311,8 @@ def test_async_tests_and_health_checks() -> None:
 def test_each_answer_of_a_burst_counts_its_own_attempts() -> None:
     sim = Simulator(limited("100/minute"), origin_latency="200ms")
     assert [a.forwarded for a in sim.burst(3, "GET", f"{API}/v1/x")] == [1, 1, 1]
-    cached = {
-        "origin": API,
-        "routes": [
-            {"name": "c", "match": {"path": "/c/*"}, "limits": "9/minute", "cache": {"ttl": "1m"}}
-        ],
-    }
-    herd = Simulator(cached, origin_latency="200ms").burst(4, "GET", f"{API}/c/x")
+    cached = limited("9/minute", cache={"ttl": "1m"})
+    herd = Simulator(cached, origin_latency="200ms").burst(4, "GET", f"{API}/v1/x")
     assert sorted(a.forwarded for a in herd) == [0, 0, 0, 1]  # the hits made none
 
 

@@ -46,7 +46,6 @@ from .core.config import Config, parse_config
 from .core.config.sources import apply_environment
 from .core.control import apply_overrides_call, apply_stats_call
 from .core.durations import parse_duration
-from .core.errors import ConfigError
 from .core.explain import explained_client, split_url
 from .core.http.messages import Headers, Request, Response
 from .core.idempotency.protocol import apply_stored
@@ -280,18 +279,6 @@ class Deferred:
             if close is not None:
                 close()
         self.pending.clear()
-
-
-def _environment(document: Mapping[str, Any], env: str | None, source: str) -> dict[str, Any]:
-    """The config's top level with ``[env.NAME]`` laid over it (as the Worker does for
-    ``EDGE_LIMITER_ENV = NAME``)."""
-    tables = document.get("env")
-    if env is not None and (not isinstance(tables, Mapping) or env not in tables):
-        known = ", ".join(sorted(tables)) if isinstance(tables, Mapping) else ""
-        raise ConfigError(
-            [f"config: {source} has no [env.{env}] table (it has: {known or 'none'})"]
-        )
-    return apply_environment(document, env, source)
 
 
 def epoch_ms(start: int | str) -> int:
@@ -560,7 +547,7 @@ class Simulator:
                 raise ValueError("env applies to a config table, not a parsed Config")
             self.config = config
         else:
-            self.config = parse_config(_environment(config, env, "the config"))
+            self.config = parse_config(apply_environment(config, env, "the config", by_var=False))
         self._secrets = secrets if callable(secrets) else dict(secrets or {}).get
         self._admin_token = admin_token
         self._seed = seed
@@ -584,7 +571,7 @@ class Simulator:
         for ``EDGE_LIMITER_ENV = NAME``."""
         file = Path(path)
         document = tomllib.loads(file.read_text(encoding="utf-8-sig"))
-        return cls(_environment(document, env, file.name), **options)
+        return cls(apply_environment(document, env, file.name, by_var=False), **options)
 
     def _build(self) -> None:
         world = self._world

@@ -23,9 +23,10 @@ VAR_LIMIT_BYTES = 5 * 1024
 
 
 def apply_environment(
-    document: Mapping[str, Any], env_name: str | None, source: str
+    document: Mapping[str, Any], env_name: str | None, source: str, *, by_var: bool = True
 ) -> dict[str, Any]:
-    """The config file's top level with environment ``env_name``'s fields laid over it."""
+    """The config file's top level with environment ``env_name``'s fields laid over it
+    (``by_var``: the environment was chosen by ``EDGE_LIMITER_ENV``, as in a deployment)."""
     base = {key: value for key, value in document.items() if key != "env"}
     tables = document.get("env")
     if tables is not None and (
@@ -42,6 +43,10 @@ def apply_environment(
     environments = document.get("env") or {}
     if not isinstance(environments, Mapping) or env_name not in environments:
         known = ", ".join(sorted(environments)) if isinstance(environments, Mapping) else ""
+        if not by_var:
+            raise ConfigError(
+                [f"config: {source} has no [env.{env_name}] table (it has: {known or 'none'})"]
+            )
         raise ConfigError(
             [
                 f"config: {ENV_VAR} is {env_name!r} but {source} has no [env.{env_name}] "
