@@ -9,6 +9,7 @@ import pytest
 
 from edge_limiter.core.config import parse_config
 from edge_limiter.core.errors import ConfigError
+from edge_limiter.core.validation import shown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -613,6 +614,25 @@ def test_fields_that_would_change_nothing_are_refused_or_warned() -> None:
     assert any("route 'r'.shadow: has no effect" in w for w in everywhere)
     assert parse_config(config(route(shadow=False))).warnings == ()
     assert parse_config(config(route(shadow=True), shadow=True)).warnings == ()
+    # A limit another of the route's always denies before (see never_binding).
+    loose = parse_config(config(route(limits="10/minute; 5/hour"))).warnings
+    assert len(loose) == 1 and loose[0].startswith("route 'r'.limits: the limit '10-per-minute'")
+    assert parse_config(config(route(limits="10/second; 1000/hour"))).warnings == ()
+
+
+def test_values_in_messages_are_written_as_the_config_writes_them() -> None:
+    assert problems_of(config(route(cost=True))) == [
+        "route 'r'.cost: must be a positive integer, got true"
+    ]
+    missing = route()
+    del missing["limits"]
+    assert problems_of(config(missing))[0].endswith("got nothing (missing or null)")
+    nested = problems_of(config(route(limits=[None])))
+    assert nested == [
+        "route 'r'.limits[0]: must be a rate string or a table { rate, burst, name }, got "
+        "nothing (missing or null)"
+    ]
+    assert shown([True, None, {"a": False}]) == "[true, null, {'a': false}]"
 
 
 def test_retry_and_breaker_settings_that_cannot_act_are_warnings() -> None:

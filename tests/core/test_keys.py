@@ -237,6 +237,38 @@ def test_a_cookie_is_read_percent_decoded_as_rack_and_express_read_it() -> None:
     assert keys == {"cookie:sid=%FFx1", "cookie:sid=%FEx1", "cookie:sid=%C0x1"}
 
 
+def test_a_query_or_cookie_key_counts_every_spelling_php_reads_as_its_name() -> None:
+    # A probe's finding: ?api.key=K reached a PHP origin as its api_key=K while the
+    # gateway counted it keyless, so each key had the keyless counter's quota as well.
+    query = spec("query:api_key")
+    for spelled in (
+        "api_key=K",
+        "api.key=K",
+        "api%2Ekey=K",
+        "api+key=K",
+        "+api_key=K",
+        "api_key[]=K",
+        "api_key[0]=K",
+        "api[key=K",
+        "x=1;api.key=K",
+    ):
+        assert query.compute(view(query=spelled), {}) == "query:api_key=K", spelled
+    for other in ("apikey=K", "api-key=K", "[api_key=K", "api_key_=K", "xapi_key=K"):
+        assert query.compute(view(query=other), {}) == "query:api_key=", other
+    # Both spellings with different values: an origin reads one or the other.
+    with pytest.raises(AmbiguousRequestError, match="api_key"):
+        view(query="api_key=K&api.key=J").query_param("api_key")
+    assert view(query="api_key=K&api.key=K").query_param("api_key") == "K"
+    # A name written as an array member is matched as written only.
+    member = spec("query:filter[id]")
+    assert member.compute(view(query="filter[id]=7&filter[name]=x"), {}) == ("query:filter[id]=7")
+    cookie = spec("cookie:session_id")
+    for line in ("session_id=C", "session.id=C", "a=1; session%2Eid=C"):
+        assert cookie.compute(view(headers={"cookie": line}), {}) == "cookie:session_id=C"
+    with pytest.raises(AmbiguousRequestError, match="session_id"):
+        view(headers={"cookie": "session_id=C; session.id=D"}).cookie("session_id")
+
+
 def test_a_path_key_of_bytes_that_are_not_utf8_is_a_key_not_an_error() -> None:
     spec = KeySpec((KeyPart("path", "tenant"),))
     for segment in ("%FF", "%C0%AE", "%ED%A0%80"):

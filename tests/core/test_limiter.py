@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.algorithms import (
@@ -17,6 +17,7 @@ from edge_limiter.core.algorithms import (
     make_algorithm,
 )
 from edge_limiter.core.config import parse_config
+from edge_limiter.core.config.parse import never_binding
 from edge_limiter.core.decision import Decision, Reason
 from edge_limiter.core.http.fields import violated_policies
 from edge_limiter.core.limiter import (
@@ -26,7 +27,7 @@ from edge_limiter.core.limiter import (
     peek_all,
     refund_all,
 )
-from edge_limiter.core.rates import HOUR_MS, SECOND_MS, Limit, Rate, parse_rates
+from edge_limiter.core.rates import HOUR_MS, SECOND_MS, Limit, Rate, parse_rate, parse_rates
 
 from .conftest import ALGORITHM_NAMES, FakeClock
 
@@ -314,3 +315,77 @@ def test_a_multi_limit_bucket_admits_what_its_tightest_limit_allows(data: st.Dat
             alone.append(now)
     if len(alone) <= min(quotas[1:]):
         assert admitted == alone
+
+
+# --- limits that can never deny (the config check's warning) ------------------------------
+
+_UNITS_MS = (1_000, 60_000, 3_600_000)
+
+
+@st.composite
+def _limit_pairs(draw: st.DrawFn) -> tuple[str, Limit, Limit]:
+    algorithm = draw(
+        st.sampled_from(["token_bucket", "gcra", "fixed_window", "sliding_window", "sliding_log"])
+    )
+    limits = []
+    for _ in range(2):
+        window = draw(st.sampled_from(_UNITS_MS)) * draw(st.sampled_from([1, 2, 3]))
+        quota = draw(st.integers(1, 12))
+        burst = None
+        if algorithm in ("token_bucket", "gcra") and draw(st.booleans()):
+            burst = draw(st.integers(1, 12))
+        limits.append(Limit(Rate(quota, window), burst))
+    assume(limits[0].rate.window_ms != limits[1].rate.window_ms)
+    return algorithm, limits[0], limits[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _limit_pairs(),
+    st.lists(st.tuples(st.integers(0, 400_000), st.integers(1, 3)), min_size=1, max_size=60),
+)
+def test_a_limit_said_never_to_deny_never_denies_alone(
+    pair: tuple[str, Limit, Limit], steps: list[tuple[int, int]]
+) -> None:
+    """What the config check warns about holds for any traffic: whenever the limit it
+    calls loose would deny a request, the stricter one denies it too."""
+    algorithm, first, second = pair
+    redundant = never_binding([first, second], algorithm)
+    assume(redundant)
+    ((loose, strict),) = redundant
+    order = [loose, strict]
+    algorithms = [make_algorithm(algorithm, limit) for limit in order]
+    states: list[object] = [None, None]
+    now = 1_700_000_000_000
+    for gap, cost in steps:
+        now += gap
+        if cost > min(limit.capacity for limit in order):
+            continue
+        result = check_all(algorithms, states, now, cost)
+        loose_decision, strict_decision = result.decisions
+        if not loose_decision.allowed:
+            assert not strict_decision.allowed, (loose, strict, now)
+        states = list(result.states)
+
+
+def test_never_binding_names_only_certain_cases() -> None:
+    def rates(algorithm: str, *written: str) -> list[tuple[str, str]]:
+        limits = [Limit(parse_rate(text)) for text in written]
+        return [(a.name, b.name) for a, b in never_binding(limits, algorithm)]
+
+    assert rates("sliding_window", "10/minute", "5/hour") == [("10-per-minute", "5-per-hour")]
+    assert rates("sliding_window", "10/second", "1000/hour") == []
+    # A fixed window whose window is not a multiple of the other's may admit more in a
+    # short window straddling two long ones.
+    assert rates("fixed_window", "10/minute", "5/90s") == []
+    assert rates("sliding_log", "10/minute", "5/90s") == [("10-per-minute", "5-per-90-seconds")]
+    # Buckets: capacity and refill compared, whatever the windows.
+    assert rates("token_bucket", "10/minute", "100/second") == [("100-per-second", "10-per-minute")]
+    # The same bucket written over two windows: only the later one is named.
+    same = [Limit(parse_rate("10/minute"), 10), Limit(parse_rate("600/hour"), 10)]
+    assert [(a.name, b.name) for a, b in never_binding(same, "gcra")] == [
+        ("600-per-hour-burst-10", "10-per-minute")
+    ]
+    # Limits of different algorithms are not compared.
+    mixed = [Limit(parse_rate("10/minute")), Limit(parse_rate("5/hour"), algorithm="fixed_window")]
+    assert never_binding(mixed, "token_bucket") == []

@@ -56,6 +56,25 @@ def test_a_method_asked_for_in_any_spelling_origins_decode_is_found() -> None:
     assert asked_methods([], "", None, b"not json _method") == {}
 
 
+def test_the_spellings_php_reads_as_method_are_found_and_dropped() -> None:
+    # A probe's finding: PHP (so Laravel and Symfony) registers ".method", " _method" and
+    # "_method[]" as its _method, so a DELETE limited to 2 a minute went through as POSTs.
+    for name in (".method", "%2Emethod", "+_method", "%20.method", "_method[]", " .method"):
+        assert asked_methods([], f"a=1&{name}=DELETE", None) == {
+            "DELETE": "the _method query parameter"
+        }, name
+        assert asked_methods([], "", f"{name}=DELETE".encode()) == {
+            "DELETE": "the _method form field"
+        }, name
+        assert without_override_param(f"a=1&{name}=DELETE&b=2") == "a=1&b=2", name
+    # Names PHP reads otherwise: " method" is its "method"; "[method" it drops.
+    for name in ("+method", "[method", "x.method", "_method_", "_method[x"):
+        assert asked_methods([], f"{name}=DELETE", f"{name}=PUT".encode()) == {}, name
+        assert without_override_param(f"{name}=DELETE") == f"{name}=DELETE", name
+    # Two spellings asking for two methods are refused like any two.
+    assert set(asked_methods([], "_method=PUT&.method=DELETE", None)) == {"PUT", "DELETE"}
+
+
 @pytest.mark.parametrize("mode", ["apply", "refuse"])
 def test_nothing_asked_or_post_itself_keeps_the_post(mode: str) -> None:
     assert overridden_method(mode, {}, True) is None

@@ -10,7 +10,20 @@ from typing import Any, TypeGuard
 from .durations import parse_duration
 from .errors import DurationError
 
-_SHOWN = reprlib.Repr()
+
+class _TomlRepr(reprlib.Repr):
+    """Values as a config writes them: ``true``, not Python's ``True``."""
+
+    def repr_bool(self, value: bool, level: int) -> str:
+        return "true" if value else "false"
+
+    def repr_NoneType(self, value: None, level: int) -> str:
+        # The field itself (a JSON config's null, or a required field left out), or null
+        # inside a list or table of one.
+        return "nothing (missing or null)" if level == self.maxlevel else "null"
+
+
+_SHOWN = _TomlRepr()
 _SHOWN.maxlevel = 3
 _SHOWN.maxstring = 80
 _SHOWN.maxother = 80

@@ -218,6 +218,55 @@ def _parse_limits(value: object, where: str, problems: Problems) -> list[Limit]:
     return limits
 
 
+def never_binding(limits: list[Limit], algorithm: str) -> list[tuple[Limit, Limit]]:
+    """Pairs ``(loose, strict)`` of one route's limits where ``strict`` denies whenever
+    ``loose`` would, so ``loose`` changes nothing (it only shows in the policy fields).
+
+    Only limits counted by the same algorithm are compared, and only where it is certain:
+    a bucket (``token_bucket``, ``gcra``) that holds no more and refills no faster than
+    another is always at least as empty (both take the same requests, and it drains
+    slower); a ``sliding_log`` window that is longer and admits no more covers the
+    shorter one; a ``fixed_window`` or ``sliding_window`` likewise when its window is a
+    whole multiple of the other's (windows are aligned to UTC, so each short window lies
+    inside one long one, and a sliding window's weighted estimate over the long windows
+    is never below the one over the short windows).
+    """
+    pairs: list[tuple[Limit, Limit]] = []
+    for at, loose in enumerate(limits):
+        own = algorithm_of(loose, algorithm)
+        for other, strict in enumerate(limits):
+            if other == at or algorithm_of(strict, algorithm) != own:
+                continue
+            # Two that bind alike (the same bucket over other windows): the later one goes.
+            if _stricter(strict, loose, own) and not (at < other and _stricter(loose, strict, own)):
+                pairs.append((loose, strict))
+                break
+    return pairs
+
+
+def _written(limit: Limit) -> str:
+    return f"{limit.rate}, burst {limit.burst}" if limit.burst is not None else str(limit.rate)
+
+
+def _stricter(strict: Limit, loose: Limit, algorithm: str) -> bool:
+    s_rate, l_rate = strict.rate, loose.rate
+    if algorithm in ("token_bucket", "gcra"):
+        return (
+            strict.capacity <= loose.capacity
+            # refills no faster: quota per window compared without division
+            and s_rate.quota * l_rate.window_ms <= l_rate.quota * s_rate.window_ms
+        )
+    if algorithm == "sliding_log":
+        return s_rate.window_ms > l_rate.window_ms and s_rate.quota <= l_rate.quota
+    if algorithm in ("fixed_window", "sliding_window"):
+        return (
+            s_rate.window_ms > l_rate.window_ms
+            and s_rate.window_ms % l_rate.window_ms == 0
+            and s_rate.quota <= l_rate.quota
+        )
+    return False
+
+
 def _apply_route_burst(
     limits: list[Limit], burst: object, algorithm: str, where: str, problems: Problems
 ) -> list[Limit]:
@@ -446,6 +495,13 @@ def _parse_route(
     # A burst is written for the whole route, or in a limit's table.
     burst_field = "burst" if "burst" in raw else "limits"
     _check_algorithm_takes(algorithm, limits, where, problems, burst_field)
+    for loose, strict in never_binding(limits, algorithm):
+        problems.warn(
+            f"{where}.limits",
+            f"the limit {shown(loose.name)} ({_written(loose)}) can never deny a request: "
+            f"{shown(strict.name)} ({_written(strict)}) denies first, "
+            "whatever the traffic. Remove it, or make it stricter than that one",
+        )
 
     cost = raw.get("cost", 1)
     if not is_int(cost) or cost < 1:

@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, unquote
 
 from ..caching.fields import list_items
 from ..errors import AmbiguousRequestError
+from .params import same_param
 
 
 class HeaderMap(Protocol):
@@ -306,10 +307,12 @@ class Request:
 
         Raises :class:`AmbiguousRequestError` for repeated parameters with different values.
         A raw ``;`` separates parameters here as ``&`` does: some origins split on it
-        (Rack 2, so Rails), and ``?api_key=K;x=1`` must not be a key other than ``K``.
+        (Rack 2, so Rails), and ``?api_key=K;x=1`` must not be a key other than ``K``. A
+        name is matched in every spelling PHP reads as it (``api.key``, ``api_key[]``:
+        see :mod:`.params`).
         """
         query = self.query.replace(";", "&") if ";" in self.query else self.query
-        values = {v for k, v in parse_qsl(query, keep_blank_values=True) if k == name}
+        values = {v for k, v in parse_qsl(query, keep_blank_values=True) if same_param(k, name)}
         if not values:
             return None
         if len(values) > 1:
@@ -346,12 +349,13 @@ def _cookie_values(line: str, name: str) -> list[str]:
     octal ones included), so ``sid="a"`` and ``sid=a`` are the same value, and that names
     and values are percent-decoded as Rack and Express's ``cookie`` read them: ``sid=%4B7``
     is ``K7`` to those origins, so it is ``K7`` here too (one counter, not one per
-    spelling), and ``s%69d`` is ``sid``.
+    spelling), and ``s%69d`` is ``sid``; PHP's spellings of the name count too
+    (``s.id`` is its ``s_id``: see :mod:`.params`).
     """
     found = []
     for part in line.split(";"):
         cookie_name, sep, value = part.strip().partition("=")
-        if sep and _percent_decoded(cookie_name.strip()) == name:
+        if sep and same_param(_percent_decoded(cookie_name.strip()), name):
             found.append(_percent_decoded(_unquote_cookie(value.strip())))
     return found
 

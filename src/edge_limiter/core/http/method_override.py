@@ -26,10 +26,13 @@ import re
 from urllib.parse import parse_qsl, unquote_plus
 
 from ..caching.fields import is_token, list_items
+from .params import same_param
 
 MODES = ("apply", "refuse", "pass")
 OVERRIDE_FIELDS = ("x-http-method-override", "x-http-method", "x-method-override")
 PARAM = "_method"
+#: In every spelling of ``_method`` (``%5Fmethod``, PHP's ``.method``): a quick test first.
+_HINT, _HINT_BYTES = "method", b"method"
 FORM_TYPE = "application/x-www-form-urlencoded"
 #: The largest form body read for a ``_method`` parameter; a larger one is refused (413)
 #: where overrides are applied or refused, since what it asks for cannot be known.
@@ -71,19 +74,23 @@ def _params(text: str) -> list[tuple[str, str]]:
     return parse_qsl(text.replace(";", "&"), keep_blank_values=True)
 
 
+def _may_override(text: str) -> bool:
+    return _HINT in text or "%" in text
+
+
 def without_override_param(query: str) -> str:
     """``query`` without its ``_method`` parameters (in any spelling origins decode to
     it), the others kept as written, separators included: once applied, the override is
     the request's method, and the URI is the one the method acts on (a cache invalidated
     by the DELETE is the bare URI's)."""
-    if PARAM not in query and "%" not in query:
+    if not _may_override(query):
         return query
     pieces = re.split(r"([&;])", query)
     kept: list[str] = []
     for index in range(0, len(pieces), 2):
         piece = pieces[index]
         name = unquote_plus(piece.partition("=")[0])
-        if name == PARAM:
+        if same_param(name, PARAM):
             continue
         if kept:
             kept.append(pieces[index - 1])
@@ -118,13 +125,13 @@ def asked_methods(
     for name, value in fields:
         for method in list_items(value):
             asked.setdefault(method.upper(), f"the {name} field")
-    if PARAM in query or "%" in query:  # the name may be written encoded
+    if _may_override(query):  # the name may be written encoded, or as PHP reads it
         for key, value in _params(query):
-            if key == PARAM and value.strip():
+            if same_param(key, PARAM) and value.strip():
                 asked.setdefault(value.strip().upper(), "the _method query parameter")
-    if form and (PARAM.encode() in form or b"%" in form):
+    if form and (_HINT_BYTES in form or b"%" in form):
         for key, value in _params(form.decode("utf-8", errors="replace")):
-            if key == PARAM and value.strip():
+            if same_param(key, PARAM) and value.strip():
                 asked.setdefault(value.strip().upper(), "the _method form field")
     if json_body:
         member = _json_method(json_body)

@@ -1,0 +1,47 @@
+"""Parameter names as origins read them.
+
+A query or form parameter's name (and a cookie's) is not always read as written. PHP,
+hence Laravel and Symfony, registers ``$_GET``, ``$_POST`` and ``$_COOKIE`` names after
+mangling them: leading spaces dropped, a space or ``.`` made ``_``, and ``name[...]`` an
+array called ``name``. So ``?api.key=K``, ``?+api_key=K`` and ``?api_key[]=K`` all reach a
+PHP origin as its ``api_key``, and ``.method=DELETE`` in a form as its ``_method``. What
+decides identity or the method is matched in every such spelling (other origins read
+those names as written, and a request naming both spellings is then ambiguous, so it is
+refused rather than guessed).
+"""
+
+from __future__ import annotations
+
+
+def php_name(name: str) -> str:
+    """``name`` (already percent-decoded) as PHP registers it; empty when PHP drops it.
+
+    ``a.b`` and ``a b`` are ``a_b``; ``a[x]`` and ``a[]`` are the array ``a``; a ``[``
+    that is never closed becomes ``_`` (``a[b`` is ``a_b``).
+    """
+    name = name.lstrip(" ")
+    out: list[str] = []
+    for index, char in enumerate(name):
+        if char in " .":
+            out.append("_")
+        elif char == "[":
+            if not out:
+                return ""  # PHP drops a parameter whose name starts with "["
+            if "]" in name[index + 1 :]:
+                return "".join(out)
+            rest = name[index + 1 :]
+            return "".join(out) + "_" + rest.replace(" ", "_").replace(".", "_")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def same_param(name: str, wanted: str) -> bool:
+    """Whether a parameter or cookie called ``name`` (decoded) is ``wanted`` to an origin:
+    the same name, or the same once PHP has mangled both. A ``wanted`` holding ``[`` is
+    matched as written only (``filter[id]`` is one member of an array, not the array)."""
+    if name == wanted:
+        return True
+    if "[" in wanted or not name:
+        return False
+    return php_name(name) == php_name(wanted)
