@@ -414,6 +414,18 @@ def test_an_operator_forces_an_origins_breaker_in_every_isolate() -> None:
     assert (
         body_json(admin(here, "/api/breakers/eu?state=auto", "POST"))["breakers"]["eu"] == "closed"
     )
+    # What it answered while forced counts nowhere once its breaker decides again (a
+    # probe's finding: those failures tripped it at the next request and the next sync,
+    # while the admin API said closed).
+    here.origin.respond = answering(200)
+    clock.advance(2_000)
+    there.send(request("/g"))  # its copy (still forced open) refreshes after this one
+    for isolate in (here, there, here):
+        for _ in range(3):
+            answer = isolate.send(request("/g"))
+            assert answer.status == 200 and answer.headers.get("x-origin") == "eu"
+        clock.advance(2_000)
+    assert body_json(admin(here, "/api/breakers"))["breakers"]["eu"] == "closed"
     assert admin(here, "/api/breakers/nope?state=open", "POST").status == 404
     assert admin(here, "/api/breakers/eu?state=sideways", "POST").status == 400
     assert admin(here, "/api/breakers/eu", "GET").headers.get("allow") == "POST"

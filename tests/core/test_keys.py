@@ -269,6 +269,35 @@ def test_a_query_or_cookie_key_counts_every_spelling_php_reads_as_its_name() -> 
         view(headers={"cookie": "session_id=C; session.id=D"}).cookie("session_id")
 
 
+def test_an_authorization_key_counts_every_spelling_of_the_same_credentials() -> None:
+    # A probe's finding: "bearer T1" and "Bearer  T1" were fresh counters beside
+    # "Bearer T1", though the scheme is case-insensitive (RFC 9110 section 11.1) and
+    # origins split the field on any whitespace.
+    auth = spec("header:authorization")
+    for line in ("Bearer T1", "bearer T1", "BEARER T1", "Bearer  T1", "Bearer\tT1", "bEaReR \t T1"):
+        assert auth.compute(view(headers={"authorization": line}), {}) == (
+            "header:authorization=Bearer%20T1"
+        ), line
+    # The credentials keep their case; a scheme outside the table is lower-cased; a
+    # value that is not a scheme and credentials is taken as sent.
+    assert auth.compute(view(headers={"authorization": "Bearer t1"}), {}).endswith("=Bearer%20t1")
+    assert auth.compute(view(headers={"authorization": "MyScheme K"}), {}).endswith("=myscheme%20K")
+    assert auth.compute(view(headers={"authorization": "SK_live_AbC"}), {}).endswith("=SK_live_AbC")
+    # So does a proxy's field; other headers are taken as sent.
+    proxy = spec("header:proxy-authorization")
+    assert proxy.compute(view(headers={"proxy-authorization": "basic  dXNlcg=="}), {}) == (
+        "header:proxy-authorization=Basic%20dXNlcg%3D%3D"
+    )
+    assert spec("header:x-key").compute(view(headers={"x-key": "bearer  T1"}), {}) == (
+        "header:x-key=bearer%20%20T1"
+    )
+    # An operator's key names the same counter in any of those spellings.
+    assert given_key(auth, "bearer T1") == "header:authorization=Bearer%20T1"
+    assert given_key(auth, "header:authorization=BEARER%20%20T1") == (
+        "header:authorization=Bearer%20T1"
+    )
+
+
 def test_a_path_key_of_bytes_that_are_not_utf8_is_a_key_not_an_error() -> None:
     spec = KeySpec((KeyPart("path", "tenant"),))
     for segment in ("%FF", "%C0%AE", "%ED%A0%80"):

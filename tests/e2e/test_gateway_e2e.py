@@ -301,11 +301,16 @@ def test_an_upload_expecting_100_continue_gets_the_origins_final_answer(
     assert echo["body_bytes"] == 5000 and "expect" not in echo["headers"]
     # An interim answer the origin volunteers (103 Early Hints) is not a crash either.
     early = get(gateway, "/not/limited?interim=103", fresh_ip())
-    assert early.status_code == 502 and early.json()["code"] == "origin_unreachable"
+    assert early.status_code == 502 and early.json()["code"] == "origin_bad_answer"
     # A GET that says "Content-Length: 0" (some clients always do) has no body to refuse.
     for path in ("/not/limited", "/v1/search"):
         empty = get(gateway, path, fresh_ip(), headers={"content-length": "0", "x-api-key": "e"})
         assert empty.status_code == 200, (path, empty.text[:200])
+        # Nor does an empty chunked one (a probe's finding: it was a 400).
+        chunked = get(gateway, path, fresh_ip(), headers={"x-api-key": "e"}, content=iter([]))
+        assert chunked.status_code == 200, (path, chunked.text[:200])
+    full = get(gateway, "/not/limited", fresh_ip(), content=iter([b"x"]))
+    assert full.status_code == 400 and full.json()["code"] == "body_not_allowed"
 
 
 def test_unmatched_routes_pass_untouched(gateway: LocalGateway, origin) -> None:  # type: ignore[no-untyped-def]

@@ -44,6 +44,22 @@ _NAME_RULES = {
     "path": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "a {param} name of match.path"),
 }
 
+#: Fields holding credentials (RFC 9110 section 11): a scheme, whitespace, then the
+#: credentials. The scheme is case-insensitive and origins split on any run of
+#: whitespace, so ``bearer  T1`` is ``Bearer T1`` to them.
+CREDENTIAL_FIELDS = frozenset(("authorization", "proxy-authorization"))
+#: Schemes in the spelling their specifications use (the IANA registry's, and common
+#: ones outside it); any other scheme is counted lower-cased.
+_SCHEMES = {
+    name.lower(): name
+    for name in (
+        "Basic", "Bearer", "Digest", "Negotiate", "NTLM", "Token", "ApiKey", "DPoP",
+        "HOBA", "Mutual", "OAuth", "SCRAM-SHA-1", "SCRAM-SHA-256", "vapid", "GNAP",
+        "PrivateToken", "Concealed", "AWS4-HMAC-SHA256", "Key", "Splunk", "SSWS",
+    )
+}  # fmt: skip
+_CREDENTIALS_RE = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]+(.*)", re.DOTALL)
+
 #: Object names longer than this, or with characters outside the safe set, are hashed.
 MAX_PLAIN_NAME = 128
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:|=%/")
@@ -89,7 +105,8 @@ class KeySpec:
         if part.kind == "ip":
             return aggregate_ip(request.client.ip, self.ipv4_prefix, self.ipv6_prefix)
         if part.kind == "header":
-            return request.single_header(part.name) or ""
+            value = request.single_header(part.name) or ""
+            return credentials(value) if part.name in CREDENTIAL_FIELDS else value
         if part.kind == "cookie":
             return request.cookie(part.name) or ""
         if part.kind == "query":
@@ -101,6 +118,19 @@ class KeySpec:
         if part.kind == "asn":
             return request.client.asn
         return ""  # global
+
+
+def credentials(value: str) -> str:
+    """An ``Authorization`` value as one spelling: the scheme in its usual case and one
+    space before the credentials (``bearer\tT1`` and ``Bearer  T1`` are ``Bearer T1``).
+    The credentials keep their case (a token is case-sensitive), and a value that is not
+    a scheme followed by credentials (a bare API key) is kept as sent."""
+    match = _CREDENTIALS_RE.fullmatch(value)
+    if match is None:
+        return value
+    scheme, rest = match.groups()
+    folded = scheme.lower()
+    return f"{_SCHEMES.get(folded, folded)} {rest}"
 
 
 def given_key(spec: KeySpec, given: str) -> str:
@@ -130,6 +160,8 @@ def given_key(spec: KeySpec, given: str) -> str:
         value = _given_address(written, spec) if part.kind == "ip" else written
         if part.kind == "header":
             _given_header(part.name, value)
+            if part.name in CREDENTIAL_FIELDS:
+                value = credentials(value)
         if part.kind == "global" and value:
             raise KeySpecError(
                 f"a global key has no value: every request counts as 'global=' (or give "

@@ -141,17 +141,25 @@ class Gateway:
             refused = await self._method_override(request, host, path)
             if refused is not None:
                 return refused
-        if (
-            request.body is not None
-            and request.method in BODILESS
-            and _zero(request.headers.get("content-length"))
-            and request.headers.get("transfer-encoding") is None
-        ):
-            # An empty body said with "Content-Length: 0" (some clients send it on every
-            # request): the request without it is the same request.
-            request.body = None
-            request.native = None
-            request.headers.delete("content-length")
+        if request.body is not None and request.method in BODILESS:
+            chunked = request.headers.get("transfer-encoding") is not None
+            if chunked and request.headers.get("content-length") is None:
+                # A chunked body may still be empty (some clients send an empty one as a
+                # single last chunk): read to find out, at most one byte.
+                try:
+                    empty = await request.read_body_at_most(0) == b""
+                except BodyReadError:
+                    return problem_response(problems.request_body_broken())
+            else:
+                empty = not chunked and _zero(request.headers.get("content-length"))
+            if empty:
+                # An empty body said with "Content-Length: 0" (some clients send it on
+                # every request), or as an empty chunked one: the request without it is
+                # the same request.
+                request.body = None
+                request.native = None
+                request.headers.delete("content-length")
+                request.headers.delete("transfer-encoding")
         if request.body is not None and request.method in BODILESS:
             # The platform's fetch cannot send one: forwarding it would change the request.
             return problem_response(

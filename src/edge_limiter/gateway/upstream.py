@@ -153,6 +153,10 @@ class BreakerBoard:
         overloaded_until: int = 0,
     ) -> None:
         copy = self._copy(origin)
+        if copy.state.forced:
+            # Forced by an operator: the call counts nowhere, and no report of it goes
+            # out to count once its breaker decides again (``auto``).
+            return
         before = current_phase(copy.state, now)
         paused_before = copy.state.cool_down_until
         if outcome is Outcome.OVERLOAD and overloaded_until > now:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..decision import Decision
+from ..routing.origins import PLAIN_LABEL
 from .fields import retry_after_seconds, violated_policies
 
 PROBLEM_JSON = "application/problem+json"
@@ -203,31 +204,38 @@ def _tried(origins: Sequence[dict[str, Any]]) -> str:
 def origin_unreachable(route: str | None, pool: str, tried: Sequence[dict[str, Any]]) -> Problem:
     """502: no origin could be reached (connection refused or reset, DNS, TLS), or it
     answered only with an interim answer (103 Early Hints) the platform took for its
-    answer, or with a status HTTP does not have (600 and up)."""
+    answer, or with a status HTTP does not have (600 and up): then the code is
+    ``origin_bad_answer``, since the origin was reached."""
     outcomes = {item["outcome"] for item in tried}
+    plain = pool == PLAIN_LABEL
+    subject = "The origin" if plain else f"No origin of pool '{pool}'"
+    code = "origin_unreachable"
     if outcomes == {"interim_answer"}:
+        code = "origin_bad_answer"
+        named = "The origin" if plain else f"The origin of pool '{pool}'"
         detail = (
-            f"The origin of pool '{pool}' answered with an interim response (such as 103 "
-            f"Early Hints) that the platform's fetch takes for its answer, so its final "
-            f"answer is lost; tried: {_tried(tried)}."
-        )
-    elif outcomes == {"bad_answer"}:
-        detail = (
-            f"No origin of pool '{pool}' gave a usable answer (a status outside 100-599 "
-            f"is no HTTP answer); tried: {_tried(tried)}."
-        )
-    elif "bad_answer" in outcomes or "interim_answer" in outcomes:
-        detail = (
-            f"No origin of pool '{pool}' could be reached or gave a usable answer; "
+            f"{named} answered with an interim response (such as 103 Early Hints) that "
+            f"the platform's fetch takes for its answer, so its final answer is lost; "
             f"tried: {_tried(tried)}."
         )
+    elif outcomes <= {"bad_answer", "interim_answer"}:
+        code = "origin_bad_answer"
+        verb = "did not give" if plain else "gave"
+        detail = (
+            f"{subject} {verb} a usable answer (a status outside 100-599 is no HTTP "
+            f"answer); tried: {_tried(tried)}."
+        )
+    elif "bad_answer" in outcomes or "interim_answer" in outcomes:
+        verb = "could not be reached or give" if plain else "could be reached or gave"
+        detail = f"{subject} {verb} a usable answer; tried: {_tried(tried)}."
     else:
-        detail = f"No origin of pool '{pool}' could be reached; tried: {_tried(tried)}."
+        verb = "could not be reached" if plain else "could be reached"
+        detail = f"{subject} {verb}; tried: {_tried(tried)}."
     return Problem(
         502,
         "Bad Gateway",
         detail,
-        "origin_unreachable",
+        code,
         members={"route": route, "pool": pool, "tried": list(tried)},
     )
 
@@ -299,8 +307,13 @@ def origin_timeout(
     return Problem(
         504,
         "Gateway Timeout",
-        f"No origin of pool '{pool}' answered in time (the route allows {timeout_ms} ms, "
-        f"each origin its own timeout within it); tried: {_tried(tried)}.",
+        (
+            f"The origin did not answer in time (the route allows {timeout_ms} ms); "
+            if pool == PLAIN_LABEL
+            else f"No origin of pool '{pool}' answered in time (the route allows "
+            f"{timeout_ms} ms, each origin its own timeout within it); "
+        )
+        + f"tried: {_tried(tried)}.",
         "origin_timeout",
         members={"route": route, "pool": pool, "tried": list(tried), "timeout_ms": timeout_ms},
     )
@@ -315,13 +328,17 @@ def origins_unavailable(
 ) -> Problem:
     """503: every origin is shed (breaker open, overloaded) or full (bulkhead), at once."""
     retry = max(1, -(-retry_after_ms // 1000))
+    plain = pool == PLAIN_LABEL
     why = (
-        "at their concurrency limit" if busy else "unavailable (circuit breaker open or overloaded)"
+        f"at {'its' if plain else 'their'} concurrency limit"
+        if busy
+        else "unavailable (circuit breaker open or overloaded)"
     )
     return Problem(
         503,
         "Service Unavailable",
-        f"Every origin of pool '{pool}' is {why}; retry in {retry} s. Origins: {_tried(tried)}.",
+        f"{'The origin' if pool == PLAIN_LABEL else f'Every origin of pool {pool!r}'} is "
+        f"{why}; retry in {retry} s. Origins: {_tried(tried)}.",
         "origin_busy" if busy else "origins_unavailable",
         members={"route": route, "pool": pool, "tried": list(tried), "retry_after": retry},
         headers=(("Retry-After", str(retry)),),
