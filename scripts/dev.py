@@ -12,7 +12,8 @@ server per origin URL the config names). Your own config in front of your own ba
 a pool origin's ``name``, or ``default`` for the top-level ``origin``) to URL; origins not
 mapped go to demo origins. ``GET /cdn-cgi/handler/scheduled`` runs the Cron Trigger
 handler (the health checks), as ``wrangler dev --test-scheduled`` does.
-Counters persist under ``.local/dev/`` (``--fresh`` forgets them).
+Counters, overrides, cached answers, idempotency records and breakers persist under
+``.local/dev/`` (``--fresh`` forgets them all).
 """
 
 from __future__ import annotations
@@ -209,7 +210,11 @@ def main() -> int:
         metavar="NAME=URL",
         help="send origin NAME (URL, host or 'default') to URL; repeatable",
     )
-    parser.add_argument("--fresh", action="store_true", help="forget persisted counters first")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget everything persisted first (counters, overrides, cache, records, breakers)",
+    )
     parser.add_argument(
         "--quiet",
         action="store_true",
@@ -327,7 +332,7 @@ def serve(
                 continue
             kind = "demo origin" if original in origins.demos else "your origin"
             print(f"  origin {original} -> {kind} {local}")
-        print(f"  counters persist in {persist}/ (--fresh forgets them)")
+        print(f"  state persists in {persist}/ (--fresh forgets it)")
         if str(gateway.runtime.get("bindings", {}).get("EDGE_LIMITER_ADMIN_TOKEN") or "").strip():
             print(f"  admin API and status page: {url}/_edge-limiter/ (token from .dev.vars)")
         else:

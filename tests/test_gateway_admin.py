@@ -302,6 +302,78 @@ def test_an_override_for_one_routes_key_is_stored_in_the_form_its_requests_get()
         assert refused.status == 400, key
 
 
+def test_an_override_for_every_route_must_be_in_the_form_requests_have() -> None:
+    # A probe's finding: route "*" with ip=2001:db8::1 was stored as written and never
+    # matched (requests count that address as its /64).
+    h = gw()
+
+    def put(key: str) -> Any:
+        body = {"route": "*", "key": key, "exempt": True, "reason": "probe"}
+        return admin(h, "/api/overrides", "POST", body=json.dumps(body).encode())
+
+    stored = body_json(put("ip=2001:db8::1"))["override"]
+    assert stored["key"] == "ip=2001%3Adb8%3A%3A%2F64"  # as requests count it
+    assert all(h.send(request("/x", ip="2001:db8::5")).status == 200 for _ in range(3))
+    refused = put("ip=not-an-ip")
+    assert refused.status == 400
+    assert "no route has a key like" in body_json(refused)["detail"]
+    # A value alone is for every route of one-part keys (here the api key and the ip),
+    # which must agree on its form: an address is no api key's form.
+    split = put("2001:db8::1")
+    assert split.status == 400 and "different forms" in body_json(split)["detail"]
+    assert body_json(put("premium_9"))["override"]["key"] == "premium_9"
+    assert all(
+        h.send(request("/v1/x", headers={"x-api-key": "premium_9"})).status == 200 for _ in range(5)
+    )
+
+
+def test_the_admin_api_says_what_the_next_request_really_gets_and_refuses_what_it_would_ignore() -> (
+    None
+):
+    h = gw()
+    exempt = {"route": "api", "key": "k1", "exempt": True, "reason": "probe"}
+    assert admin(h, "/api/overrides", "POST", body=json.dumps(exempt).encode()).status == 200
+    for _ in range(4):
+        assert h.send(request("/v1/x", headers={"x-api-key": "k1"})).status == 200
+    # A probe's finding: an exempt key's peek said its next request would be denied.
+    peek = body_json(admin(h, "/api/keys?route=api&key=k1"))
+    assert peek["next_request"] == {"allowed": True, "headers": {"X-EdgeLimiter-Reason": "exempt"}}
+    # A header's name in any case names the same key.
+    assert body_json(admin(h, "/api/keys?route=api&key=header:X-Api-Key=k1"))["key"] == (
+        "header:x-api-key=k1"
+    )
+    # On a shadow route the next request passes, reported as it stands.
+    shadow = harness({**ROUTES[0], "shadow": True}, admin_token=TOKEN)
+    for _ in range(4):
+        shadow.send(request("/v1/x", headers={"x-api-key": "k2"}))
+    told = body_json(admin(shadow, "/api/keys?route=api&key=k2"))["next_request"]
+    assert told["allowed"] is True and told["headers"]["X-RateLimit-Remaining"] == "0"
+    assert "Retry-After" not in told["headers"]
+    assert told["headers"]["X-EdgeLimiter-Reason"] == "shadow"
+    # A parameter the endpoint does not take is refused, not ignored (units=3 gave back 1).
+    misspelt = admin(h, "/api/keys/refund?route=api&key=k1&units=3", "POST")
+    assert misspelt.status == 400 and "units" in body_json(misspelt)["detail"]
+    assert "cost" in body_json(misspelt)["detail"]
+    assert admin(h, "/api/explain?url=https://x.test/v1/a&lat=1").status == 400
+    assert admin(h, "/api/explain?url=https://x.test/v1/a&latitude=1").status == 200
+    # A JSON member given twice is refused, not taken as its last value.
+    twice = b'{"route": "api", "key": "k", "limits": "5/minute", "route": "everything"}'
+    refused = admin(h, "/api/overrides", "POST", body=twice)
+    assert refused.status == 400 and "route" in body_json(refused)["detail"]
+    missing = admin(h, "/api/overrides", "POST", body=b'{"route": "api", "exempt": true}')
+    assert "got nothing" in body_json(missing)["detail"]
+    # Deleting an override is logged, as setting one is.
+    (listed,) = body_json(admin(h, "/api/overrides"))["overrides"]
+    assert admin(h, f"/api/overrides/{listed['id']}", "DELETE").status == 200
+    assert h.events("admin_override_deleted") == [
+        {"event": "admin_override_deleted", "id": listed["id"]}
+    ]
+    # An admin URL is explained as the admin API's, never forwarded.
+    explained = body_json(admin(h, "/api/explain?url=https://x.test/_Edge-Limiter/api/config"))
+    assert explained["admin"] is True and explained["route"] is None
+    assert "forward_to" not in explained
+
+
 def test_a_global_routes_counter_is_reached_by_its_name() -> None:
     h = harness(
         {"name": "all", "match": {"path": "/all"}, "limits": "1/minute", "key": "global"},

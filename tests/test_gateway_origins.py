@@ -416,6 +416,8 @@ def test_the_bulkhead_sends_excess_to_the_next_origin_or_answers_503_at_once() -
     assert len(origins.hits) == 2  # never more than 2 in flight
     assert [r.status for r in shed] == [503, 503]
     assert body_json(shed[0])["code"] == "origin_busy"
+    busy = h.events("origin_busy")
+    assert len(busy) == 2 and busy[0]["origins"] == {"solo": "bulkhead_full"}
 
 
 def test_every_origin_open_is_a_503_with_retry_after_naming_them() -> None:
@@ -430,6 +432,10 @@ def test_every_origin_open_is_a_503_with_retry_after_naming_them() -> None:
     assert body["code"] == "origins_unavailable"
     assert {t["outcome"] for t in body["tried"]} == {"breaker_open"}
     assert 1 <= int(answer.headers.get("retry-after") or 0) <= 10
+    # No attempt was made, so a line of its own says why (a probe's finding: nothing did).
+    logged = h.events("origins_unavailable")[-1]
+    assert logged["route"] == ROUTE["name"]
+    assert logged["origins"] == {"eu": "breaker_open", "us": "breaker_open", "ap": "breaker_open"}
 
 
 def test_the_retry_budget_keeps_an_outage_from_multiplying_load() -> None:

@@ -24,6 +24,7 @@ Hosts are lower-cased, lose a trailing dot and the port that is the scheme's def
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from .errors import PathError
@@ -212,3 +213,19 @@ def host_name(canonical: str) -> str:
     if canonical.startswith("["):
         return canonical[: canonical.find("]") + 1]
     return canonical.split(":", 1)[0]
+
+
+#: A segment's ``;params`` (matrix parameters).
+_MATRIX = re.compile(r";[^/]*")
+
+
+def admin_path(prefix: str, path: str) -> str | None:
+    """The admin API's path for a canonical ``path`` under ``prefix``, in any case and
+    with any ``;params`` in it (``/_EDGE-LIMITER;x/api/config``): such a path is never
+    forwarded, where an origin that folds case or drops matrix params would read the
+    admin path, with the operator's token. ``None`` for every other path."""
+    bare = _MATRIX.sub("", path) if ";" in path else path
+    size = len(prefix)
+    if bare[:size].lower() != prefix.lower() or bare[size : size + 1] not in ("", "/"):
+        return None
+    return prefix + bare[size:]

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 from .algorithms import ALGORITHMS
 from .caching.fields import is_token
-from .canonical import ascii_host, canonical_host, canonical_path, runtime_path
+from .canonical import admin_path, ascii_host, canonical_host, canonical_path, runtime_path
 from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
@@ -224,6 +224,10 @@ def explain(
         authority = f"{name}{colon}{port}"
     host = canonical_host(authority, scheme.lower())
     out.update(canonical_path=path, canonical_host=host)
+    if admin_path(config.ops.admin_prefix, path) is not None:
+        # Answered by the admin API (or 404 without its token set): never forwarded.
+        out.update(route=None, admin=True, limited=False)
+        return out
     matched = config.match(out["method"], host, path)
     if matched is None:
         if config.forward is None:

@@ -133,6 +133,16 @@ def credentials(value: str) -> str:
     return f"{_SCHEMES.get(folded, folded)} {rest}"
 
 
+def written_as_labelled(spec: KeySpec, given: str) -> bool:
+    """Whether ``given`` is written as ``--explain`` prints ``spec``'s keys: each part's
+    label, ``=``, its value (``header:x-api-key=K``; a header's name in any case)."""
+    items = [item.partition("=") for item in given.split("|")]
+    return len(items) == len(spec.parts) and all(
+        sep and (str(part) == written or (part.kind == "header" and str(part) == written.lower()))
+        for (written, sep, _), part in zip(items, spec.parts, strict=True)
+    )
+
+
 def given_key(spec: KeySpec, given: str) -> str:
     """A key as an operator gives it, in the form the gateway computes for ``spec``.
 
@@ -143,10 +153,8 @@ def given_key(spec: KeySpec, given: str) -> str:
     silently reads or resets a counter no request uses.
     """
     labels = [str(part) for part in spec.parts]
-    items = [item.partition("=") for item in given.split("|")]
-    if len(items) == len(labels) and all(
-        label == written and sep for (written, sep, _), label in zip(items, labels, strict=True)
-    ):
+    if written_as_labelled(spec, given):
+        items = [item.partition("=") for item in given.split("|")]
         values = [unquote(value, errors="surrogateescape") for _, _, value in items]
     elif len(labels) == 1:
         # A one-part key's value alone; for ``global`` (whose value is always empty) its

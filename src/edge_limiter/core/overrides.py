@@ -26,6 +26,7 @@ from .algorithms import make_algorithm
 from .durations import parse_duration
 from .errors import DurationError, EdgeLimiterError, RateParseError
 from .rates import Limit, Rate, parse_rates
+from .validation import shown
 
 ALL_ROUTES = "*"
 MAX_KEY_LENGTH = 512
@@ -95,7 +96,7 @@ def parse_override(
     route = data.get("route", ALL_ROUTES)
     if not isinstance(route, str) or (route != ALL_ROUTES and route not in algorithms):
         raise OverrideError(
-            f"route must be one of {', '.join(sorted(algorithms))} or '*', got {route!r}"
+            f"route must be one of {', '.join(sorted(algorithms))} or '*', got {shown(route)}"
         )
     key = data.get("key")
     if (
@@ -105,17 +106,21 @@ def parse_override(
         # A tab may stand inside a header value (RFC 9110), so inside a request's key.
         or not key.replace("\t", " ").isprintable()
     ):
-        raise OverrideError(f"key must be 1 to {MAX_KEY_LENGTH} printable characters, got {key!r}")
+        raise OverrideError(
+            f"key must be 1 to {MAX_KEY_LENGTH} printable characters, got {shown(key)}"
+        )
     exempt = data.get("exempt", False)
     if not isinstance(exempt, bool):
-        raise OverrideError(f"exempt must be true or false, got {exempt!r}")
+        raise OverrideError(f"exempt must be true or false, got {shown(exempt)}")
     raw_limits = data.get("limits")
     if exempt == (raw_limits is not None):
         raise OverrideError("give either limits (e.g. '1000/minute') or exempt = true")
     limits: tuple[Limit, ...] = ()
     if raw_limits is not None:
         if not isinstance(raw_limits, str):
-            raise OverrideError(f"limits must be a string like '1000/minute', got {raw_limits!r}")
+            raise OverrideError(
+                f"limits must be a string like '1000/minute', got {shown(raw_limits)}"
+            )
         try:
             limits = tuple(Limit(rate) for rate in parse_rates(raw_limits))
         except RateParseError as exc:

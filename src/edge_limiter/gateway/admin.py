@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import hmac
 import json
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -40,8 +39,9 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from ..core.canonical import canonical_host, canonical_path, runtime_path
+from ..core.canonical import admin_path, canonical_host, canonical_path, runtime_path
 from ..core.config import Config
+from ..core.decision import Reason
 from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
 from ..core.explain import (
     EXPLAINED_CLIENT_PARAMS,
@@ -52,9 +52,9 @@ from ..core.explain import (
     split_url,
 )
 from ..core.http import problems
-from ..core.http.fields import rate_limit_headers
+from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
-from ..core.keys import given_key, object_name
+from ..core.keys import given_key, object_name, written_as_labelled
 from ..core.leases import without_reserve
 from ..core.limiter import combine
 from ..core.overrides import OverrideError, decode_overrides, parse_override
@@ -77,8 +77,6 @@ def _json(status: int, data: Any) -> Response:
     return Response(status, headers, body)
 
 
-#: A segment's ``;params`` (matrix parameters).
-_MATRIX = re.compile(r";[^/]*")
 #: An override is a few hundred bytes of JSON; nothing larger is read.
 MAX_BODY_BYTES = 64 * 1024
 
@@ -111,11 +109,7 @@ class Admin:
         any ``;params`` in it (``/_EDGE-LIMITER;x/api/config``): never forwarded, where an
         origin that folds case or drops matrix params would read the admin path, with
         the operator's token. ``None`` for every other path."""
-        bare = _MATRIX.sub("", path) if ";" in path else path
-        size = len(self.prefix)
-        if bare[:size].lower() != self.prefix.lower() or bare[size : size + 1] not in ("", "/"):
-            return None
-        return self.prefix + bare[size:]
+        return admin_path(self.prefix, path)
 
     def _authorized(self, request: Request) -> bool:
         token = self.services.admin_token
@@ -164,6 +158,17 @@ class Admin:
         action = path[len(self.prefix) :].rstrip("/") or "/"
         # A HEAD is answered as its GET (the runtime sends no body with it).
         method = "GET" if request.method == "HEAD" else request.method
+        unknown = sorted({name for name, _ in pairs} - _params_of(action))
+        if unknown and (page or _methods(action)):
+            # A misspelt parameter is not ignored: a refund of 3 units asked as units=3
+            # would give back the route's cost and say done.
+            takes = ", ".join(sorted(_params_of(action))) or "none"
+            return _fail(
+                400,
+                "Bad Request",
+                f"unknown parameter(s) {', '.join(unknown)}: {action} takes {takes}",
+                "bad_admin_request",
+            )
         try:
             if page and method == "GET":
                 return await self._page(now)
@@ -184,6 +189,7 @@ class Admin:
                 done = await self._control(json.dumps({"op": "delete", "id": ident}), now)
                 if not done.get("deleted"):
                     raise _AdminError(404, f"no override has the id {ident!r} (see GET overrides)")
+                self.services.log({"event": "admin_override_deleted", "id": ident})
                 return _json(200, done)
             if action == "/api/cache/purge" and method == "POST":
                 return await self._purge(params)
@@ -351,6 +357,18 @@ class Admin:
         if policy.lease_ttl_ms:
             decisions = without_reserve(decisions, limits, policy.algorithm, policy.lease_ttl_ms)
         decision = combine(decisions)
+        if override is not None and override.exempt:
+            # As the request path answers an exempt key: let through, counted by nothing.
+            next_request = {"allowed": True, "headers": {REASON_HEADER: "exempt"}}
+        else:
+            said = decision
+            if policy.shadow or self.config.ops.shadow:
+                # A shadow route lets it through, reporting what it would have done.
+                said = decision._replace(allowed=True, retry_after=0, reason=Reason.SHADOW)
+            next_request = {
+                "allowed": said.allowed,
+                "headers": dict(rate_limit_headers(said, decisions)),
+            }
         return _json(
             200,
             {
@@ -375,10 +393,7 @@ class Admin:
                     }
                     for d in decisions
                 ],
-                "next_request": {
-                    "allowed": decision.allowed,
-                    "headers": dict(rate_limit_headers(decision, decisions)),
-                },
+                "next_request": next_request,
             },
         )
 
@@ -405,7 +420,7 @@ class Admin:
         if raw is None:
             raise _AdminError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
         try:
-            data = json.loads(raw or b"null")
+            data = json.loads(raw or b"null", object_pairs_hook=_once_each)
         except ValueError as exc:
             raise _AdminError(400, f"the body is not JSON: {exc}") from exc
         algorithms = {route.name: route.limits.algorithm for route in self.config.routes}
@@ -422,6 +437,8 @@ class Admin:
                 override = replace(override, key=given_key(route.limits.key, override.key))
             except KeySpecError as exc:
                 raise _AdminError(400, f"key: {exc}") from None
+        elif route is None and "*" not in override.key:
+            override = replace(override, key=self._every_route_key(override.key))
         self.services.log(
             {"event": "admin_override_set", "route": override.route, "id": override.id}
         )
@@ -429,6 +446,39 @@ class Admin:
         answer = await self._control(json.dumps({"op": "put", "override": described}), now)
         # The one just set first (its id, to delete it by), then the whole list.
         return _json(200, {"override": described, **answer})
+
+    def _every_route_key(self, key: str) -> str:
+        """An override for every route is compared with each request's key as stored, so
+        it is stored in the form requests have (``2001:db8::1`` as the ``2001:db8::/64``
+        requests count it in), or refused where routes would count it in different forms,
+        or where no route has keys like it."""
+        routes = self.config.routes
+        # Written with some routes' labels: those routes judge it; else the value alone
+        # is for the routes of one-part keys.
+        shaped = [r for r in routes if written_as_labelled(r.limits.key, key)]
+        judges = shaped or [r for r in routes if len(r.limits.key.parts) == 1]
+        refusals: list[str] = []
+        forms: dict[str, list[str]] = {}
+        for route in judges:
+            try:
+                counted = given_key(route.limits.key, key)
+            except KeySpecError as exc:
+                refusals.append(f"route {route.name!r}: {exc}")
+                continue
+            if not shaped:
+                counted = unquote(counted.split("=", 1)[1], errors="surrogateescape")
+            forms.setdefault(counted, []).append(route.name)
+        if not forms:
+            why = "; ".join(refusals) or "no route's key has that many parts"
+            raise _AdminError(400, f"key: no route has a key like {key!r} ({why})")
+        if len(forms) > 1:
+            said = "; ".join(f"{form!r} on {', '.join(names)}" for form, names in forms.items())
+            raise _AdminError(
+                400,
+                f"key: routes count {key!r} in different forms ({said}): set an override "
+                "per route instead",
+            )
+        return next(iter(forms))
 
     async def _force(self, origin: str, params: dict[str, str], now: int) -> Response:
         """Force an origin's shared breaker open (out of every pool's rotation), closed
@@ -540,6 +590,32 @@ _ENDPOINT_METHODS = {
     "/api/breakers": ("GET",),
     "/api/stats": ("GET",),
 }
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose members are named once each: which of two ``route`` members
+    was meant cannot be told (an override set on the wrong route)."""
+    named = dict(pairs)
+    if len(named) != len(pairs):
+        twice = sorted({name for name, _ in pairs if [n for n, _ in pairs].count(name) > 1})
+        raise ValueError(f"member(s) {', '.join(twice)} given more than once")
+    return named
+
+
+#: The query parameters each endpoint takes (any other is refused).
+_PARAMS = {
+    "/api/explain": frozenset(("url", "method", "header", *EXPLAINED_CLIENT_PARAMS)),
+    "/api/keys": frozenset(("route", "key")),
+    "/api/keys/reset": frozenset(("route", "key")),
+    "/api/keys/refund": frozenset(("route", "key", "cost")),
+    "/api/cache/purge": frozenset(("url", "key")),
+}
+
+
+def _params_of(action: str) -> frozenset[str]:
+    if action.startswith("/api/breakers/"):
+        return frozenset(("state",))
+    return _PARAMS.get(action, frozenset())
 
 
 def _methods(action: str) -> tuple[str, ...]:

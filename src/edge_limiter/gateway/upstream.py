@@ -635,6 +635,14 @@ class Upstream:
         if not attempted:
             waits = [t.retry_after_ms for t in tried if t.retry_after_ms > 0]
             busy = all(t.outcome == "bulkhead_full" for t in tried)
+            # No attempt was made, so no origin_attempt line says why the client got a 503.
+            self.services.log(
+                {
+                    "event": "origin_busy" if busy else "origins_unavailable",
+                    "route": route,
+                    "origins": {t.origin: t.outcome for t in tried},
+                }
+            )
             return problems.origins_unavailable(route, pool, described, min(waits, default=0), busy)
         if attempted[-1].outcome == "timeout":
             return problems.origin_timeout(route, pool, described, exchange.forward.timeout_ms)
