@@ -164,6 +164,7 @@ def harness(
     clock: FakeClock | None = None,
     secrets: dict[str, str] | None = None,
     breakers: MemoryBreakers | None = None,
+    control: MemoryControl | None = None,
     **top: Any,
 ) -> Harness:
     """A gateway for ``routes`` (and top-level fields ``top``; ``origin=None`` for none).
@@ -180,7 +181,7 @@ def harness(
     records = MemoryIdempotency(clock)
     breakers = breakers if breakers is not None else MemoryBreakers()
     sleep = FakeSleep(clock)
-    control = MemoryControl(clock)
+    control = control if control is not None else MemoryControl(clock)
     services = Services(
         store=store,
         origin=upstream,

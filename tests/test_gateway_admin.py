@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from .fakes import FakeClock, Harness, MemoryBreakers, answering, body_json, harness, request
+from .fakes import (
+    FakeClock,
+    Harness,
+    MemoryBreakers,
+    MemoryControl,
+    answering,
+    body_json,
+    harness,
+    request,
+)
 
 TOKEN = "admin-secret-7f3c"
 ROUTES: list[dict[str, Any]] = [
@@ -372,6 +381,22 @@ def test_the_admin_api_says_what_the_next_request_really_gets_and_refuses_what_i
     explained = body_json(admin(h, "/api/explain?url=https://x.test/_Edge-Limiter/api/config"))
     assert explained["admin"] is True and explained["route"] is None
     assert "forward_to" not in explained
+
+
+def test_an_override_left_for_a_route_a_deploy_removed_is_logged_once() -> None:
+    clock = FakeClock()
+    control = MemoryControl(clock)
+    before = harness(*ROUTES, admin_token=TOKEN, clock=clock, control=control)
+    body = {"route": "api", "key": "k", "limits": "9/minute", "reason": "plan"}
+    set_ = body_json(admin(before, "/api/overrides", "POST", body=json.dumps(body).encode()))
+    # The next deploy has no route "api": its isolates say so (a probe's finding: silence).
+    after = harness(ROUTES[1], admin_token=TOKEN, clock=clock, control=control)
+    for _ in range(3):
+        after.send(request("/x"))
+        clock.advance(20_000)
+    assert after.events("override_for_unknown_route") == [
+        {"event": "override_for_unknown_route", "id": set_["override"]["id"], "route": "api"}
+    ]
 
 
 def test_a_global_routes_counter_is_reached_by_its_name() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from ..core.config import Config
 from ..core.decision import Decision
 from ..core.denycache import DenyCache
-from ..core.overrides import Override, OverrideTable, decode_overrides
+from ..core.overrides import ALL_ROUTES, Override, OverrideTable, decode_overrides
 from ..core.stats import StatsBatch
 from .ports import Background, Services
 
@@ -33,6 +33,7 @@ class Operating:
         self.overrides = OverrideTable()
         self.overrides_loaded_at: int | None = None
         self._loading = False
+        self._orphans_reported: set[str] = set()
         self.stats = StatsBatch()
         self._stats_flushed_at = 0
         self._holder: str | None = None
@@ -73,13 +74,29 @@ class Operating:
         try:
             text = await control.overrides('{"op":"list"}')
             listed = json.loads(text)["overrides"]
-            self.overrides = OverrideTable(decode_overrides(json.dumps(listed)))
+            overrides = decode_overrides(json.dumps(listed))
+            self.overrides = OverrideTable(overrides)
             self.overrides_loaded_at = now
+            self._report_orphans(overrides)
         except Exception as exc:  # keep the old list; try again at the next refresh
             self.overrides_loaded_at = now
             self.services.log({"event": "overrides_load_error", "error": repr(exc)[:200]})
         finally:
             self._loading = False
+
+    def _report_orphans(self, overrides: list[Override]) -> None:
+        """Log, once per isolate, each override for a route this config no longer has
+        (the deploy removed or renamed it): it applies to nothing until deleted."""
+        routes = {route.name for route in self.config.routes}
+        for override in overrides:
+            if override.route in routes or override.route == ALL_ROUTES:
+                continue
+            if override.id in self._orphans_reported:
+                continue
+            self._orphans_reported.add(override.id)
+            self.services.log(
+                {"event": "override_for_unknown_route", "id": override.id, "route": override.route}
+            )
 
     def override_set(self, overrides: list[Override], now: int) -> None:
         """The admin API changed the list in this isolate: use it at once."""
