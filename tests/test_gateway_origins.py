@@ -899,3 +899,46 @@ def test_a_key_header_reaches_the_origin_only_as_it_was_counted() -> None:
     assert both.status == 200
     fields = [(n.lower(), v) for n, v in h.origin.sent[-1].headers]
     assert [v for n, v in fields if n.replace("_", "-") == "x-api-key"] == ["rnd1"]
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "sliding_log"])
+def test_a_refund_that_comes_after_its_window_gives_nothing_of_a_later_one(algorithm: str) -> None:
+    """A probe's finding: a request admitted at 9 s of a 10 s window, whose 503 came in the
+    next window (or, for a log, after its entry had left the window), gave its unit back
+    to the newer requests: 6 passed a limit of 5 in one window."""
+    route = {
+        "name": "r",
+        "match": {"path": "/r"},
+        "limits": "5/10s",
+        "algorithm": algorithm,
+        "refund_on": [503],
+        "timeout": "30s",
+        "retry": {"attempts": 1},
+    }
+    h = harness(route)
+    h.clock.advance(10_000 - h.clock.now % 10_000 + 9_000)  # 9 s into a window
+    release = asyncio.Event()
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        if outgoing.url.endswith("/r?slow"):
+            await release.wait()
+            return Response(503, Headers([]), b"failed")
+        return Response(200, Headers([]), b"ok")
+
+    h.origin.respond = respond
+
+    async def scenario() -> list[int]:
+        slow = asyncio.ensure_future(h.gateway.handle(request("/r", query="slow"), h.background))
+        while not h.origin.sent:  # admitted at 9 s, and at the origin
+            await asyncio.sleep(0)
+        h.clock.advance(1_300)  # 10.3 s: the next window
+        statuses = [(await h.gateway.handle(request("/r"), h.background)).status for _ in range(4)]
+        h.clock.advance(9_200)  # 19.5 s: the slow one fails, past its log entry's window too
+        release.set()
+        assert (await slow).status == 503
+        await h.background.run()  # the refund
+        statuses += [(await h.gateway.handle(request("/r"), h.background)).status for _ in range(3)]
+        await h.background.run()
+        return statuses
+
+    assert asyncio.run(scenario()) == [200] * 5 + [429, 429]

@@ -251,6 +251,38 @@ def test_idle_at_reset_and_full_refund_give_a_fresh_state(name: str, data: st.Da
     assert_equivalent(alg, refunded, None, probes)
 
 
+@pytest.mark.parametrize("name", ["fixed_window", "sliding_window", "sliding_log"])
+@PROPERTY
+@given(data=st.data())
+def test_a_refund_made_later_is_as_if_the_request_had_never_been_admitted(
+    name: str, data: st.DataObject
+) -> None:
+    """A probe's finding: a refund arriving in a later window freed a unit of that window
+    (fixed and sliding windows), or a newer request's log entry: 6 passed a limit of 5.
+    Given when the request was admitted (``at``), a refund made any time later leaves the
+    state as if that request had never come, whenever the others were decided alike.
+
+    (Not so for a bucket: one that would have filled up without the request, while it was
+    out, has lost refill the refund cannot tell; see the README's refunds.)"""
+    alg, reqs = data.draw(scenarios(name))
+    admitted = [i for i, (now, cost, _, d, _) in enumerate(walk(alg, reqs)) if d.allowed and cost]
+    if not admitted:
+        return
+    chosen = data.draw(st.sampled_from(admitted))
+    at, cost = reqs[chosen]
+    without = reqs[:chosen] + reqs[chosen + 1 :]
+    with_decisions = decisions_of(alg, reqs)
+    without_decisions = decisions_of(alg, without)
+    others = with_decisions[:chosen] + with_decisions[chosen + 1 :]
+    if [d.allowed for d in others] != [d.allowed for d in without_decisions]:
+        return  # the request's units decided another one: no such counterfactual
+    last = reqs[-1][0]
+    later = last + data.draw(st.sampled_from((0, 1, alg.rate.window_ms // 2, alg.rate.window_ms)))
+    refunded = alg.refund(final_state(alg, reqs), later, cost, at)
+    probes = [(later + d, c) for d in (0, 1, alg.rate.window_ms) for c in (1, alg.capacity)]
+    assert_equivalent(alg, refunded, final_state(alg, without), probes)
+
+
 # --- token bucket and GCRA ------------------------------------------------------------------
 
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 
 from edge_limiter.core.errors import ProtocolError
-from edge_limiter.core.protocol import StoreRequest, StoreResponse, parse_row_id, row_id
+from edge_limiter.core.keystore import KeyStore
+from edge_limiter.core.protocol import (
+    StoreRequest,
+    StoreResponse,
+    parse_row_id,
+    refund_of,
+    row_id,
+)
 from edge_limiter.core.rates import Limit, Rate, parse_rates
+from edge_limiter.testing import SqliteSql
 
 RATES = tuple(Limit(rate) for rate in parse_rates("2/second; 3/minute"))
 
@@ -20,9 +28,30 @@ def test_requests_round_trip_with_their_burst_and_write_behind() -> None:
     for sent in (
         StoreRequest("check", "token_bucket", limits),
         StoreRequest("refund", "gcra", limits, 3, write_behind_ms=50),
+        StoreRequest("check", "gcra", limits, stamp=True),
+        StoreRequest("refund", "gcra", limits, at=1_700_000_000_123),
     ):
         assert StoreRequest.from_json(sent.to_json()) == sent
     assert '"wb"' not in StoreRequest("check", "gcra", limits).to_json()
+    # A route's refund payload, for one admission.
+    refund = StoreRequest("refund", "gcra", limits).to_json()
+    assert refund_of(refund, 0) == refund
+    assert StoreRequest.from_json(refund_of(refund, 1_700_000_000_123)).at == 1_700_000_000_123
+
+
+def test_a_stamped_check_is_answered_with_the_objects_clock_for_its_refund() -> None:
+    store = KeyStore(SqliteSql())
+    now = 1_700_000_009_000
+    stamped = StoreRequest("check", "fixed_window", RATES[:1], stamp=True).to_json()
+    plain = StoreRequest("check", "fixed_window", RATES[:1]).to_json()
+    assert StoreResponse.from_json(store.decide(stamped, now), RATES[:1]).at == now
+    assert StoreResponse.from_json(store.decide(plain, now), RATES[:1]).at == 0
+    # Given back in a later second: that second keeps its count (2 per second).
+    refund = refund_of(StoreRequest("refund", "fixed_window", RATES[:1]).to_json(), now)
+    assert StoreResponse.from_json(store.decide(plain, now + 1_000), RATES[:1]).decision.allowed
+    store.decide(refund, now + 1_500)
+    assert StoreResponse.from_json(store.decide(plain, now + 1_600), RATES[:1]).decision.allowed
+    assert not StoreResponse.from_json(store.decide(plain, now + 1_700), RATES[:1]).decision.allowed
 
 
 def test_rows_are_keyed_by_algorithm_burst_and_rate_and_parse_back() -> None:
@@ -53,6 +82,8 @@ def test_rows_are_keyed_by_algorithm_burst_and_rate_and_parse_back() -> None:
         '{"op":"check","algorithm":"gcra","limits":[[1,1000,"a",true]]}',
         '{"op":"check","algorithm":"gcra","limits":[[1,1000,"a"]]}',
         '{"op":"check","algorithm":"gcra","limits":[[1,1000,"a",null]],"wb":"50ms"}',
+        '{"op":"check","algorithm":"gcra","limits":[[1,1000,"a",null]],"at":5}',
+        '{"op":"refund","algorithm":"gcra","limits":[[1,1000,"a",null]],"at":-5}',
     ],
 )
 def test_malformed_requests(text: str) -> None:

@@ -80,6 +80,15 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
                 algorithm="token_bucket",
             ),
             route("closed", "/closed", "100/hour", on_store_error="closed"),
+            # Refunds that come back in a later window than their admission.
+            route(
+                "refunds",
+                "/refunds/*",
+                "3/6s",
+                algorithm="fixed_window",
+                refund_on=[503],
+                retry={"attempts": 1},
+            ),
             # Canonical paths, spelled differently on the request line.
             {
                 "name": "canon-login",

@@ -92,6 +92,8 @@ class _Compiled(NamedTuple):
     ids: tuple[str, ...]
     write_behind_ms: int
     cleanup_after_ms: int
+    stamp: bool = False
+    at: int = 0
 
 
 class _Held(NamedTuple):
@@ -279,6 +281,8 @@ class KeyStore:
             ids,
             request.write_behind_ms,
             request.cleanup_after_ms,
+            request.stamp,
+            request.at,
         )
         cache = self.compiled if into is None else into
         if len(cache) >= MAX_COMPILED:
@@ -296,7 +300,8 @@ class KeyStore:
             request = StoreRequest.from_json(payload)
             if request.op == "lease":
                 return self._lease(request, now)
-            compiled = self._compile_request(request, payload)
+            # A refund of one admission is asked once: not kept among the compiled.
+            compiled = self._compile_request(request, payload, {} if request.at else None)
         if not self.loaded:
             self._load()
         self.cleanup_after_ms = compiled.cleanup_after_ms
@@ -319,7 +324,7 @@ class KeyStore:
         else:
             # refund and reset answer for the next single request.
             if op == "refund":
-                new_states = refund_all(algorithms, states, now, compiled.cost)
+                new_states = refund_all(algorithms, states, now, compiled.cost, compiled.at or None)
             else:
                 new_states = [None] * len(algorithms)
                 # A fresh allowance: units of leases granted before it may still be used
@@ -332,6 +337,8 @@ class KeyStore:
             result = peek_all(algorithms, new_states, now, 1)
         answer = _answer(result.decisions, result.decision)
         if op == "check":
+            if compiled.stamp and result.decision.allowed and compiled.cost:
+                answer = f'{answer[:-1]},"at":{now}}}'
             if not result.decision.allowed:
                 answer = _with_states(answer, algorithms, states, now)
             elif compiled.cost and result.decision.remaining < compiled.cost:

@@ -105,11 +105,13 @@ def refund_all(
     states: Sequence[Any | None],
     now: int,
     cost: int = 1,
+    at: int | None = None,
 ) -> tuple[object | None, ...]:
-    """Give ``cost`` back to every limit (after an admitted request that should not count)."""
+    """Give ``cost`` back to every limit (after an admitted request that should not count);
+    ``at``: when it was admitted (``None``: unknown, give back from what is held now)."""
     _validate(algorithms, states)
     validate_cost(cost)
     return tuple(
-        algorithm.refund(state, now, cost)
+        algorithm.refund(state, now, cost, at)
         for algorithm, state in zip(algorithms, states, strict=True)
     )

@@ -60,6 +60,13 @@ class StoreRequest:
     """``lease``: the holder's own demand for the key, in units per second as its meter
     measured it (0: not reported). The object sizes grants by each holder's share of the
     total demand it was told (:func:`edge_limiter.core.leases.grant_size`)."""
+    stamp: bool = False
+    """``check``: answer an admission with the object's clock (``StoreResponse.at``), for
+    a route that may give the request back (``refund_on``)."""
+    at: int = 0
+    """``refund``: when the object admitted the request given back (its answer's ``at``):
+    a window that has ended since keeps what it counted, and a log gives back that entry.
+    0: give back from what the key holds now (an operator's refund)."""
 
     def to_json(self) -> str:
         """Compact JSON text for the RPC call."""
@@ -89,6 +96,10 @@ class StoreRequest:
             data["mn"] = self.min_units
         if self.observed_rate:
             data["or"] = self.observed_rate
+        if self.stamp:
+            data["sa"] = 1
+        if self.at:
+            data["at"] = self.at
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -122,6 +133,10 @@ class StoreRequest:
             returned_until = _int_field(data, "rx", 0, 0, "returned units' record")
             min_units = _int_field(data, "mn", 1, 1, "minimum units")
             observed_rate = _int_field(data, "or", 0, 0, "observed rate")
+            stamp = data.get("sa", 0) == 1
+            at = _int_field(data, "at", 0, 0, "admission time")
+            if at and op != "refund":
+                raise ProtocolError(f"an admission time is for a refund, not a {op}")
             if op == "lease":
                 if ttl < 1:
                     raise ProtocolError("a lease needs a ttl of at least 1 ms")
@@ -142,11 +157,18 @@ class StoreRequest:
                 returned_until,
                 min_units,
                 observed_rate,
+                stamp,
+                at,
             )
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store request: {exc}") from exc
+
+
+def refund_of(payload: str, at: int) -> str:
+    """A route's refund payload (JSON text) for a request the object admitted at ``at``."""
+    return f'{payload[:-1]},"at":{at}}}' if at else payload
 
 
 def _int_field(data: dict[str, Any], key: str, default: int, least: int, what: str) -> int:
@@ -208,6 +230,9 @@ class StoreResponse:
     """A rationed grant: how long from the answer until the object could grant the
     smallest lease again (its reserve kept), so the holder's denials until then say when
     a request will really be admitted, not when it may ask."""
+    at: int = 0
+    """An admission asked to be stamped (``StoreRequest.stamp``): the object's clock when
+    it counted the request, for its refund."""
 
     @property
     def decision(self) -> Decision:
@@ -232,6 +257,8 @@ class StoreResponse:
                 data["pl"] = self.allowance.to_list()
             if self.grant_wait_ms:
                 data["gw"] = self.grant_wait_ms
+        if self.at:
+            data["at"] = self.at
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -275,6 +302,9 @@ class StoreResponse:
             grant_wait = int(data.get("gw", 0))
             if grant_wait < 0 or (grant_wait and not rationed):
                 raise ValueError(f"bad grant wait {grant_wait!r}")
+            at = int(data.get("at", 0))
+            if at < 0:
+                raise ValueError(f"bad admission time {at!r}")
             return cls(
                 decisions,
                 rows,
@@ -285,6 +315,7 @@ class StoreResponse:
                 ask_at,
                 allowance,
                 grant_wait,
+                at,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(f"malformed store response: {exc}") from exc

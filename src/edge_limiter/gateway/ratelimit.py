@@ -34,7 +34,7 @@ from ..core.keys import object_name
 from ..core.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
 from ..core.limiter import check_all, combine
 from ..core.overrides import Override
-from ..core.protocol import StoreRequest, StoreResponse, algorithm_of
+from ..core.protocol import StoreRequest, StoreResponse, algorithm_of, refund_of
 from ..core.rates import Limit
 from .exchange import Exchange, Handler, problem_response
 from .operations import Operating
@@ -85,16 +85,20 @@ class Check:
         cost: int,
         storing: tuple[int, int],
         lease_ttl_ms: int = 0,
+        *,
+        refunds: bool = False,
     ) -> Check:
         """``storing``: the store requests' write-behind interval and cleanup delay.
         ``lease_ttl_ms``: the route's lease ttl, used when every limit can lease with it
-        (an override's limits may not: those are checked per request)."""
+        (an override's limits may not: those are checked per request). ``refunds``: the
+        route gives some requests back (``refund_on``), so each admission is stamped with
+        the object's clock, for its refund."""
         if lease_ttl_ms and any(lease_reserve_ok(lim, algorithm, lease_ttl_ms) for lim in limits):
             lease_ttl_ms = 0
         return cls(
             limits,
             tuple(make_algorithm(algorithm_of(limit, algorithm), limit) for limit in limits),
-            StoreRequest("check", algorithm, limits, cost, *storing).to_json(),
+            StoreRequest("check", algorithm, limits, cost, *storing, stamp=refunds).to_json(),
             StoreRequest("refund", algorithm, limits, cost, *storing).to_json(),
             lease_ttl_ms,
         )
@@ -132,8 +136,14 @@ class RateLimit:
         self.shadow = policy.shadow or config.ops.shadow
         # A shadow route never blocks: each request is checked, to report what would be.
         self.lease_ttl_ms = 0 if self.shadow else policy.lease_ttl_ms
+        self.refunds = bool(route.forward.refund_on)
         self.check = Check.of(
-            policy.algorithm, policy.limits, policy.cost, self.storing, self.lease_ttl_ms
+            policy.algorithm,
+            policy.limits,
+            policy.cost,
+            self.storing,
+            self.lease_ttl_ms,
+            refunds=self.refunds,
         )
         self.timeout_ms = route.failure.store_timeout_ms
         self._override_checks: dict[str, Check] = {}
@@ -184,7 +194,12 @@ class RateLimit:
         if check is None:
             policy = self.route.limits
             check = Check.of(
-                policy.algorithm, override.limits, policy.cost, self.storing, self.lease_ttl_ms
+                policy.algorithm,
+                override.limits,
+                policy.cost,
+                self.storing,
+                self.lease_ttl_ms,
+                refunds=self.refunds,
             )
             self._override_checks[override.id] = check
         return check
@@ -246,13 +261,15 @@ class RateLimit:
             self._record("allowed", digest, decision, latency, exchange, override=override)
             return Admission(
                 headers=rate_limit_headers(decision, decisions),
-                refund=check.refund,
+                # Given back to the window (or log entry) that counted it.
+                refund=refund_of(check.refund, response.at),
                 decisions=decisions,
             )
         if self.shadow:
+            # Let through, but counted by nothing (it was denied): nothing to give back.
             shadowed = decision._replace(allowed=True, retry_after=0, reason=Reason.SHADOW)
             self._record("shadow", digest, decision, latency, exchange, override=override)
-            return Admission(headers=rate_limit_headers(shadowed, decisions), refund=check.refund)
+            return Admission(headers=rate_limit_headers(shadowed, decisions))
         if operating.deny_enabled:
             operating.deny.remember((name, check.payload), now, decisions, response.rows)
         return self._deny(exchange, decisions, digest, latency, override, cached=False)

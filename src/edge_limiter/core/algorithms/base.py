@@ -115,8 +115,13 @@ class Algorithm(ABC, Generic[S]):
         return self.check(state, now, cost)[0]
 
     @abstractmethod
-    def refund(self, state: S | None, now: int, cost: int = 1) -> S | None:
-        """Give back ``cost`` previously consumed (never beyond the fresh state)."""
+    def refund(self, state: S | None, now: int, cost: int = 1, at: int | None = None) -> S | None:
+        """Give back ``cost`` previously consumed (never beyond the fresh state).
+
+        ``at``: when the request given back was admitted (``None``: unknown). A window that has
+        ended since keeps what it counted (giving it back in a later window would admit
+        it twice there), and a log gives back that request's own entry.
+        """
 
     # --- leases (see :mod:`edge_limiter.core.leases`) -----------------------------------
 

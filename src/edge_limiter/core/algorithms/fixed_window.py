@@ -74,11 +74,15 @@ class FixedWindow(Algorithm[FixedWindowState]):
         return self._denied(max(0, quota - count), reset_after, retry_after), state
 
     def refund(
-        self, state: FixedWindowState | None, now: int, cost: int = 1
+        self, state: FixedWindowState | None, now: int, cost: int = 1, at: int | None = None
     ) -> FixedWindowState | None:
-        """Take ``cost`` back from the current window (an ended window is forgotten)."""
+        """Take ``cost`` back from the current window (an ended window is forgotten); a
+        request admitted (``at``) in a window that has ended gives nothing back to this
+        one, which never counted it."""
         validate_cost(cost)
         index, count = self._at(state, now)
+        if at is not None and at // self.rate.window_ms != index:
+            return self._wrap(index, count)
         return self._wrap(index, max(0, count - cost))
 
     leasable = True

@@ -90,8 +90,12 @@ class GCRA(Algorithm[GCRAState]):
         remaining = max(0, (self._tolerance - backlog) // window)
         return self._denied(remaining, reset_after, retry_after), state
 
-    def refund(self, state: GCRAState | None, now: int, cost: int = 1) -> GCRAState | None:
-        """Move the TAT back by ``cost`` (a TAT not after ``now`` is the fresh state)."""
+    def refund(
+        self, state: GCRAState | None, now: int, cost: int = 1, at: int | None = None
+    ) -> GCRAState | None:
+        """Move the TAT back by ``cost`` (a TAT not after ``now`` is the fresh state), as
+        if the request had never been admitted, whenever it was (``at``)."""
+        del at
         validate_cost(cost)
         if state is None:
             return None

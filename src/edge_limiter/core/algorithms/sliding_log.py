@@ -190,14 +190,23 @@ class SlidingLog(Algorithm[SlidingLogState]):
         return self._decide(state, now, cost, False)[0]
 
     def refund(
-        self, state: SlidingLogState | None, now: int, cost: int = 1
+        self, state: SlidingLogState | None, now: int, cost: int = 1, at: int | None = None
     ) -> SlidingLogState | None:
-        """Take ``cost`` back off the newest entries (O(live entries): refunds are rare)."""
+        """Take ``cost`` back off the request's own entry (admitted ``at``), nothing once
+        it has left the window (the newer entries are other requests'); unknown (``at``
+        ``None``): off the newest entries. O(live entries): refunds are rare."""
         validate_cost(cost)
         if state is None:
             return None
         cutoff = now - self.window_ms
         entries = [list(entry) for entry in state.entries if entry[0] > cutoff]
+        if at is not None:
+            entries = [
+                [stamp, count - min(count, cost) if stamp == at else count]
+                for stamp, count in entries
+            ]
+            kept = [(stamp, count) for stamp, count in entries if count]
+            return SlidingLogState(kept) if kept else None
         left = cost
         while entries and left > 0:
             taken = min(entries[-1][1], left)

@@ -150,11 +150,20 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         return index, current, previous
 
     def refund(
-        self, state: SlidingWindowState | None, now: int, cost: int = 1
+        self, state: SlidingWindowState | None, now: int, cost: int = 1, at: int | None = None
     ) -> SlidingWindowState | None:
-        """Take ``cost`` back: from the current window first, then from the previous one."""
+        """Take ``cost`` back from the window that counted the request (admitted ``at``):
+        the current one, or the previous one, or none once that has slid out. Unknown
+        (``at`` ``None``): from the current window first, then from the previous one."""
         validate_cost(cost)
         index, current, previous, _ = self._at(state, now)
+        if at is not None:
+            counted_in = at // self.rate.window_ms
+            if counted_in == index:
+                return self._wrap(index, max(0, current - cost), previous)
+            if counted_in == index - 1:
+                return self._wrap(index, current, max(0, previous - cost))
+            return self._wrap(index, current, previous)
         taken = min(cost, current)
         return self._wrap(index, current - taken, max(0, previous - (cost - taken)))
 

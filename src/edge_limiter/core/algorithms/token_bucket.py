@@ -117,9 +117,12 @@ class TokenBucket(Algorithm[TokenBucketState]):
         return self._denied(level // window, reset_after, retry_after), state
 
     def refund(
-        self, state: TokenBucketState | None, now: int, cost: int = 1
+        self, state: TokenBucketState | None, now: int, cost: int = 1, at: int | None = None
     ) -> TokenBucketState | None:
-        """Put ``cost`` tokens back (a full bucket is the fresh state)."""
+        """Put ``cost`` tokens back (a full bucket is the fresh state). Whenever the
+        request was admitted (``at``), the bucket is then as if it never had been: what it
+        refilled since is capped at the burst either way."""
+        del at
         validate_cost(cost)
         if state is None:
             return None
