@@ -168,8 +168,8 @@ def simulate(
                 "n": number,
                 "at_ms": sent_at,
                 "status": answer.status,
-                "remaining": fields.get("x-ratelimit-remaining"),
-                "retry_after": fields.get("retry-after"),
+                "remaining": _number(fields.get("x-ratelimit-remaining")),
+                "retry_after": _number(fields.get("retry-after")),
                 "ratelimit": fields.get("ratelimit"),
                 "reason": _note(answer),
                 "forwarded": answer.forwarded,
@@ -177,6 +177,11 @@ def simulate(
             }
         )
     return out
+
+
+def _number(value: str | None) -> int | str | None:
+    """A field's whole number as a number (``--json``), anything else as sent."""
+    return int(value) if value is not None and value.isdigit() else value
 
 
 def _note(answer: Answer) -> str | None:
@@ -208,8 +213,8 @@ def simulation_table(results: list[dict[str, Any]]) -> str:
                 str(item["n"]),
                 format_duration(item["at_ms"]) if item["at_ms"] else "0s",
                 str(item["status"]),
-                item["remaining"] or "-",
-                item["retry_after"] or "-",
+                "-" if item["remaining"] is None else str(item["remaining"]),
+                "-" if item["retry_after"] is None else str(item["retry_after"]),
                 str(item["forwarded"]),
                 item["reason"] or "",
             ]
@@ -237,7 +242,9 @@ SIMULATE_ONLY = ("times", "every", "at", "origin_status", "origin_latency", "bod
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="scripts/check-config", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "file", nargs="?", type=Path, help="config file (default: edge-limiter.toml)"
     )
@@ -260,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--times", type=int, default=None, help="--simulate: how many (1)")
     parser.add_argument(
-        "--every", default=None, help="--simulate: time between them ('100ms', '1s'; 0)"
+        "--every",
+        default=None,
+        help="--simulate: the pause after each answer before the next request ('100ms', "
+        "'1s'; default 0: the next goes as the answer comes)",
     )
     parser.add_argument(
         "--at",

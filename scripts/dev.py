@@ -189,7 +189,7 @@ class OriginMap:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="scripts/dev", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--port", type=port_number, default=8787, help="gateway port (default 8787; 0: any free)"
     )

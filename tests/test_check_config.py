@@ -166,6 +166,7 @@ def test_simulate_runs_the_requests_through_the_gateway_on_a_simulated_clock() -
     assert [row[1] for row in rows] == ["0s", "5s", "10s", "15s", "20s", "25s", "30s"]
     # The window of the first request ends at 60 s: 35 s then 30 s to wait.
     assert [row[4] for row in rows[5:]] == ["35", "30"]
+    assert [row[3] for row in rows] == ["4", "3", "2", "1", "0", "0", "0"]
     assert rows[0][5] == "1" and rows[-1][5:] == ["0", "limited"]
     keyed = run(
         "--simulate",
@@ -179,6 +180,9 @@ def test_simulate_runs_the_requests_through_the_gateway_on_a_simulated_clock() -
     )
     results = json.loads(keyed.stdout)
     assert [r["status"] for r in results] == [200] * 20 + [429]  # a burst of 20
+    # Numbers as numbers (a reader's finding: remaining and retry_after were strings).
+    assert (results[0]["remaining"], results[-1]["remaining"]) == (19, 0)
+    assert isinstance(results[-1]["retry_after"], int) and results[0]["retry_after"] is None
     assert results[0]["ratelimit"].startswith('"10-per-second-burst-20";r=19;t=1')
     for bad, says in (
         (["--every", "5 seconds"], "--every: cannot parse duration"),

@@ -228,6 +228,7 @@ def test_a_body_is_sent_as_clients_send_it_and_every_cookie_is_kept() -> None:
     assert (put.status, put.forwarded) == (200, 3)
     assert [c.body for c in sim.origin_calls] == [b"{}"] * 3
     assert put.get_all("Set-Cookie") == ["a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT", "b=2"]
+    assert put.headers.get_all("set-cookie") == put.get_all("set-cookie")
 
 
 def test_an_origins_answer_keeps_its_own_cors_decision() -> None:

@@ -368,6 +368,22 @@ class Fields(dict[str, str]):
     def get(self, name: str, default: Any = None) -> Any:
         return super().get(name.lower(), default)
 
+    def get_all(self, name: str) -> list[str]:
+        """Every line of the field ``name`` (any case), in order (``Set-Cookie``)."""
+        wanted = name.lower()
+        return [value for key, value in self.lines if key == wanted]
+
+    @classmethod
+    def of(cls, lines: tuple[tuple[str, str], ...]) -> Fields:
+        """The fields of ``lines`` (names in lower case), each line kept for :meth:`get_all`."""
+        fields = cls()
+        for key, value in lines:
+            fields[key] = f"{fields[key]}, {value}" if key in fields else value
+        fields.lines = lines
+        return fields
+
+    lines: tuple[tuple[str, str], ...] = ()
+
 
 @dataclass(frozen=True, slots=True)
 class Answer:
@@ -389,9 +405,8 @@ class Answer:
         return self.body.decode("utf-8", "replace")
 
     def get_all(self, name: str) -> list[str]:
-        """Every line of the field ``name`` (any case), in order."""
-        wanted = name.lower()
-        return [value for key, value in self.header_list if key.lower() == wanted]
+        """Every line of the field ``name`` (any case), in order (as ``headers.get_all``)."""
+        return self.headers.get_all(name)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -734,10 +749,7 @@ class Simulator:
         else:
             data = await body.read()
         lines = tuple((name.lower(), value) for name, value in response.headers.items())
-        fields = Fields()
-        for key, value in lines:
-            fields[key] = f"{fields[key]}, {value}" if key in fields else value
-        return Answer(response.status, fields, data, forwarded, lines)
+        return Answer(response.status, Fields.of(lines), data, forwarded, lines)
 
     # --- time and state ------------------------------------------------------------------
 

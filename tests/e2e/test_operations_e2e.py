@@ -223,7 +223,7 @@ def test_the_status_page_in_a_real_browser(ops_gateway: LocalGateway) -> None:
     if executable is None:
         if os.environ.get("CI"):
             pytest.fail(
-                "Chromium is missing: scripts/bootstrap installs it (apt-get install chromium)"
+                "Chromium is missing: scripts/test installs it as root (apt-get install chromium)"
             )
         pytest.skip("no Chromium on this machine (apt-get install chromium); CI runs this test")
     from playwright.sync_api import Error as PlaywrightError
