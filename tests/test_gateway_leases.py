@@ -215,6 +215,53 @@ def test_a_refunded_request_gives_its_unit_back_to_the_lease() -> None:
     assert [h.send(request()).status for _ in range(4)] == [200, 200, 200, 429]
 
 
+class AtOnce:
+    """``ctx.waitUntil`` as the platform does it: deferred work starts at once (while the
+    request is still at the origin), and :meth:`run` waits for what is still going."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Future[Any]] = []
+
+    def defer(self, work: Any) -> None:
+        self.tasks.append(asyncio.ensure_future(work))
+
+    async def run(self) -> None:
+        while self.tasks:
+            await self.tasks.pop(0)
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "token_bucket", "gcra"])
+def test_a_refund_reaches_a_lease_a_refresh_dropped_while_the_request_was_out(
+    algorithm: str,
+) -> None:
+    """A probe's finding: with the platform's waitUntil starting a lease refresh at once,
+    the lease a failing request used up was dropped before its 503 came back, and the
+    unit it gave back was lost (4 admitted of 5)."""
+    config = route("5/10s", algorithm, refund_on=[503], retry={"attempts": 1}, key="ip")
+    (h,) = isolates(1, config)
+    h.clock.advance(10_000 - h.clock.now % 10_000 + 100)  # early in a window
+    answers = iter([503, 503])
+
+    async def respond(_: Any) -> Any:
+        for _ in range(20):  # the origin takes a while: the refresh goes meanwhile
+            await asyncio.sleep(0)
+        return await answering(next(answers, 200))(_)
+
+    h.origin.respond = respond
+    background = AtOnce()
+
+    async def scenario() -> list[int]:
+        statuses = []
+        for _ in range(8):
+            answer = await h.gateway.handle(request(), background)  # type: ignore[arg-type]
+            statuses.append(answer.status)
+            await background.run()
+            h.clock.advance(150)
+        return statuses
+
+    assert asyncio.run(scenario()) == [503, 503] + [200] * 5 + [429]
+
+
 @pytest.mark.parametrize(("policy", "status"), [("open", 200), ("closed", 503)])
 def test_an_unreachable_object_follows_the_failure_policy(policy: str, status: int) -> None:
     h = harness(route("10/minute", "fixed_window", on_store_error=policy), store=FailingStore())

@@ -361,3 +361,23 @@ def test_a_burst_bucket_with_a_daily_quota_that_resets_at_midnight() -> None:
     assert '"daily";q=3;w=86400' in answers[-1].headers["ratelimit-policy"]
     sim.advance("1m")
     assert sim.request("GET", f"{API}/v1/x", headers=key).status == 200
+
+
+def test_a_field_sent_on_several_lines_reaches_the_gateway_joined_as_on_the_runtime() -> None:
+    # A differential probe's finding: two Cookie lines were a 400 (ambiguous_key) on
+    # workerd, which joins them with ", ", and counted in the simulator.
+    table = {
+        "origin": "https://api.example.com",
+        "routes": [
+            {"name": "ck", "match": {"path": "/ck"}, "limits": "2/minute", "key": "cookie:sid"}
+        ],
+    }
+    sim = Simulator(table)
+    url = "https://api.example.com/ck"
+    twice = sim.request("GET", url, headers=[("Cookie", "sid=c1"), ("Cookie", "other=1")])
+    assert twice.status == 400 and twice.json()["code"] == "ambiguous_key"
+    assert sim.request("GET", url, headers={"Cookie": "sid=c1; other=1"}).status == 200
+    echoed = sim.request("GET", url, headers=[("X-A", "1"), ("x-a", "2"), ("Cookie", "sid=c2")])
+    assert echoed.status == 200
+    (call,) = [c for c in sim.origin_calls if c.header("x-a")]
+    assert call.header("x-a") == "1, 2"

@@ -719,6 +719,12 @@ class Simulator:
         framed = {k.lower() for k, _ in pairs} & {"content-length", "transfer-encoding"}
         if data is not None and not framed:
             pairs.append(("content-length", str(len(data))))  # as HTTP clients send it
+        # The runtime hands the Worker a field sent on several lines as one value, joined
+        # with ", " (a Cookie sent twice is "a=1, b=2" to the gateway).
+        joined: dict[str, tuple[str, list[str]]] = {}
+        for name, value in pairs:
+            joined.setdefault(name.lower(), (name, []))[1].append(value)
+        pairs = [(name, ", ".join(values)) for name, values in joined.values()]
         return Request(
             method=method.upper(),
             path=runtime_path(path),

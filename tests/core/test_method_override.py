@@ -12,6 +12,7 @@ from edge_limiter.core.http.method_override import (
     MethodOverrideError,
     asked_methods,
     is_form,
+    is_json,
     overridden_method,
     without_override_param,
 )
@@ -39,6 +40,11 @@ def test_is_form() -> None:
     assert not is_form("multipart/form-data; boundary=x")
     assert not is_form("application/json")
     assert is_form(None) and is_form("")  # Rack reads a POST body of no type as a form
+    # A field sent twice, joined: each type is a candidate.
+    assert is_form("application/x-www-form-urlencoded, text/plain")
+    assert is_form("text/plain, application/x-www-form-urlencoded; charset=utf-8")
+    assert not is_form("text/plain, multipart/form-data")
+    assert is_json("text/plain, application/vnd.api+json")
 
 
 def test_a_method_asked_for_in_any_spelling_origins_decode_is_found() -> None:

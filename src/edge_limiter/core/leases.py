@@ -614,6 +614,17 @@ class Holding:
                 return lease
         return None
 
+    def give_back(self, lease: Lease, cost: int, now: int) -> None:
+        """Return ``cost`` taken from ``lease`` by a request the origins failed (the route
+        refunds those). A lease used up while that request was out may have been dropped
+        (a refresh asked for the next one meanwhile: the platform starts deferred work at
+        once): it comes back, first in line and never given back to the object, whose
+        record of this holder is the newer lease's."""
+        lease.give_back(cost, now)
+        if lease not in self.leases and lease.live(now):
+            lease.returnable = False
+            self.leases.insert(0, lease)
+
     def ask_at(self, now: int) -> int:
         """When this holding may ask the object again (0: now): after a denial, its
         ``retry_after``; after a rationed lease is used up, shortly before its end."""

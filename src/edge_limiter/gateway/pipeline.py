@@ -237,24 +237,24 @@ class Gateway:
         form: bytes | None = None
         json_body: bytes | None = None
         content_type = headers.get("content-type")
+        form_like, json_like = is_form(content_type), is_json(content_type)
         if (
             request.body is not None
-            and (is_form(content_type) or is_json(content_type))
+            and (form_like or json_like)
             and (self.config.method_override == "refuse" or self.config.method_decides(host, path))
         ):
             try:
                 body = await request.read_body_at_most(MAX_FORM_BYTES)
             except BodyReadError:
                 return problem_response(problems.request_body_broken())
-            if is_json(content_type):
-                # A JSON body over the bound goes on unread (JSON uploads may be large).
-                json_body = body
-            elif body is None and content_type:
+            if body is None and form_like and content_type and content_type.strip():
+                # Only a body labelled a form (among its types) is refused for its size: a
+                # JSON body, or one of no type (an upload sent without one), over the
+                # bound goes on unread.
                 return problem_response(problems.form_too_large(MAX_FORM_BYTES))
-            else:
-                # A body of no type over the bound (an upload sent without one) goes on
-                # unread too: only a body labelled a form is refused for its size.
-                form = body
+            # A field sent twice may say both: read as either.
+            json_body = body if json_like else None
+            form = body if form_like else None
         asked = asked_methods(fields, request.query, form, json_body)
         if not asked:
             return None

@@ -118,6 +118,8 @@ class Admission:
     refund: str | None = None
     lease: Lease | None = None
     """The lease the request was admitted from (a refund goes back to it)."""
+    holding: Holding | None = None
+    """The key's leases in this isolate, which ``lease`` belongs to."""
     decisions: Sequence[Decision] = ()
     """The admitting decision per limit (the headers again, if the request is refunded)."""
 
@@ -172,8 +174,10 @@ class RateLimit:
             response.headers.set(name, value)
         if refunded and refund and exchange.key:
             # The origins failed this request: give its quota back (after the response).
-            if admission.lease is not None:
-                admission.lease.give_back(self.route.limits.cost, self.services.clock.now_ms())
+            if admission.lease is not None and admission.holding is not None:
+                admission.holding.give_back(
+                    admission.lease, self.route.limits.cost, self.services.clock.now_ms()
+                )
             else:
                 exchange.background.defer(self._refund(exchange.key, refund))
         return response
@@ -426,6 +430,7 @@ class RateLimit:
             headers=rate_limit_headers(decision, decisions),
             refund=check.refund,
             lease=lease,
+            holding=holding,
             decisions=decisions,
         )
 

@@ -49,22 +49,31 @@ class MethodOverrideError(ValueError):
     """A POST's override that cannot be applied (or may not be, in ``refuse`` mode)."""
 
 
+def _media_types(content_type: str) -> list[str]:
+    """Every media type a ``Content-Type`` may be read as. A field sent twice reaches the
+    Worker joined with ", ", and origins differ on which one counts (Rack and PHP take the
+    first, cut at ``;`` or ``,``): each is a candidate."""
+    return [item.split(";", 1)[0].strip().lower() for item in content_type.split(",")]
+
+
 def is_form(content_type: str | None) -> bool:
-    """Whether a body of this ``Content-Type`` is read as a URL-encoded form (whose
-    ``_method`` counts): a form, or a body of no type at all (Rack, hence Rails, parses a
-    POST body without a ``Content-Type`` as a form)."""
+    """Whether a body of this ``Content-Type`` may be read as a URL-encoded form (whose
+    ``_method`` counts): a form (as any of the types of a field sent twice), or a body of
+    no type at all (Rack, hence Rails, parses a POST body without one as a form)."""
     if not content_type or not content_type.strip():
         return True
-    return content_type.split(";", 1)[0].strip().lower() == FORM_TYPE
+    return FORM_TYPE in _media_types(content_type)
 
 
 def is_json(content_type: str | None) -> bool:
-    """Whether a body of this ``Content-Type`` is JSON (Laravel takes a ``_method`` member
-    of a JSON body as the method too)."""
+    """Whether a body of this ``Content-Type`` may be JSON (Laravel takes a ``_method``
+    member of a JSON body as the method too)."""
     if not content_type:
         return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or media.endswith("+json")
+    return any(
+        media == "application/json" or media.endswith("+json")
+        for media in _media_types(content_type)
+    )
 
 
 def _params(text: str) -> list[tuple[str, str]]:
