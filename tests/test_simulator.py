@@ -381,3 +381,35 @@ def test_a_field_sent_on_several_lines_reaches_the_gateway_joined_as_on_the_runt
     assert echoed.status == 200
     (call,) = [c for c in sim.origin_calls if c.header("x-a")]
     assert call.header("x-a") == "1, 2"
+
+
+def test_deferred_work_starts_at_once_as_on_the_platform() -> None:
+    # A differential probe's finding: the simulator ran waitUntil work after the response,
+    # the platform starts it at once, and a lease refresh running while a failing request
+    # was out lost the unit that request gave back (there, not here).
+    table = {
+        "origin": "https://api.example.com",
+        "routes": [
+            {
+                "name": "ls",
+                "match": {"path": "/ls"},
+                "limits": "5/10s",
+                "algorithm": "fixed_window",
+                "leases": True,
+                "refund_on": [503],
+                "retry": {"attempts": 1},
+            }
+        ],
+    }
+    failures = iter([503, 503])
+    sim = Simulator(
+        table,
+        origin=lambda call: next(failures, 200),
+        origin_latency=50,
+        start="2026-12-02T00:00:00.100Z",
+    )
+    statuses = []
+    for _ in range(8):
+        statuses.append(sim.request("GET", "https://api.example.com/ls").status)
+        sim.advance(150)
+    assert statuses == [503, 503] + [200] * 5 + [429]

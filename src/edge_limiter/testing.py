@@ -63,6 +63,7 @@ __all__ = [
     "DEFAULT_IP",
     "EPOCH_MS",
     "Answer",
+    "AtOnce",
     "Deferred",
     "Fields",
     "InstantSleep",
@@ -257,7 +258,9 @@ class MemoryControl:
 
 
 class Deferred:
-    """``ctx.waitUntil``: work collected, run after the response (:meth:`run`)."""
+    """``ctx.waitUntil`` for tests that run each request in an event loop of its own: work
+    collected, run after the response (:meth:`run`). The platform starts it at once
+    (:class:`AtOnce`, what the simulator uses)."""
 
     def __init__(self) -> None:
         self.pending: list[Awaitable[Any]] = []
@@ -278,6 +281,31 @@ class Deferred:
             close = getattr(work, "close", None)
             if close is not None:
                 close()
+        self.pending.clear()
+
+
+class AtOnce:
+    """``ctx.waitUntil`` as the platform does it: deferred work starts at once, while the
+    request that deferred it is still going (a lease refresh runs while the request is at
+    the origin), and :meth:`run` waits for what is left. The simulator's background."""
+
+    def __init__(self) -> None:
+        self.pending: list[asyncio.Future[Any]] = []
+
+    def defer(self, work: Awaitable[Any]) -> None:
+        self.pending.append(asyncio.ensure_future(work))
+
+    async def run(self) -> int:
+        count = 0
+        while self.pending:
+            await self.pending.pop(0)
+            count += 1
+        return count
+
+    def discard(self) -> None:
+        """Cancel the work still going (the request it came from failed)."""
+        for task in self.pending:
+            task.cancel()
         self.pending.clear()
 
 
@@ -590,7 +618,7 @@ class Simulator:
 
     def _build(self) -> None:
         world = self._world
-        self._background = Deferred()
+        self._background = AtOnce()
         services = Services(
             store=world.store,
             origin=world.origins,
