@@ -284,28 +284,19 @@ class Deferred:
         self.pending.clear()
 
 
-class AtOnce:
+class AtOnce(Deferred):
     """``ctx.waitUntil`` as the platform does it: deferred work starts at once, while the
     request that deferred it is still going (a lease refresh runs while the request is at
     the origin), and :meth:`run` waits for what is left. The simulator's background."""
 
-    def __init__(self) -> None:
-        self.pending: list[asyncio.Future[Any]] = []
-
     def defer(self, work: Awaitable[Any]) -> None:
         self.pending.append(asyncio.ensure_future(work))
-
-    async def run(self) -> int:
-        count = 0
-        while self.pending:
-            await self.pending.pop(0)
-            count += 1
-        return count
 
     def discard(self) -> None:
         """Cancel the work still going (the request it came from failed)."""
         for task in self.pending:
-            task.cancel()
+            if isinstance(task, asyncio.Future):
+                task.cancel()
         self.pending.clear()
 
 
