@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from edge_limiter.core.http import problems
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.gateway import OriginRequest
+from edge_limiter.gateway.exchange import problem_response
 
 from .fakes import (
     FailingStore,
@@ -374,6 +376,13 @@ def test_the_gateways_own_answers_allow_the_listed_page_origins() -> None:
     assert (
         bad.status == 400 and bad.headers.get("access-control-allow-origin") == "https://app.test"
     )
+    # And the platform adapter's answer to a failure of the gateway itself (a probe's
+    # finding: its 500 had no CORS fields, so the page could not read it).
+    failed = problem_response(problems.internal_error("ab12"))
+    fields = h.gateway.with_cors("https://app.test", failed).headers
+    assert fields.get("access-control-allow-origin") == "https://app.test"
+    unasked = problem_response(problems.internal_error("ab13"))
+    assert "access-control-allow-origin" not in h.gateway.with_cors(None, unasked).headers
 
 
 def test_a_cors_preflight_is_forwarded_uncounted_unless_the_route_lists_options() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 import pytest
@@ -80,6 +81,31 @@ def from_(country: str, continent: str, path: str = "/v1/x", method: str = "GET"
     req = request(path, method, **kw)
     req.client = type(req.client)(ip=req.client.ip, country=country, continent=continent)
     return req
+
+
+def test_a_location_no_place_has_is_no_location_never_an_error() -> None:
+    # A probe's finding: MF-CF-Blob {"latitude": "inf"} crashed the request (a 500) in
+    # the distance, after its unit was taken; lower-case codes matched no origin.
+    placed = {
+        "api": {
+            **POOLS["api"],
+            "origins": [
+                {**POOLS["api"]["origins"][0], "lat": 50.1, "lon": 8.7},
+                {**POOLS["api"]["origins"][1], "lat": 39.0, "lon": -77.5},
+                {**POOLS["api"]["origins"][2], "lat": 35.7, "lon": 139.7},
+            ],
+        }
+    }
+    origins = Origins()
+    h = pooled(origins, pools=placed)
+    nowhere = h.send(from_("", ""))
+    for lat, lon in ((math.inf, 1.0), (-math.inf, 1.0), (200.0, 0.0), (math.nan, 3.0)):
+        req = from_("", "")
+        req.client = type(req.client)(ip=req.client.ip, latitude=lat, longitude=lon)
+        answer = h.send(req)
+        assert answer.status == 200, (lat, lon)
+        assert answer.headers.get("x-origin") == nowhere.headers.get("x-origin")
+    assert h.send(from_("jp", "as")).headers.get("x-origin") == "ap"
 
 
 def test_clients_reach_their_regions_origin() -> None:

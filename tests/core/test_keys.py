@@ -298,6 +298,13 @@ def test_an_authorization_key_counts_every_spelling_of_the_same_credentials() ->
     )
 
 
+def test_a_country_key_is_the_code_as_request_cf_writes_it() -> None:
+    # As explain writes it: lower case (a local MF-CF-Blob may say so) is the same country.
+    country = spec("country")
+    assert country.compute(view(country="de"), {}) == country.compute(view(country="DE"), {})
+    assert country.compute(view(country="de"), {}) == "country=DE"
+
+
 def test_a_path_key_of_bytes_that_are_not_utf8_is_a_key_not_an_error() -> None:
     spec = KeySpec((KeyPart("path", "tenant"),))
     for segment in ("%FF", "%C0%AE", "%ED%A0%80"):

@@ -114,7 +114,7 @@ class KeySpec:
         if part.kind == "path":
             return params.get(part.name, "")
         if part.kind == "country":
-            return request.client.country
+            return request.client.country.upper()  # as request.cf writes it (and explain)
         if part.kind == "asn":
             return request.client.asn
         return ""  # global

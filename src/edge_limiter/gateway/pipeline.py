@@ -128,11 +128,15 @@ class Gateway:
             if admin_path is not None:  # never for other origins' pages: no CORS fields
                 return await self.admin.handle(request, admin_path, self.services.clock.now_ms())
             response = await self._route(request, path, background)
+        return self.with_cors(request.headers.get("origin"), response)
+
+    def with_cors(self, origin: str | None, response: Response) -> Response:
+        """``response`` with the CORS fields for a page at ``origin`` (none asked: as it
+        is). The platform adapter gives its own answer to a failure (an internal error)
+        through here too, so a page can read it."""
         cors = self.config.cors
-        if cors is not None:
-            origin = request.headers.get("origin")
-            if origin is not None:
-                _allow(cors, origin, response)
+        if cors is not None and origin is not None:
+            _allow(cors, origin, response)
         return response
 
     async def _route(self, request: Request, path: str, background: Background | None) -> Response:

@@ -283,7 +283,7 @@ class Upstream:
         self.budgets: dict[tuple[str, RetrySettings], RetryBudgetState] = {}
         # The rules of each pool's budget, built once (not per request).
         self._budget_rules: dict[RetrySettings, RetryBudget] = {}
-        self.orders: dict[tuple[str, Any], tuple[Origin, ...]] = {}
+        self.orders: dict[tuple[Any, ...], tuple[Origin, ...]] = {}
         self._route_fields: dict[tuple[str, str], frozenset[str]] = {}
 
     def _own_fields(self, pool: str, route: Route | None) -> frozenset[str]:
@@ -305,16 +305,21 @@ class Upstream:
         if len(pool.origins) == 1:
             return pool.origins
         client = exchange.request.client
-        where = (
-            client.country or None,
-            client.continent or None,
-            client.latitude,
-            client.longitude,
-        )
-        key = (pool.name, where)
+        key = (pool.name, client.country, client.continent, client.latitude, client.longitude)
         order = self.orders.get(key)
         if order is None:
-            order = order_origins(pool.origins, ClientLocation(*where))
+            # Read as request.cf is read: a code or coordinate no place has (lower case,
+            # XX, an infinite or out-of-range latitude, as a local MF-CF-Blob may say) is
+            # no location, never an error.
+            where = ClientLocation.from_cf(
+                {
+                    "country": client.country,
+                    "continent": client.continent,
+                    "latitude": client.latitude,
+                    "longitude": client.longitude,
+                }
+            )
+            order = order_origins(pool.origins, where)
             if len(self.orders) > 4_096:  # bounded: a handful of locations per pool
                 self.orders.clear()
             self.orders[key] = order

@@ -159,4 +159,14 @@ async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
                 "traceback": traceback.format_exc(limit=20),
             }
         )
-        return to_js_response(problem_response(problems.internal_error(reference)))
+        failed = problem_response(problems.internal_error(reference))
+        return to_js_response(gateway.with_cors(_origin_of(js_request), failed))
+
+
+def _origin_of(js_request: Any) -> str | None:
+    """The request's ``Origin`` field (None when absent or unreadable)."""
+    try:
+        origin = js_request.headers.get("origin")
+    except Exception:  # a request too broken to read: no CORS fields
+        return None
+    return origin if isinstance(origin, str) else None
