@@ -262,6 +262,49 @@ def test_a_refund_reaches_a_lease_a_refresh_dropped_while_the_request_was_out(
     assert asyncio.run(scenario()) == [503, 503] + [200] * 5 + [429]
 
 
+@pytest.mark.parametrize(
+    ("algorithm", "admitted"),
+    # A bucket's object keeps a reserve of refill from leases: 4 of 5 here (documented).
+    [("fixed_window", 5), ("sliding_window", 5), ("token_bucket", 4)],
+)
+def test_refunded_units_are_usable_at_once_after_a_burst_that_drew_denials(
+    algorithm: str, admitted: int
+) -> None:
+    """A probe's finding: after a burst whose requests failed (refunded) and some were
+    denied, the isolate went on denying for the deny cache's time, the refunded units
+    unused (and the denials carried no Retry-After when a grant had come after one)."""
+    config = route("5/minute", algorithm, refund_on=[503], retry={"attempts": 1}, key="ip")
+    (h,) = isolates(1, config)
+    h.origin.respond = answering(503)
+    burst = asyncio.run(h.concurrently(*(request() for _ in range(8))))
+    h.flush()
+    statuses = sorted(answer.status for answer in burst)
+    assert statuses.count(503) >= 1 and set(statuses) <= {503, 429}
+    for answer in burst:
+        if answer.status == 429:
+            assert int(answer.headers.get("retry-after") or 0) >= 1
+    h.origin.respond = None
+    h.clock.advance(10)
+    after = [h.send(request()).status for _ in range(6)]
+    assert after == [200] * admitted + [429] * (6 - admitted)
+
+
+def test_a_unit_of_a_lease_that_ended_while_its_request_was_out_goes_back_to_the_object() -> None:
+    config = route(
+        "5/minute", "fixed_window", refund_on=[503], retry={"attempts": 1}, key="ip", timeout="5s"
+    )
+    (h,) = isolates(1, config)
+
+    async def slow_failure(outgoing: Any) -> Any:
+        h.clock.advance(2_000)  # past the lease's end (its ttl is 1 s by default)
+        return await answering(503)(outgoing)
+
+    h.origin.respond = slow_failure
+    assert h.send(request()).status == 503
+    h.origin.respond = None
+    assert [h.send(request()).status for _ in range(6)] == [200] * 5 + [429]
+
+
 @pytest.mark.parametrize(("policy", "status"), [("open", 200), ("closed", 503)])
 def test_an_unreachable_object_follows_the_failure_policy(policy: str, status: int) -> None:
     h = harness(route("10/minute", "fixed_window", on_store_error=policy), store=FailingStore())

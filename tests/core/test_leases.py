@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.algorithms import make_algorithm
-from edge_limiter.core.decision import Decision
+from edge_limiter.core.decision import Decision, Reason
 from edge_limiter.core.errors import ProtocolError
 from edge_limiter.core.keystore import RATE_MEMORY_TTLS, KeyStore
 from edge_limiter.core.lease_plan import Allowance
@@ -757,6 +757,27 @@ def test_overlapping_calls_give_nothing_back_and_a_failure_ends_giving_back() ->
     assert alone.returnable
     holding.failed(holding.request(T0 + 7))
     assert holding.request(T0 + 8).returned == 0 and not holding.returns
+
+
+def test_a_grant_after_a_denial_ends_it_and_a_give_back_ends_one_too() -> None:
+    # A probe's finding: a burst's lease requests answered denial-then-grant left the
+    # denial standing with the grant's (allowed) decisions: 429s with no Retry-After and
+    # no limit named, for the denial's whole time.
+    holding = Holding(1_000, 100)
+    first, second = holding.request(T0), holding.request(T0)
+    denied = StoreResponse((Decision(False, 5, 0, 10_000, 10_000, Reason.LIMITED),))
+    assert holding.answered(denied, first, T0 + 1, deny_for_ms=10_000) is None
+    assert holding.ask_at(T0 + 2) == T0 + 10_001
+    granted = StoreResponse((Decision(True, 5, 3, 10_000, 0),), granted=2, expires_at=T0 + 900)
+    lease = holding.answered(granted, second, T0 + 2)
+    assert lease is not None and holding.ask_at(T0 + 3) == 0
+    # A unit given back (a refunded request) is usable again at once, and a denial
+    # remembered meanwhile no longer holds; once the lease has ended, it is not taken.
+    assert lease.take(2, T0 + 3)
+    holding.answered(denied, holding.request(T0 + 4), T0 + 5, deny_for_ms=10_000)
+    assert holding.give_back(lease, 1, T0 + 6) and holding.ask_at(T0 + 7) == 0
+    assert holding.take(1, T0 + 7) is lease
+    assert not holding.give_back(lease, 1, T0 + 900)
 
 
 def test_units_leased_before_a_reset_are_not_given_back_into_the_fresh_allowance() -> None:

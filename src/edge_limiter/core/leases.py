@@ -357,6 +357,12 @@ class Lease:
             return True
         return self.units < rate_per_ms * lead_ms
 
+    @property
+    def window_end(self) -> int:
+        """Windows: the end of the window its units were granted in, on the object's
+        clock (0: a bucket's lease, which has none)."""
+        return self.until
+
     def release(self, now: int, keep: int = 0) -> int:
         """Give back all but ``keep`` units (kept for use while the next lease is asked
         for); the units given back, which the isolate then never uses."""
@@ -386,6 +392,10 @@ class PlannedLease(Lease):
         self.short = 1
         """The cost of the last request the allowance could not take yet."""
         self.returnable = False
+
+    @property
+    def window_end(self) -> int:
+        return self.allowance.end
 
     @property
     def used(self) -> int:
@@ -614,16 +624,22 @@ class Holding:
                 return lease
         return None
 
-    def give_back(self, lease: Lease, cost: int, now: int) -> None:
+    def give_back(self, lease: Lease, cost: int, now: int) -> bool:
         """Return ``cost`` taken from ``lease`` by a request the origins failed (the route
-        refunds those). A lease used up while that request was out may have been dropped
-        (a refresh asked for the next one meanwhile: the platform starts deferred work at
-        once): it comes back, first in line and never given back to the object, whose
-        record of this holder is the newer lease's."""
+        refunds those); whether the units may be used here again (not once the lease has
+        ended: then the object must take them back). A lease used up while that request
+        was out may have been dropped (a refresh asked for the next one meanwhile: the
+        platform starts deferred work at once): it comes back, first in line and never
+        given back to the object, whose record of this holder is the newer lease's. A
+        denial remembered since no longer holds: the units are there."""
+        if now >= lease.expires_at:
+            return False
         lease.give_back(cost, now)
         if lease not in self.leases and lease.live(now):
             lease.returnable = False
             self.leases.insert(0, lease)
+        self.forget_denial()
+        return True
 
     def ask_at(self, now: int) -> int:
         """When this holding may ask the object again (0: now): after a denial, its
@@ -766,6 +782,9 @@ class Holding:
         # and the requests it was asked for are denied.
         if answer.grant_wait_ms:
             lease.grant_at = now + answer.grant_wait_ms
+        # A grant answers after any denial remembered before it (a burst's requests ask
+        # at once, and a denial may come first): the key is not denied now.
+        self.denied_until = 0
         taken = lease.reserve(reserved, now)
         self._prune(now)
         self.leases.append(lease)

@@ -174,12 +174,16 @@ class RateLimit:
             response.headers.set(name, value)
         if refunded and refund and exchange.key:
             # The origins failed this request: give its quota back (after the response).
-            if admission.lease is not None and admission.holding is not None:
-                admission.holding.give_back(
-                    admission.lease, self.route.limits.cost, self.services.clock.now_ms()
-                )
-            else:
+            lease = admission.lease
+            if lease is None or admission.holding is None:
                 exchange.background.defer(self._refund(exchange.key, refund))
+            elif not admission.holding.give_back(
+                lease, self.route.limits.cost, self.services.clock.now_ms()
+            ):
+                # The lease ended while the request was out: the object takes the unit
+                # back, into the window it was granted in (a bucket's, whenever).
+                at = lease.window_end - 1 if lease.window_end else 0
+                exchange.background.defer(self._refund(exchange.key, refund_of(refund, at)))
         return response
 
     async def _refund(self, key: str, payload: str) -> None:
