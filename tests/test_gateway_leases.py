@@ -289,6 +289,24 @@ def test_refunded_units_are_usable_at_once_after_a_burst_that_drew_denials(
     assert after == [200] * admitted + [429] * (6 - admitted)
 
 
+def test_a_denied_lease_request_takes_a_unit_its_own_isolate_holds() -> None:
+    """A burst's lease requests may be answered with a denial because this isolate's own
+    leases (granted to the requests asking beside it) hold the units: those are used
+    before a 429 (a workerd burst of 45 under a limit of 50 drew 429s)."""
+    (h,) = isolates(1, route("50/minute", "fixed_window", key="ip"))
+    limiter = h.gateway.limiters["api"]
+    real_ask = limiter._ask
+
+    async def ask_then_denied(holding: Any, name: str, check: Any, now: int, reserved: int) -> Any:
+        await real_ask(holding, name, check, now, 0)  # a grant asked beside this request
+        return None  # ... and this request's own ask denied
+
+    limiter._ask = ask_then_denied  # type: ignore[method-assign]
+    answer = h.send(request())
+    assert answer.status == 200
+    assert answer.headers.get("x-edgelimiter-reason") is None
+
+
 def test_a_unit_of_a_lease_that_ended_while_its_request_was_out_goes_back_to_the_object() -> None:
     config = route(
         "5/minute", "fixed_window", refund_on=[503], retry={"attempts": 1}, key="ip", timeout="5s"

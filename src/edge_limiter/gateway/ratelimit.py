@@ -343,6 +343,20 @@ class RateLimit:
             return self._store_failed(exc, exchange, digest)
         finished = clock.now_ms()
         if lease is None:
+            spare = holding.take(cost, finished)
+            if spare is not None:
+                # Denied because this isolate's own leases hold the units (granted to the
+                # requests asking beside this one): use them, they are counted.
+                return self._from_lease(
+                    exchange,
+                    holding,
+                    spare,
+                    finished,
+                    digest=digest,
+                    override=override,
+                    check=check,
+                    latency=finished - started,
+                )
             decisions = holding.decisions
             ask_at = holding.ask_at(finished)
             if ask_at and finished >= holding.denied_until:
