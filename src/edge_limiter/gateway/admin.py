@@ -595,11 +595,10 @@ _ENDPOINT_METHODS = {
 def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object whose members are named once each: which of two ``route`` members
     was meant cannot be told (an override set on the wrong route)."""
-    named = dict(pairs)
-    if len(named) != len(pairs):
-        twice = sorted({name for name, _ in pairs if [n for n, _ in pairs].count(name) > 1})
+    twice = sorted(name for name, count in Counter(n for n, _ in pairs).items() if count > 1)
+    if twice:
         raise ValueError(f"member(s) {', '.join(twice)} given more than once")
-    return named
+    return dict(pairs)
 
 
 #: The query parameters each endpoint takes (any other is refused).

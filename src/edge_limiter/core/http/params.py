@@ -19,6 +19,8 @@ def php_name(name: str) -> str:
     ``a.b`` and ``a b`` are ``a_b``; ``a[x]`` and ``a[]`` are the array ``a``; a ``[``
     that is never closed becomes ``_`` (``a[b`` is ``a_b``).
     """
+    if " " not in name and "." not in name and "[" not in name:
+        return name  # the usual name: nothing for PHP to change
     name = name.lstrip(" ")
     out: list[str] = []
     for index, char in enumerate(name):
