@@ -738,6 +738,42 @@ def test_one_sized_request_at_a_time_and_refreshes_are_not_held_back() -> None:
     assert holding.wants_refresh(T0 + 995)
 
 
+def test_a_small_grant_beside_a_big_one_does_not_trigger_a_refresh_that_gives_units_back() -> None:
+    """Found on workerd: a burst of 45 under 50/minute drew 429s. The burst's requests
+    asked for themselves beside one sized request; a one-unit grant answered last was the
+    newest lease, empty once used, so a refresh went out judged by it alone and gave back
+    the big lease's units, while the requests still waiting on their own asks were denied
+    (the object had lent those units to this isolate) and found nothing left here."""
+    holding = Holding(1_000, 50, merge=True)
+    for _ in range(40):
+        holding.meter.observe(T0)
+    sized = holding.request(T0)
+    small = [holding.request(T0, 1) for _ in range(4)]
+    assert sized.sized and not any(ask.sized for ask in small) and holding.waiting == 4
+
+    def grant(units: int) -> StoreResponse:
+        decision = Decision(True, 50, 50 - units, 60_000, 0)
+        return StoreResponse(
+            (decision,), granted=units, expires_at=T0 + 60_000, returnable_until=T0 + 60_000
+        )
+
+    holding.answered(grant(20), sized, T0 + 10, reserved=1)
+    holding.answered(grant(1), small[0], T0 + 10, reserved=1)
+    assert holding.waiting == 3
+    assert holding.leases[-1].unused(T0 + 11) == 0  # the newest, a one-unit grant, used
+    assert not holding.wants_refresh(T0 + 11)  # 19 units held in the older lease
+    # A sized request while three asks wait keeps a unit for each of them.
+    again = holding.request(T0 + 12)
+    rate = holding.meter.per_ms(T0 + 12)
+    kept = sum(lease.unused(T0 + 12) for lease in holding.leases)
+    assert kept == int(rate * holding.rtt_ms) + 1 + 3
+    assert again.returned == 19 - kept
+    for ask in small[1:]:
+        holding.answered(StoreResponse((Decision(False, 50, 0, 60_000, 60_000),)), ask, T0 + 13)
+    assert holding.waiting == 0
+    assert all(holding.take(1, T0 + 14) is not None for _ in range(3))
+
+
 def test_overlapping_calls_give_nothing_back_and_a_failure_ends_giving_back() -> None:
     holding = Holding(1_000, 100)
     for _ in range(50):

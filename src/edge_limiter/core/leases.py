@@ -564,6 +564,7 @@ class Holding:
         "sizing",
         "stale",
         "ttl_ms",
+        "waiting",
         "young_rates",
     )
 
@@ -608,6 +609,10 @@ class Holding:
         """Lease requests sent and not yet answered."""
         self.sizing = False
         """A sized request is in flight."""
+        self.waiting = 0
+        """The units the requests on unsized lease requests in flight need: kept here by a
+        sized request's give-back, since each of those requests uses this isolate's units
+        if its own request is denied (the units it asked for were granted beside it)."""
         self.stale: tuple[int, int] = (0, 0)
         """Windows: units of leases that ended unused, and the object's record they belong
         to (``Lease.until``): given back with the next sized request, while that record
@@ -662,7 +667,19 @@ class Holding:
         (never while a sized request is in flight)."""
         if not self.leases or self.sizing:
             return False
-        return self.leases[-1].should_refresh(now, self.meter.per_ms(now), self.lead())
+        newest = self.leases[-1]
+        rate = self.meter.per_ms(now)
+        lead = self.lead()
+        if not newest.should_refresh(now, rate, lead):
+            return False
+        if len(self.leases) == 1:
+            return True
+        # The newest lease may be a small grant to a request that asked beside a sized
+        # one: judge by every unit held past the lead, not by the newest lease's alone.
+        held = sum(
+            lease.unused(now) for lease in self.leases if lease.cut or now + lead < lease.expires_at
+        )
+        return held < rate * lead
 
     def lead(self) -> int:
         """How far ahead of a lease's end to ask for the next one: twice the measured
@@ -685,12 +702,15 @@ class Holding:
         reported = self.meter.estimate_per_ms(now) if self.young_rates else rate
         observed = max(1, round(reported * 1000))
         if self.sizing:
+            self.waiting += min_units
             return Ask(min_units, 0, observed, min_units, now, self.sent, alone, sized=False)
         self.sizing = True
         wanted = max(min_units, want(rate, self.ttl_ms, min_units, self.capacity))
         if self.merge:
-            # Kept for the requests of the round trip: what the rate uses in one.
-            returned, until = self._release_beyond(now, int(rate * self.rtt_ms) + 1)
+            # Kept for the requests of the round trip (what the rate uses in one) and for
+            # the requests waiting on their own lease requests.
+            keep = int(rate * self.rtt_ms) + 1 + self.waiting
+            returned, until = self._release_beyond(now, keep)
             return Ask(wanted, returned, observed, min_units, now, self.sent, alone, True, until)
         returned = 0
         if alone and self.returns and self.leases and self.leases[-1].returnable:
@@ -744,6 +764,8 @@ class Holding:
         self.in_flight = max(0, self.in_flight - 1)
         if ask.sized:
             self.sizing = False
+        else:
+            self.waiting = max(0, self.waiting - ask.min_units)
         self.returns = False
 
     def answered(
@@ -761,6 +783,8 @@ class Holding:
         self.in_flight = max(0, self.in_flight - 1)
         if ask.sized:
             self.sizing = False
+        else:
+            self.waiting = max(0, self.waiting - ask.min_units)
         self.rtt_ms += (max(0, now - ask.sent_at) - self.rtt_ms) / 4
         self.decisions = answer.decisions
         self.decided_at = now
