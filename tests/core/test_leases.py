@@ -774,6 +774,35 @@ def test_a_small_grant_beside_a_big_one_does_not_trigger_a_refresh_that_gives_un
     assert all(holding.take(1, T0 + 14) is not None for _ in range(3))
 
 
+def test_a_denial_while_the_isolate_holds_the_units_is_not_remembered() -> None:
+    """A burst's requests each ask beside the sized request; the last asks are denied
+    because this isolate holds the units. Remembering that denial (until the window's
+    end, at most the deny cache's time) refused the next burst without asking, while the
+    units of the lease that had ended unused were never given back: a second burst of 30
+    under 50/minute got none of the 20 left."""
+    holding = Holding(1_000, 50, merge=True)
+    for _ in range(30):
+        holding.meter.observe(T0)
+    sized, small = holding.request(T0), holding.request(T0, 1)
+    granted = StoreResponse(
+        (Decision(True, 50, 0, 59_000, 0),),
+        granted=20,
+        expires_at=T0 + 1_000,
+        returnable_until=T0 + 59_000,
+    )
+    holding.answered(granted, sized, T0 + 10, reserved=1)
+    denied = StoreResponse((Decision(False, 50, 0, 59_000, 59_000, Reason.LIMITED),))
+    assert holding.answered(denied, small, T0 + 11, deny_for_ms=10_000) is None
+    assert holding.ask_at(T0 + 11) == 0  # 19 units held here: not a denial of this isolate
+    assert holding.take(1, T0 + 11) is not None
+    # The lease ends with 18 unused: the next request asks, giving them back.
+    again = holding.request(T0 + 2_000)
+    assert again.sized and again.returned == 18
+    # Denied with nothing held: remembered.
+    assert holding.answered(denied, again, T0 + 2_010, deny_for_ms=10_000) is None
+    assert holding.ask_at(T0 + 2_011) == T0 + 12_010
+
+
 def test_overlapping_calls_give_nothing_back_and_a_failure_ends_giving_back() -> None:
     holding = Holding(1_000, 100)
     for _ in range(50):
