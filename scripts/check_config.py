@@ -275,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--at",
         default=None,
-        help="--simulate: when the first is sent, ISO 8601 ('2026-12-01T10:00:00Z'; now)",
+        help="--simulate: when the first is sent, ISO 8601 ('2026-12-01T10:00:00Z') or "
+        "epoch milliseconds; default now",
     )
     parser.add_argument(
         "--origin-status", type=int, default=None, help="--simulate: what origins answer (200)"

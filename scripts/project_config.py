@@ -138,7 +138,14 @@ def config_file(wrangler_path: Path, explicit: Path | None = None) -> Path | Non
 def raw_config(dep: Deployment, document: dict[str, Any] | None, source: str) -> dict[str, Any]:
     """The raw gateway config this deployment's Worker would parse (raises ConfigError)."""
     env_name = dep.vars.get(ENV_VAR)
-    return select_config(dep.vars.get(CONFIG_VAR), document, source, env_name or None)
+    var = dep.vars.get(CONFIG_VAR)
+    if isinstance(var, str):
+        # The Worker reads a string var as JSON (platform.worker.raw_config).
+        try:
+            var = json.loads(var)
+        except ValueError as exc:
+            raise ConfigError([f"config: the {CONFIG_VAR} var is not valid JSON: {exc}"]) from exc
+    return select_config(var, document, source, env_name or None)
 
 
 @dataclass

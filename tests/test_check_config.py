@@ -295,3 +295,37 @@ def test_explain_reads_the_host_as_the_runtime_does() -> None:
         assert refused.returncode == 2 and says in refused.stderr, url
     continent = run("--explain", "GET", "https://api.example.com/x", "--continent", "XX")
     assert continent.returncode == 2 and "continent is one of AF" in continent.stderr
+
+
+def test_the_config_var_is_read_as_the_worker_reads_it(tmp_path: Path) -> None:
+    """A probe's finding: a string, number or boolean ``EDGE_LIMITER`` var crashed the
+    checker with a traceback. A string is JSON, as the Worker reads it; anything else but
+    a table is a clear error."""
+    wrangler = tmp_path / "wrangler.toml"
+    for value, expected in (
+        ('"{not json"', "the EDGE_LIMITER var is not valid JSON"),
+        ('""', "the EDGE_LIMITER var is not valid JSON"),
+        ("5", "must be a table ([vars.EDGE_LIMITER] in wrangler.toml)"),
+        ("false", "got a boolean"),
+        ('"[1]"', "got an array"),
+    ):
+        wrangler.write_text(WRANGLER + f"[vars]\nEDGE_LIMITER = {value}\n")
+        done = run("--wrangler", str(wrangler))
+        assert done.returncode == 1, value
+        assert expected in done.stderr and "Traceback" not in done.stderr, (value, done.stderr)
+    config = {
+        "origin": "https://a.test",
+        "routes": [{"name": "a", "match": {"path": "/a"}, "limits": "5/s"}],
+    }
+    wrangler.write_text(WRANGLER + f"[vars]\nEDGE_LIMITER = {json.dumps(json.dumps(config))}\n")
+    done = run("--wrangler", str(wrangler))
+    assert done.returncode == 0, done.stderr
+    assert "5 per second" in done.stdout
+
+
+def test_simulate_starts_at_epoch_milliseconds_or_a_time_never_before_1970() -> None:
+    url = "https://api.example.com/v1/search"
+    epoch = run("--simulate", "GET", url, "--at=1764583200000", "--json")
+    assert epoch.returncode == 0, epoch.stderr
+    early = run("--simulate", "GET", url, "--at=1969-01-01T00:00:00Z")
+    assert early.returncode == 2 and "1970-01-01 or later" in early.stderr

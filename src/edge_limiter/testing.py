@@ -302,7 +302,11 @@ class AtOnce(Deferred):
 
 def epoch_ms(start: int | str) -> int:
     """A clock's start: epoch milliseconds, or an ISO 8601 time (UTC unless it says)."""
+    if isinstance(start, str) and start.strip().isdigit():
+        start = int(start.strip())
     if isinstance(start, int):
+        if start < 0:
+            raise ValueError(f"start must be at 1970-01-01 or later, got {start}")
         return start
     try:
         moment = datetime.fromisoformat(start.replace("Z", "+00:00"))
@@ -313,7 +317,10 @@ def epoch_ms(start: int | str) -> int:
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    millis = int(moment.timestamp() * 1000)
+    if millis < 0:
+        raise ValueError(f"start must be at 1970-01-01 or later, got {start!r}")
+    return millis
 
 
 class _ClientBody:

@@ -717,3 +717,97 @@ def test_a_limit_may_have_its_own_algorithm() -> None:
     assert any("a burst only applies to" in p and "not fixed_window" in p for p in burst)
     leased = problems_of(config({**mixed, "leases": True}))
     assert any("leases need one algorithm" in p for p in leased)
+
+
+# --- a probe of the checker's messages and of configs it accepted (fifteenth session) ---
+
+
+def test_refunding_what_the_origin_served_is_a_warning() -> None:
+    served = parse_config(config(route(refund_on=[200, 304, 503])))
+    (warning,) = [w for w in served.warnings if ".refund_on" in w]
+    assert "answered 200, 304" in warning and "never counted" in warning
+    failures = parse_config(config(route(refund_on=[502, 503, 504])))
+    assert not any(".refund_on" in w for w in failures.warnings)
+
+
+def test_an_origin_field_that_replaces_the_counted_header_is_a_warning() -> None:
+    keyed = route(key="header:X_Api_Key")
+    top = parse_config(config(keyed, origin_headers={"X-Api-Key": "$GATEWAY_KEY"}))
+    assert any("route 'r'.key: counts the client's 'x_api_key'" in w for w in top.warnings)
+    pool = {"origins": [{"name": "a", "url": "https://a.test"}], "headers": {"x-api-key": "k"}}
+    pooled = parse_config(
+        {"pools": {"p": pool}, "routes": [route(key="header:x-api-key", pool="p")]}
+    )
+    assert any("pool 'p'.headers replaces" in w for w in pooled.warnings), pooled.warnings
+    other = parse_config(config(route(key="header:x-tenant"), origin_headers={"X-Api-Key": "$K"}))
+    assert not any(".key: counts" in w for w in other.warnings)
+
+
+def test_a_query_key_name_is_written_decoded() -> None:
+    for name in ("a%20b", "%61", "a+b"):
+        (problem,) = problems_of(config(route(key=f"query:{name}")))
+        assert "route 'r'.key" in problem and "write the parameter's name decoded" in problem
+    assert parse_config(config(route(key="query:a%b"))).routes  # a literal '%', decoded
+
+
+def test_names_and_patterns_say_what_is_wrong() -> None:
+    (named,) = problems_of(config(route(name="-a")))
+    assert "routes[0].name: must be letters" in named and "starting with a letter" in named
+    assert "is required" in problems_of(config(route(name=None)))[0]
+    twice = problems_of(config(route(name="a"), route(name="a", match={"path": "/b"})))
+    assert any("used by an earlier route (this is routes[1])" in p for p in twice), twice
+    for path in ("/x/../y", "/x/%2e/y", "/.."):
+        (dots,) = problems_of(config(route(match={"path": path})))
+        assert "is a dot segment" in dots and "climbs" not in dots, dots
+    (rate,) = problems_of(config(route(limits="10/0s")))
+    assert rate.endswith("the window must be at least 1 unit"), rate
+
+
+def test_an_origin_url_a_request_could_not_have_is_refused() -> None:
+    for url, expected in (
+        ("https://a.test:0/b", "invalid port"),
+        ("https://a.test/x/../b", "dot segment"),
+        ("https://a.test/x/%2E%2e", "dot segment"),
+        ("https://a.test/%zz", "invalid percent-encoding"),
+    ):
+        (problem,) = problems_of({"origin": url, "routes": [route()]})
+        assert "config.origin" in problem and expected in problem, (url, problem)
+    assert parse_config({"origin": "https://a.test:8443/api/v1/", "routes": [route()]}).routes
+
+
+def test_an_environment_may_swap_the_origin_for_a_pool_and_back() -> None:
+    from edge_limiter.core.config.sources import apply_environment
+
+    pool = {"origins": [{"name": "s", "url": "https://s.test"}]}
+    document = {
+        "origin": "https://api.test",
+        "routes": [route()],
+        "env": {"staging": {"pool": "p", "pools": {"p": pool}}, "plain": {"origin": "https://x"}},
+    }
+    staging = parse_config(apply_environment(document, "staging", "f.toml"))
+    assert staging.forward is not None and staging.forward.pool.name == "p"
+    pooled = {"pool": "p", "pools": {"p": pool}, "routes": [route()], "env": document["env"]}
+    plain = apply_environment(pooled, "plain", "f.toml")
+    assert plain["origin"] == "https://x" and "pool" not in plain
+
+
+def test_explain_takes_a_post_as_the_method_it_asks_for() -> None:
+    from edge_limiter.core.explain import explain
+
+    parsed = parse_config(
+        config(
+            route(name="del", match={"path": "/x", "methods": ["DELETE"]}, limits="1/minute"),
+            route(name="any", match={"path": "/x"}),
+        )
+    )
+    url = "https://api.example.com/x"
+    header = explain(parsed, "POST", url, [("X-HTTP-Method-Override", "delete")])
+    assert header["method"] == "DELETE" and header["sent_as"] == "POST"
+    assert header["route"] == "del"
+    query = explain(parsed, "POST", url + "?_method=DELETE")
+    assert query["route"] == "del"
+    assert explain(parsed, "POST", url)["route"] == "any"
+    refused = explain(parsed, "POST", url, [("X-HTTP-Method-Override", "FOO")])
+    assert refused["status"] == 400 and refused["error"].startswith("method_override:")
+    passing = parse_config({**config(route(match={"path": "/x"})), "method_override": "pass"})
+    assert explain(passing, "POST", url + "?_method=DELETE")["method"] == "POST"

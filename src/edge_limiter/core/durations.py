@@ -70,9 +70,13 @@ def _suggest(text: str) -> str | None:
             total += float(number) * _UNIT_MS[unit]
         else:
             return None
-    if total < 1 or total != int(total):
+    if total < 1 or total != int(total) or total > _MOST_SUGGESTED_MS:
         return None
     return format_duration(int(total))
+
+
+#: No suggestion for a duration longer than this (a year): it is not what was meant.
+_MOST_SUGGESTED_MS = 366 * 86_400_000
 
 
 def format_duration(ms: int) -> str:

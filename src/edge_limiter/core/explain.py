@@ -15,6 +15,13 @@ from .canonical import admin_path, ascii_host, canonical_host, canonical_path, r
 from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
+from .http.method_override import (
+    OVERRIDE_FIELDS,
+    MethodOverrideError,
+    asked_methods,
+    overridden_method,
+    without_override_param,
+)
 from .keys import object_name
 from .lease_plan import plans
 from .routing.geo import ClientLocation, order_origins
@@ -228,6 +235,23 @@ def explain(
         # Answered by the admin API (or 404 without its token set): never forwarded.
         out.update(route=None, admin=True, limited=False)
         return out
+    if out["method"] == "POST" and config.method_override != "pass":
+        # As the gateway takes it (a form or JSON body's _method is not given here).
+        fields = [
+            (name, value)
+            for name, value in headers or []
+            if name.lower() in OVERRIDE_FIELDS and value.strip()
+        ]
+        try:
+            wanted = overridden_method(
+                config.method_override, asked_methods(fields, query, None), False
+            )
+        except MethodOverrideError as exc:
+            out.update(status=400, error=f"method_override: {exc}")
+            return out
+        if wanted is not None:
+            out.update(method=wanted, sent_as="POST")
+            query = without_override_param(query)
     matched = config.match(out["method"], host, path)
     if matched is None:
         if config.forward is None:

@@ -37,6 +37,7 @@ KINDS_PLAIN = ("ip", "country", "asn", "global")
 # cannot be confused with the query's own syntax; a path name is a {param} name.
 _TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _QUERY_NAME_RE = re.compile(r"^[!-~]+$")
+_ENCODED_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 _NAME_RULES = {
     "header": (_TOKEN_RE, "a header name (letters, digits and !#$%&'*+.^_`|~-, no spaces)"),
     "cookie": (_TOKEN_RE, "a cookie name (letters, digits and !#$%&'*+.^_`|~-, no spaces)"),
@@ -238,6 +239,12 @@ def parse_key_part(text: object) -> KeyPart:
         pattern, what = _NAME_RULES[kind]
         if not pattern.fullmatch(name) or (kind == "query" and any(c in name for c in "&=#")):
             raise KeySpecError(f"key part {text!r}: {name!r} is not {what}")
+        if kind == "query" and ("+" in name or _ENCODED_RE.search(name)):
+            raise KeySpecError(
+                f"key part {text!r}: write the parameter's name decoded, as origins read it "
+                f"({name!r} is percent-encoded or holds '+', which a query string decodes "
+                "to a space, so no request's name would be this)"
+            )
         # Header names are case-insensitive; cookie, query and path names are not.
         return KeyPart(kind, name.lower() if kind == "header" else name)
     known = ", ".join([*KINDS_PLAIN, *(f"{k}:NAME" for k in KINDS_WITH_NAME)])

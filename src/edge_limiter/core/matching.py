@@ -140,11 +140,19 @@ class PathPattern:
 def _literal(part: str, source: str, case_insensitive: bool) -> str:
     """A literal pattern segment in canonical form (lower-cased for a case-insensitive route)."""
     try:
+        # Under a first segment, so that '..' is a dot segment here and not a climb.
+        under = canonical_path("/_/" + part)
+    except PathError:
+        under = ""
+    if under and path_segments(under) != ["_", under[3:]]:
+        raise PatternError(
+            f"path pattern {source!r}: segment {part!r} is a dot segment ('.' or '..'): "
+            "write the path as it resolves, without it"
+        )
+    try:
         canonical = canonical_path("/" + part)
     except PathError as exc:
         raise PatternError(f"path pattern {source!r}: segment {part!r}: {exc}") from exc
-    if canonical != "/" + part and path_segments(canonical) != [canonical[1:]]:
-        raise PatternError(f"path pattern {source!r}: segment {part!r} is a dot segment")
     literal = canonical[1:]
     return literal.lower() if case_insensitive else literal
 

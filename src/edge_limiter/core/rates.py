@@ -175,9 +175,7 @@ def parse_rate(text: str) -> Rate:
     if quota < 1:
         raise RateParseError(f"cannot parse rate {text!r}: the count must be at least 1")
     if count < 1:
-        raise RateParseError(
-            f"cannot parse rate {text!r}: the window must be at least 1 {unit.rstrip('s')}"
-        )
+        raise RateParseError(f"cannot parse rate {text!r}: the window must be at least 1 unit")
     try:
         return Rate(quota, count * unit_ms)
     except RateParseError as exc:

@@ -461,9 +461,12 @@ def _route_name(raw: Mapping[str, Any], index: int, problems: Problems) -> tuple
     if isinstance(name, str) and ROUTE_NAME_RE.fullmatch(name):
         return name, f"route {shown(name)}"
     where = f"routes[{index}]"
+    rule = "letters, digits, '_', '.', '-' (at most 64, no ':' or '#')"
     problems.add(
         f"{where}.name",
-        f"is required: letters, digits, '_', '.', '-' (at most 64, no ':' or '#'), got {shown(name)}",
+        f"is required: {rule}"
+        if name is None
+        else f"must be {rule}, starting with a letter or digit, got {shown(name)}",
     )
     return where, where
 
@@ -567,6 +570,14 @@ def _parse_route(
     if raw.get("retry") is not None:
         retry = parse_retry(raw["retry"], f"{where}.retry", problems)
     refund_on = _statuses(raw.get("refund_on"), f"{where}.refund_on", problems)
+    served = sorted(status for status in refund_on if status < 400)
+    if served:
+        problems.warn(
+            f"{where}.refund_on",
+            f"gives back the unit of every request answered {', '.join(map(str, served))}: "
+            "those requests are never counted (refund_on is meant for the failures a "
+            "client should not pay for, such as 502, 503, 504)",
+        )
     cache = parse_cache(raw.get("cache"), f"{where}.cache", problems)
     idempotency = parse_idempotency(raw.get("idempotency"), f"{where}.idempotency", problems)
     matched = match.methods if match is not None else None
@@ -992,7 +1003,10 @@ def parse_config(raw: object) -> Config:
         name, where = _route_name(raw_route, index, problems)
         if name in seen:
             # Reported whatever else is wrong with the route.
-            problems.add(f"{where}.name", "is used by an earlier route; names must be unique")
+            problems.add(
+                f"{where}.name",
+                f"is used by an earlier route (this is routes[{index}]); names must be unique",
+            )
         seen.add(name)
         route = _parse_route(raw_route, name, where, defaults, problems)
         if route is not None:
@@ -1009,6 +1023,22 @@ def parse_config(raw: object) -> Config:
                     f"counts the client's {client_ip_header!r}, which client_ip_header "
                     "replaces with the client's address: the origin would see another "
                     "value than the one counted",
+                )
+    for route in routes:
+        counted = {
+            part.name.lower().replace("_", "-"): part.name
+            for part in route.limits.key.parts
+            if part.kind == "header" and part.name
+        }
+        for header in (*origin_headers, *route.forward.pool.headers):
+            field_name = counted.get(header.name.replace("_", "-"))
+            if field_name is not None:
+                problems.warn(
+                    f"route {shown(route.name)}.key",
+                    f"counts the client's {field_name!r}, which {header.where} replaces with its "
+                    "own value: the origin sees that value, not the one counted (fine if "
+                    "the gateway swaps the client's key for its own; else key on another "
+                    "field)",
                 )
     if matrix_params != "keep":
         for route in routes:

@@ -57,7 +57,13 @@ def apply_environment(
     overlay = environments[env_name]
     if not isinstance(overlay, Mapping):
         raise ConfigError([f"config: [env.{env_name}] in {source} must be a table"])
-    return {**base, **overlay}
+    merged = {**base, **overlay}
+    # A config forwards to an `origin` or a `pool`: an environment that names one
+    # replaces the other the top level names.
+    for field, other in (("pool", "origin"), ("origin", "pool")):
+        if field in overlay and other not in overlay:
+            merged.pop(other, None)
+    return merged
 
 
 def select_config(
@@ -77,6 +83,14 @@ def select_config(
     if bundled is not None:
         return apply_environment(bundled, env_name, bundled_source)
     if var is not None:
+        if not isinstance(var, Mapping):
+            raise ConfigError(
+                [
+                    f"config: the {CONFIG_VAR} var must be a table ([vars.{CONFIG_VAR}] in "
+                    f"wrangler.toml) or a string holding a JSON object, got "
+                    f"{_kind(var)}"
+                ]
+            )
         return dict(var)
     raise ConfigError(
         [
@@ -84,3 +98,18 @@ def select_config(
             f"{DEFAULT_FILE} beside it"
         ]
     )
+
+
+def _kind(value: Any) -> str:
+    """What a value is, in TOML's and JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return type(value).__name__

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import isfinite
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..durations import format_duration
 from ..http.origin_headers import OriginHeader, parse_origin_headers
@@ -396,11 +396,27 @@ def parse_origin_url(value: object, where: str, problems: Problems) -> str | Non
         )
         return None
     try:
-        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+        port = parts.port
     except ValueError:
-        problems.add(where, f"has an invalid port, got {shown(value)}")
+        port = 0
+    if port == 0:
+        problems.add(where, f"has an invalid port (1 to 65535), got {shown(value)}")
+        return None
+    if _BAD_PERCENT_RE.search(parts.path):
+        problems.add(where, f"has an invalid percent-encoding in its path, got {shown(value)}")
+        return None
+    segments = [unquote(segment) for segment in parts.path.split("/")]
+    if "." in segments or ".." in segments:
+        problems.add(
+            where,
+            f"has a dot segment ('.' or '..') in its path, which fetch resolves away; "
+            f"write the path as it resolves, got {shown(value)}",
+        )
         return None
     return value.rstrip("/")
+
+
+_BAD_PERCENT_RE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def _codes(
