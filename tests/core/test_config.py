@@ -811,3 +811,12 @@ def test_explain_takes_a_post_as_the_method_it_asks_for() -> None:
     assert refused["status"] == 400 and refused["error"].startswith("method_override:")
     passing = parse_config({**config(route(match={"path": "/x"})), "method_override": "pass"})
     assert explain(passing, "POST", url + "?_method=DELETE")["method"] == "POST"
+
+
+def test_a_bucket_lease_with_most_of_its_burst_in_reserve_warns_of_the_sustained_rate() -> None:
+    def warnings(ttl: str) -> list[str]:
+        leased = route(limits="10/s", algorithm="gcra", leases={"ttl": ttl})
+        return [w for w in parse_config(config(leased)).warnings if "in reserve" in w]
+
+    assert "sustained rate falls" in warnings("900ms")[0]
+    assert "sustained rate falls" not in warnings("500ms")[0]  # half: pass at once only

@@ -141,7 +141,8 @@ def default_policy_name(quota: int, window_ms: int) -> str:
 def parse_rate(text: str) -> Rate:
     """Parse one rate such as ``"5/minute"`` or ``"100 per 10 seconds"``."""
     if not isinstance(text, str):
-        raise RateParseError(f"a rate must be a string like '10/second', got {text!r}")
+        given = "nothing" if text is None else repr(text)
+        raise RateParseError(f"a rate must be a string like '10/second', got {given}")
     match = _RATE_RE.match(text)
     if match is None:
         raise RateParseError(
