@@ -138,7 +138,7 @@ def default_policy_name(quota: int, window_ms: int) -> str:
     return f"{quota}-per-{describe_window(window_ms).replace(' ', '-')}"
 
 
-def parse_rate(text: str) -> Rate:
+def parse_rate(text: object) -> Rate:
     """Parse one rate such as ``"5/minute"`` or ``"100 per 10 seconds"``."""
     if not isinstance(text, str):
         given = "nothing" if text is None else repr(text)
