@@ -152,7 +152,7 @@ def _limit_table(item: Mapping[str, Any], where: str, problems: Problems) -> Lim
     before = len(problems)
     unknown_fields(item, LIMIT_FIELDS, where, problems)
     try:
-        rate = parse_rate(item.get("rate"))  # type: ignore[arg-type]
+        rate = parse_rate(item.get("rate"))
     except RateParseError as exc:
         problems.add(f"{where}.rate", str(exc))
         return None
