@@ -1054,3 +1054,24 @@ def test_holdings_report_young_rates_only_where_the_object_shares_growth() -> No
             holding.meter.observe(T0 + at)
     assert young.request(T0 + 300).observed_rate == round(29 / 300 * 1_000)  # 97/s
     assert period.request(T0 + 300).observed_rate == 30  # 30 in the period
+
+
+def test_a_denial_is_remembered_when_no_lease_can_admit_a_request_of_its_cost() -> None:
+    """Units spread over leases that none of a costly request can be admitted from do not
+    keep a denial from being remembered (else every such request would ask the object)."""
+    holding = Holding(1_000, 50, merge=True)
+    for units in (2, 2):
+        holding.answered(
+            StoreResponse(
+                (Decision(True, 50, 0, 59_000, 0),),
+                granted=units,
+                expires_at=T0 + 1_000,
+                returnable_until=T0 + 59_000,
+            ),
+            holding.request(T0, units),
+            T0 + 1,
+        )
+    assert holding.take(3, T0 + 2) is None
+    denied = StoreResponse((Decision(False, 50, 0, 59_000, 59_000, Reason.LIMITED),))
+    holding.answered(denied, holding.request(T0 + 2, 3), T0 + 3, deny_for_ms=10_000)
+    assert holding.ask_at(T0 + 4) == T0 + 10_003

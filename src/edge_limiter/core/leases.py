@@ -629,10 +629,6 @@ class Holding:
                 return lease
         return None
 
-    def held(self, now: int) -> int:
-        """The units this isolate's leases may still admit at ``now``."""
-        return sum(lease.unused(now) for lease in self.leases)
-
     def give_back(self, lease: Lease, cost: int, now: int) -> bool:
         """Return ``cost`` taken from ``lease`` by a request the origins failed (the route
         refunds those); whether the units may be used here again (not once the lease has
@@ -801,10 +797,11 @@ class Holding:
             if lease is not None:
                 lease.returnable = False
         if lease is None:
-            if self.held(now) >= ask.min_units:
+            if any(lease.unused(now) >= ask.min_units for lease in self.leases):
                 # Denied because the units are lent out, this isolate's among them: its
                 # requests use those first, and once they are gone it asks again (giving
-                # back what ended unused) rather than deny on this answer.
+                # back what ended unused) rather than deny on this answer. (Only while one
+                # lease can admit such a request: else every request would ask.)
                 return None
             retry = answer.decision.retry_after
             if deny_for_ms is not None:
