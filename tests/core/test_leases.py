@@ -1060,18 +1060,16 @@ def test_a_denial_is_remembered_when_no_lease_can_admit_a_request_of_its_cost() 
     """Units spread over leases that none of a costly request can be admitted from do not
     keep a denial from being remembered (else every such request would ask the object)."""
     holding = Holding(1_000, 50, merge=True)
-    for units in (2, 2):
-        holding.answered(
-            StoreResponse(
-                (Decision(True, 50, 0, 59_000, 0),),
-                granted=units,
-                expires_at=T0 + 1_000,
-                returnable_until=T0 + 59_000,
-            ),
-            holding.request(T0, units),
-            T0 + 1,
-        )
+    holding.leases = [Lease(2, T0 + 1_000), Lease(2, T0 + 1_000)]
+    holding.sizing = True  # a sized request is out: this one gives nothing back
     assert holding.take(3, T0 + 2) is None
     denied = StoreResponse((Decision(False, 50, 0, 59_000, 59_000, Reason.LIMITED),))
     holding.answered(denied, holding.request(T0 + 2, 3), T0 + 3, deny_for_ms=10_000)
     assert holding.ask_at(T0 + 4) == T0 + 10_003
+    # One lease that can admit it: not remembered.
+    holding.leases = [Lease(3, T0 + 1_000)]
+    holding.answered(denied, holding.request(T0 + 5, 3), T0 + 6, deny_for_ms=10_000)
+    assert holding.ask_at(T0 + 6) == T0 + 10_003  # the earlier denial still stands
+    holding.forget_denial()
+    holding.answered(denied, holding.request(T0 + 7, 3), T0 + 8, deny_for_ms=10_000)
+    assert holding.ask_at(T0 + 9) == 0
