@@ -304,6 +304,50 @@ def test_bursts_seconds_apart_get_all_of_the_limit(algorithm: str, bursts: list[
         assert statuses.count(200) == 50, (seed, statuses.count(200))
 
 
+def two_bursts(seed: int, limits: str, first: tuple[int, int], then: tuple[int, int]) -> list[int]:
+    """On one isolate, ``first[0]`` requests at once ``first[1]`` ms into a window of the
+    route's ``limits``, then ``then[0]`` at ``then[1]`` ms into the next window; the object
+    answers 5 ms after each call. When each admitted request was admitted."""
+    rng = random.Random(seed)
+    clock = FakeClock()
+    h = harness(route(limits, "sliding_window"), store=LatentStore(clock, 5), clock=clock)
+    window = Limit(parse_rates(limits)[0]).rate.window_ms
+    background = AtOnce()
+    uses: list[int] = []
+
+    async def one() -> None:
+        for _ in range(rng.randrange(1, 20)):  # arriving over a few milliseconds
+            await asyncio.sleep(0)
+        if (await h.gateway.handle(request(), background)).status == 200:  # type: ignore[arg-type]
+            uses.append(clock.now)
+
+    async def scenario() -> None:
+        for count, into in (first, then):
+            clock.advance(window - clock.now % window + into)
+            tasks = [asyncio.ensure_future(one()) for _ in range(count)]
+            while not all(task.done() for task in [*tasks, *background.tasks]):
+                for _ in range(rng.randrange(1, 6)):
+                    await asyncio.sleep(0)
+                clock.advance(1)
+
+    asyncio.run(scenario())
+    return uses
+
+
+def test_a_sliding_windows_next_window_gets_back_what_the_last_one_left_unused() -> None:
+    """A probe's finding on workerd: a burst of 20 at 5 s into a leased 50/10s sliding
+    window, then a burst of 80 at 2 s into the next, admitted 19-21: the next window
+    weighed the last one's count with the units of leases that had ended unused. Now
+    they leave it (50 - 0.8 x 20 = 34), and no use passes the limit."""
+    limit = Limit(parse_rates("50/10s")[0])
+    for seed in range(3):
+        uses = two_bursts(seed, "50/10s", (20, 5_000), (80, 2_000))
+        split = uses[0] - uses[0] % 10_000 + 10_000
+        first = sum(1 for at in uses if at < split)
+        assert first == 20 and len(uses) - first >= 34, (seed, first, len(uses) - first)
+        assert over_admission("sliding_window", limit, sorted(uses)) == 0
+
+
 @pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "token_bucket", "gcra"])
 def test_a_refund_reaches_a_lease_a_refresh_dropped_while_the_request_was_out(
     algorithm: str,

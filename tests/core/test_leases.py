@@ -1073,3 +1073,42 @@ def test_a_denial_is_remembered_when_no_lease_can_admit_a_request_of_its_cost() 
     holding.forget_denial()
     holding.answered(denied, holding.request(T0 + 7, 3), T0 + 8, deny_for_ms=10_000)
     assert holding.ask_at(T0 + 9) == 0
+
+
+def test_a_sliding_windows_units_that_come_back_after_its_end_leave_its_count() -> None:
+    """A probe's finding: a leased sliding window's next window weighed the units of the
+    leases that ended unused in the last one (a burst of 20 at 5 s into a 50/10s window
+    left 19-21 for a burst 2 s into the next, not 34). Units handed back with the holder's
+    first request after the window's end now leave that window's count; a fixed window's
+    next window does not weigh it, so nothing is kept for it."""
+    ten_s = (Limit(Rate(50, 10_000)),)
+    start = T0 - T0 % 10_000 + 5_000  # 5 s into a window
+    store = KeyStore(SqliteSql())
+    granted = ask(store, lease("sliding_window", 36, limits=ten_s, ttl=1_000), start)
+    assert granted.granted == 36 and granted.returnable_until == start + 5_000
+    # 20 used; the lease ended with 16 unused. At 2 s into the next window (a weight of
+    # 0.8 for the last): 50 - 0.8 * 20 = 34 room, with the 16 given back.
+    late = lease(
+        "sliding_window",
+        50,
+        returned=16,
+        until=granted.returnable_until,
+        limits=ten_s,
+        ttl=1_000,
+    )
+    after = ask(store, late, start + 7_000)
+    assert after.granted + after.decision.remaining == 34  # granted, and left to grant
+    # Without them given back: 50 - 0.8 * 36, the weighted count rounded down: 22.
+    kept = KeyStore(SqliteSql())
+    ask(kept, lease("sliding_window", 36, limits=ten_s, ttl=1_000), start)
+    plain = lease("sliding_window", 50, limits=ten_s, ttl=1_000)
+    without = ask(kept, plain, start + 7_000)
+    assert without.granted + without.decision.remaining == 22
+    # A fixed window's record ends with its window: nothing to give back into.
+    fixed = KeyStore(SqliteSql())
+    first = ask(fixed, lease("fixed_window", 36, limits=ten_s, ttl=1_000), start)
+    again = lease(
+        "fixed_window", 50, returned=16, until=first.returnable_until, limits=ten_s, ttl=1_000
+    )
+    fresh = ask(fixed, again, start + 7_000)
+    assert fresh.granted + fresh.decision.remaining == 50

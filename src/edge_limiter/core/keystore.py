@@ -106,20 +106,26 @@ class _Held(NamedTuple):
     """Until when its unused units may come back (0: ``expires_at``). For the windows,
     the end of the window they were taken in: an isolate hands back the units of a lease
     that ended unused with its next request, and the window can still take them."""
+    late_until: int = 0
+    """A sliding window's record: until when units that come back after the window's
+    end are still taken, from that window's count (the next window still weighs it)."""
 
     @property
     def kept_until(self) -> int:
         """Until when the object keeps this record."""
-        return max(self.expires_at, self.returnable_until)
+        return max(self.expires_at, self.returnable_until, self.late_until)
 
 
 class _Holders:
     """The leases outstanding on one limit set, by holder, and the holders' reported rates."""
 
-    __slots__ = ("answered", "by_holder", "plan", "plan_index", "prune_at", "rates")
+    __slots__ = ("answered", "by_holder", "ended", "plan", "plan_index", "prune_at", "rates")
 
     def __init__(self) -> None:
         self.by_holder: dict[str, _Held] = {}
+        self.ended: dict[str, _Held] = {}
+        """A sliding window's record of a holder's grants in a window that has ended, once
+        a grant of the next window took its place (``_Held.late_until``)."""
         self.prune_at = 0
         self.plan: Plan | None = None
         """A sliding window's plan for the window ``plan_index`` (None: no plan)."""
@@ -471,9 +477,10 @@ class KeyStore:
             algorithms[0].lease_plans, [algorithm.rate.window_ms for algorithm in algorithms], ttl
         )
         if now >= holders.prune_at:
-            for holder, lease in list(by_holder.items()):
-                if lease.kept_until <= now:
-                    del by_holder[holder]
+            for records in (by_holder, holders.ended):
+                for holder, lease in list(records.items()):
+                    if lease.kept_until <= now:
+                        del records[holder]
             memory = RATE_MEMORY_TTLS * ttl
             if planned:
                 # A holder in a window's plan asks once a window: its rate lasts two.
@@ -493,17 +500,49 @@ class KeyStore:
         if held is not None and now >= held.kept_until:
             held = None
         windows = all(algorithm.lease_records_merge for algorithm in algorithms)
+        if windows and held is not None and now >= held.returnable_until:
+            # Its window has ended: nothing merges into it; its units may still come
+            # back (see ``_Held.late_until``), whatever this request gets.
+            if held.units > 0:
+                holders.ended[request.holder] = held
+            held = None
+        record, ended = held, False
         if (
-            held is not None
+            windows
             and request.returned
-            and (not windows or request.returned_until == held.returnable_until)
+            and (held is None or held.returnable_until != request.returned_until)
         ):
-            back = min(request.returned, held.units)
+            # Units of a window that ended, whose record a grant of the next one replaced.
+            record, ended = holders.ended.get(request.holder), True
+            if record is not None and now >= record.kept_until:
+                record = None
+        if (
+            record is not None
+            and request.returned
+            and (not windows or request.returned_until == record.returnable_until)
+        ):
+            back = min(request.returned, record.units)
             for algorithm in algorithms:
-                back = algorithm.lease_refundable(held.units, back, held.granted_at, now)
+                back = algorithm.lease_refundable(record.units, back, record.granted_at, now)
+            at = None
+            if windows and now >= record.returnable_until:
+                # Units of a window that has ended (a lease that ended unused, handed
+                # back with the holder's first request since): taken from that window's
+                # count, which a sliding window still weighs, when every limit counted
+                # them in the window ending then.
+                at = record.returnable_until - 1
+                if any(
+                    record.granted_at // algorithm.rate.window_ms != at // algorithm.rate.window_ms
+                    for algorithm in algorithms
+                ):
+                    back = 0
             if back > 0:
-                current = refund_all(algorithms, current, now, back)
-                held = held._replace(units=held.units - back)
+                current = refund_all(algorithms, current, now, back, at)
+                record = record._replace(units=record.units - back)
+                if ended:
+                    holders.ended[request.holder] = record
+                else:
+                    held = record
         if planned:
             answer = self._planned(
                 request, compiled, holders, states=states, current=current, now=now
@@ -557,15 +596,23 @@ class KeyStore:
                 # shortest of the limits'); the buckets only the last grant. A record of an
                 # earlier window is not merged into (its units are spent).
                 until = until_end
+                # A sliding window's next window weighs this one: units that come back
+                # during it still count (see ``_Held.late_until``).
+                late_ms = min(
+                    algorithm.rate.window_ms if algorithm.lease_late_returns else 0
+                    for algorithm in algorithms
+                )
+                late = until + late_ms
                 if held is not None and held.returnable_until == until:
                     by_holder[request.holder] = _Held(
                         held.units + granted,
                         held.granted_at,
                         max(expires_at, held.expires_at),
                         until,
+                        late,
                     )
                 else:
-                    by_holder[request.holder] = _Held(granted, now, expires_at, until)
+                    by_holder[request.holder] = _Held(granted, now, expires_at, until, late)
             else:
                 by_holder[request.holder] = _Held(granted, now, expires_at)
             # The reserve is not lent to anyone: none of it is "remaining" (the isolate's

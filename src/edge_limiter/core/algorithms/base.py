@@ -177,6 +177,10 @@ class Algorithm(ABC, Generic[S]):
     is exact for any unit taken in the current window (a lease never outlives it); not
     for the buckets, whose refund depends on when each grant was taken."""
 
+    lease_late_returns: ClassVar[bool] = False
+    """Whether units of a lease that ended unused are still worth giving back after the
+    window that counted them has ended: a sliding window's next window weighs it."""
+
     def lease_refundable(self, granted: int, unused: int, granted_at: int, now: int) -> int:
         """How many of a lease's ``unused`` units :meth:`refund` may give back at ``now``.
 

@@ -170,6 +170,7 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
     leasable = True
     lease_records_merge = True
     lease_plans = True
+    lease_late_returns = True
 
     def plan_counts(self, state: SlidingWindowState | None, now: int) -> tuple[int, int]:
         """``(current, previous)`` as of ``now``: what a plan shares out is the room they
