@@ -820,3 +820,10 @@ def test_a_bucket_lease_with_most_of_its_burst_in_reserve_warns_of_the_sustained
 
     assert "sustained rate falls" in warnings("900ms")[0]
     assert "sustained rate falls" not in warnings("500ms")[0]  # half: pass at once only
+
+
+def test_a_misspelt_field_names_the_field_it_likely_means() -> None:
+    (problem,) = problems_of(config(route(algoritm="gcra")))
+    assert "route 'r'.algoritm: unknown field (did you mean 'algorithm'? known:" in problem
+    (far,) = problems_of(config(route(xyz=1)))
+    assert "did you mean" not in far and "known: name, match" in far

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import difflib
 import reprlib
 from collections.abc import Mapping
 from typing import Any, TypeGuard
@@ -65,9 +66,12 @@ def is_int(value: object) -> TypeGuard[int]:
 def unknown_fields(
     raw: Mapping[str, Any], known: tuple[str, ...], where: str, problems: Problems
 ) -> None:
-    """Report every field of ``raw`` that is not in ``known``."""
+    """Report every field of ``raw`` that is not in ``known`` (with the known field it is
+    most likely a misspelling of, if any)."""
     for name in sorted(set(raw) - set(known), key=str):
-        problems.add(f"{where}.{name}", f"unknown field (known: {', '.join(known)})")
+        close = difflib.get_close_matches(str(name).lower(), known, n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        problems.add(f"{where}.{name}", f"unknown field ({hint}known: {', '.join(known)})")
 
 
 def table(value: object, where: str, problems: Problems) -> Mapping[str, Any] | None:
