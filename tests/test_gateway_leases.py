@@ -244,6 +244,17 @@ class LatentStore(MemoryStore):
         return await super().call(name, payload)
 
 
+async def settle(
+    tasks: list[asyncio.Future[Any]], background: AtOnce, clock: FakeClock, rng: random.Random
+) -> None:
+    """Run ``tasks`` and the deferred work they start to the end, the manual clock moving
+    1 ms per few turns of the event loop (the object answers on that clock)."""
+    while not all(task.done() for task in [*tasks, *background.tasks]):
+        for _ in range(rng.randrange(1, 6)):
+            await asyncio.sleep(0)
+        clock.advance(1)
+
+
 def arriving(
     config: dict[str, Any], bursts: list[int], gap: float, latency: int, seed: int
 ) -> list[int]:
@@ -268,10 +279,7 @@ def arriving(
         for count in bursts:
             tasks += [asyncio.ensure_future(one(at + rng.random() * gap * i)) for i in range(count)]
             at += count * gap + 2_000
-        while not all(task.done() for task in [*tasks, *background.tasks]):
-            for _ in range(rng.randrange(1, 6)):  # a few turns of the event loop per ms
-                await asyncio.sleep(0)
-            clock.advance(1)
+        await settle(tasks, background, clock, rng)
 
     asyncio.run(scenario())
     return statuses
@@ -325,10 +333,7 @@ def two_bursts(seed: int, limits: str, first: tuple[int, int], then: tuple[int, 
         for count, into in (first, then):
             clock.advance(window - clock.now % window + into)
             tasks = [asyncio.ensure_future(one()) for _ in range(count)]
-            while not all(task.done() for task in [*tasks, *background.tasks]):
-                for _ in range(rng.randrange(1, 6)):
-                    await asyncio.sleep(0)
-                clock.advance(1)
+            await settle(tasks, background, clock, rng)
 
     asyncio.run(scenario())
     return uses

@@ -16,10 +16,10 @@ from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
 from .http.method_override import (
-    OVERRIDE_FIELDS,
     MethodOverrideError,
     asked_methods,
     overridden_method,
+    override_fields,
     without_override_param,
 )
 from .keys import object_name
@@ -237,11 +237,7 @@ def explain(
         return out
     if out["method"] == "POST" and config.method_override != "pass":
         # As the gateway takes it (a form or JSON body's _method is not given here).
-        fields = [
-            (name, value)
-            for name, value in headers or []
-            if name.lower() in OVERRIDE_FIELDS and value.strip()
-        ]
+        fields = override_fields(Headers(headers or []))
         try:
             wanted = overridden_method(
                 config.method_override, asked_methods(fields, query, None), False

@@ -23,12 +23,12 @@ from ..core.http.messages import Request, Response
 from ..core.http.method_override import (
     BODILESS,
     MAX_FORM_BYTES,
-    OVERRIDE_FIELDS,
     MethodOverrideError,
     asked_methods,
     is_form,
     is_json,
     overridden_method,
+    override_fields,
     without_override_param,
 )
 from ..core.http.origin_headers import merged, resolve_origin_headers
@@ -237,7 +237,7 @@ class Gateway:
         counted as any method would be, and its body is streamed, whatever its size.
         """
         headers = request.headers
-        fields = [(name, value) for name in OVERRIDE_FIELDS for value in headers.get_all(name)]
+        fields = override_fields(headers)
         form: bytes | None = None
         json_body: bytes | None = None
         content_type = headers.get("content-type")

@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote_plus
 
 from ..caching.fields import is_token, list_items
 from .params import same_param
+
+if TYPE_CHECKING:
+    from .messages import HeaderMap
 
 MODES = ("apply", "refuse", "pass")
 OVERRIDE_FIELDS = ("x-http-method-override", "x-http-method", "x-method-override")
@@ -117,6 +121,12 @@ def _json_method(body: bytes) -> str | None:
         return None
     value = data.get(PARAM) if isinstance(data, dict) else None
     return value if isinstance(value, str) else None
+
+
+def override_fields(headers: HeaderMap) -> list[tuple[str, str]]:
+    """The override fields' (name, value) pairs of a request, as :func:`asked_methods`
+    takes them."""
+    return [(name, value) for name in OVERRIDE_FIELDS for value in headers.get_all(name)]
 
 
 def asked_methods(
