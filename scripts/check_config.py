@@ -235,8 +235,35 @@ def _shown(value: object) -> str:
     return str(value)
 
 
+def _refused(problems: list[str], warnings: list[str], as_json: bool) -> int:
+    """Exit 1 with every problem: a list on stderr, or ``--json``'s object on stdout."""
+    if as_json:
+        shown = {"ok": False, "problems": problems, "warnings": warnings}
+        print(json.dumps(shown, indent=2))
+        return 1
+    print(f"{len(problems)} problem(s):", file=sys.stderr)
+    for problem in problems:
+        print(f"  - {problem}", file=sys.stderr)
+    return 1
+
+
+def _checked(config: Config, where: str, env: str | None, warnings: list[str]) -> dict[str, Any]:
+    """``--json`` of a valid config: its routes in the order they are tried, and warnings."""
+    forward = config.forward
+    return {
+        "ok": True,
+        "config": where,
+        "env": env,
+        "problems": [],
+        "warnings": warnings,
+        "routes": [describe_route(route) for route in config.routes],
+        "unmatched": {"forward_to": forward.pool.name} if forward is not None else "404",
+        "shadow": config.ops.shadow,
+    }
+
+
 #: The options that describe the request to explain or simulate.
-EXPLAIN_ONLY = ("header", "ip", "country", "continent", "asn", "lat", "lon", "json")
+EXPLAIN_ONLY = ("header", "ip", "country", "continent", "asn", "lat", "lon")
 #: The options of a simulation only.
 SIMULATE_ONLY = ("times", "every", "at", "origin_status", "origin_latency", "body")
 
@@ -323,18 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     # which cannot tell which one wrangler deploys, refuses them all).
     check = check_project(args.wrangler, args.file, deploying=args.env)
     if check.problems:
-        print(f"{len(check.problems)} problem(s):", file=sys.stderr)
-        for problem in check.problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 1
+        return _refused(check.problems, check.warnings, args.json)
     try:
         dep = deployment(read_toml(args.wrangler), args.env)
         path = config_file(args.wrangler, args.file)
         document = read_toml(path) if path is not None else None
         config = parse_config(raw_config(dep, document, path.name if path else ""))
     except (ProjectConfigError, ConfigError) as exc:
-        print(exc, file=sys.stderr)
-        return 1
+        return _refused([str(exc)], check.warnings, args.json)
     if args.explain or args.simulate:
         headers = []
         for header in args.header:
@@ -392,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name + ':':<18}{_shown(value)}")
         return 0 if "error" not in result else 2
     where = path.name if path is not None else "vars.EDGE_LIMITER"
+    if args.json:
+        print(json.dumps(_checked(config, where, args.env, check.warnings), indent=2))
+        return 0
     env = f" [env.{args.env}]" if args.env else ""
     print(f"{where}{env}: {len(config.routes)} routes, tried in this order\n")
     print(table(config))

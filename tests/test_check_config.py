@@ -59,6 +59,35 @@ def test_warnings_are_printed(tmp_path: Path) -> None:
     assert "warning:" in done.stdout and "route 'login'" in done.stdout
 
 
+def test_json_gives_the_check_as_an_object_whether_the_config_is_valid_or_not(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "wrangler.toml").write_text(WRANGLER)
+    file = tmp_path / "edge-limiter.toml"
+    file.write_text(
+        'origin = "https://a.test"\n'
+        '[[routes]]\nname = "all"\nmatch = { path = "/v1/*" }\nlimits = "5/s"\n'
+        '[[routes]]\nname = "login"\nmatch = { path = "/v1/login" }\nlimits = "5/s"\n'
+    )
+    wrangler = ("--wrangler", str(tmp_path / "wrangler.toml"))
+    done = run(str(file), *wrangler, "--json")
+    assert done.returncode == 0, done.stderr
+    checked = json.loads(done.stdout)
+    assert checked["ok"] is True and checked["problems"] == []
+    assert [route["name"] for route in checked["routes"]] == ["all", "login"]
+    assert checked["routes"][0]["limits"][0]["capacity"] == 5
+    assert any("route 'login'" in warning for warning in checked["warnings"])
+    assert checked["unmatched"] == {"forward_to": "a.test"}
+
+    file.write_text('origin = "https://a.test"\n[[routes]]\nname = "a"\nlimits = "5/0s"\n')
+    for extra in ((), ("--explain", "GET", "https://a.test/a"), ("--simulate", "GET", "/a")):
+        refused = run(str(file), *wrangler, "--json", *extra)
+        assert refused.returncode == 1 and refused.stderr == ""
+        shown = json.loads(refused.stdout)
+        assert shown["ok"] is False
+        assert [p for p in shown["problems"] if "route 'a'.limits" in p], shown
+
+
 def test_explain_names_route_canonical_path_key_and_durable_object() -> None:
     done = run(
         "--explain",
@@ -152,7 +181,7 @@ def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
 
 def test_the_options_of_a_request_to_explain_need_explain() -> None:
     done = run("--json", "--ip", "203.0.113.5")
-    assert done.returncode == 2 and "--ip, --json: only with --explain" in done.stderr
+    assert done.returncode == 2 and "--ip: only with --explain" in done.stderr
     alone = run("--times", "3")
     assert alone.returncode == 2 and "--times: only with --simulate" in alone.stderr
 

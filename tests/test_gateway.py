@@ -615,6 +615,18 @@ def test_fail_closed_answers_503(store: Any) -> None:
     assert h.origin.sent == []
 
 
+@pytest.mark.parametrize("top", [{}, {"shadow": True}])
+def test_a_shadow_route_admits_when_its_store_fails_even_if_it_fails_closed(
+    top: dict[str, Any],
+) -> None:
+    route = {**ROUTE, "on_store_error": "closed", **({} if top else {"shadow": True})}
+    h = harness(route, store=FailingStore(), store_timeout_ms=20, **top)
+    answer = h.send(request())
+    assert answer.status == 200 and len(h.origin.sent) == 1
+    assert answer.headers.get("x-edgelimiter-reason") == "store_unavailable"
+    assert h.events("store_unavailable")[0]["policy"] == "closed (shadow: admitted)"
+
+
 def test_garbage_from_the_store_follows_the_failure_policy() -> None:
     class Garbage:
         async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:

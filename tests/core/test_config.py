@@ -612,6 +612,18 @@ def test_fields_that_would_change_nothing_are_refused_or_warned() -> None:
     # A route that opts out of a shadow the top level imposes everywhere.
     everywhere = parse_config(config(route(shadow=False), shadow=True)).warnings
     assert any("route 'r'.shadow: has no effect" in w for w in everywhere)
+    # What a shadow route ignores: failing closed (it blocks nothing) and leases.
+    for top in ({}, {"shadow": True}):
+        shadowed = route(
+            on_store_error="closed", leases={"ttl": "1s"}, **({} if top else {"shadow": True})
+        )
+        said = parse_config(config(shadowed, **top)).warnings
+        assert any("route 'r'.on_store_error: has no effect under" in w for w in said), said
+        assert any("route 'r'.leases: has no effect under" in w for w in said), said
+    plain = parse_config(config(route(on_store_error="closed", leases={"ttl": "1s"}))).warnings
+    off = parse_config(config(route(), deny_cache={"enabled": False, "max_ttl": "5s"})).warnings
+    assert any("config.deny_cache: max_ttl and max_keys have no effect" in w for w in off)
+    assert not any("has no effect" in w for w in plain)
     assert parse_config(config(route(shadow=False))).warnings == ()
     assert parse_config(config(route(shadow=True), shadow=True)).warnings == ()
     # A limit another of the route's always denies before (see never_binding).

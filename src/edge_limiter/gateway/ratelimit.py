@@ -559,6 +559,12 @@ class RateLimit:
             extra=details or None,
         )
 
+    def _policy(self) -> str:
+        """What a store failure does here, as the log line says it."""
+        if self.route.failure.fail_open:
+            return "open"
+        return "closed (shadow: admitted)" if self.shadow else "closed"
+
     def _store_failed(self, exc: BaseException, exchange: Exchange, digest: str) -> Admission:
         route = self.route
         if isinstance(exc, ProtocolError):
@@ -573,9 +579,10 @@ class RateLimit:
             None,
             0,
             exchange,
-            extra={"cause": cause, "policy": "open" if route.failure.fail_open else "closed"},
+            extra={"cause": cause, "policy": self._policy()},
         )
         reason = [(REASON_HEADER, Reason.STORE_UNAVAILABLE.value)]
-        if not route.failure.fail_open:
+        # A shadow route blocks nothing, not even when its counters cannot be reached.
+        if not route.failure.fail_open and not self.shadow:
             return Admission(problem_response(problems.store_unavailable(route.name), reason))
         return Admission(headers=reason)

@@ -538,6 +538,27 @@ def _parse_route(
     on_store_error = choice(
         raw, "on_store_error", "open", where, problems, options=("open", "closed")
     )
+    if shadow is True or defaults.shadow_everywhere:
+        which = "this route's" if shadow is True else "the top level's"
+        ignored = [
+            (
+                "on_store_error",
+                "a shadow route admits its requests when its counters "
+                "cannot be reached too (the failure is logged)",
+                on_store_error == "closed",
+            ),
+            (
+                "leases",
+                "a shadow route checks every request with its Durable Object, to "
+                "report what would be",
+                lease_ttl > 0,
+            ),
+        ]
+        for field, why, written in ignored:
+            if written:
+                problems.warn(
+                    f"{where}.{field}", f"has no effect under {which} shadow = true: {why}"
+                )
     params = match.path.params if match is not None else ()
     key = _parse_key(raw, params, where, problems)
 
@@ -847,6 +868,12 @@ def _operations(raw: Mapping[str, Any], problems: Problems) -> Operations:
         max_keys = integer(
             deny, "max_keys", max_keys, "config.deny_cache", problems, minimum=1, maximum=1_000_000
         )
+        if enabled is False and ("max_ttl" in deny or "max_keys" in deny):
+            problems.warn(
+                "config.deny_cache",
+                "max_ttl and max_keys have no effect with enabled = false (no denial is "
+                "remembered)",
+            )
         ttl = ttl if enabled else 0
     else:
         problems.add("config.deny_cache", f"must be a table, got {shown(deny)}")
