@@ -782,6 +782,12 @@ def test_the_admin_api_purges_one_urls_stored_answer() -> None:
     for bad in ("url=/v1/catalog/a", "url=https://api.test/v2/x", ""):
         refused = h.send(request("/_edge-limiter/api/cache/purge", "POST", query=bad, headers=auth))
         assert refused.status == 400, bad
+    # A probe's finding: key= on a route with one copy for everyone was ignored (the
+    # operator believed one key's copy purged; everyone's was).
+    keyed = h.send(
+        request("/_edge-limiter/api/cache/purge", "POST", query=f"url={url}&key=k1", headers=auth)
+    )
+    assert keyed.status == 400 and "without key=" in body_json(keyed)["detail"]
 
 
 def test_a_slow_kv_does_not_hold_the_writes_answer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -968,3 +968,43 @@ def test_a_refund_that_comes_after_its_window_gives_nothing_of_a_later_one(algor
         return statuses
 
     assert asyncio.run(scenario()) == [200] * 5 + [429, 429]
+
+
+def test_the_fields_a_connection_names_go_no_further_either_way() -> None:
+    """A probe's finding: ``Connection: X-Foo`` left X-Foo on the request the origin got,
+    and the origin's ``Connection: keep-alive, X-Hop`` left X-Hop on the client's answer
+    (RFC 9110 7.6.1: a proxy removes what Connection names). The request is read without
+    them from the start, so a key named there is counted as missing, as the origin gets it."""
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        fields = [
+            ("content-type", "text/plain"),
+            ("connection", "keep-alive, X-Hop, Content-Type"),
+            ("x-hop", "for the gateway only"),
+            ("x-kept", "yes"),
+        ]
+        return Response(200, Headers(fields), b"ok")
+
+    keyed = {**ROUTE, "key": "header:x-api-key", "limits": "2/minute"}
+    h = pooled(Origins(), keyed)
+    h.origin.respond = respond
+    named = {
+        "Connection": "close, X-Foo, x-api-key, CF-Connecting-IP, X-Forwarded-For, Host",
+        "X-Foo": "secret",
+        "X-Api-Key": "K1",
+        "CF-Connecting-IP": "203.0.113.9",
+        "X-Forwarded-For": "203.0.113.9",
+        "X-Bar": "stays",
+    }
+    answers = [h.send(from_("DE", "EU", headers=named)) for _ in range(2)]
+    assert [a.status for a in answers] == [200, 200]
+    fields = {name.lower(): value for name, value in h.origin.sent[-1].headers}
+    assert "x-foo" not in fields and "x-api-key" not in fields
+    assert fields["x-bar"] == "stays" and fields["cf-connecting-ip"] == "203.0.113.9"
+    # Counted as the origin got it: without the key (the keyless requests' counter).
+    unnamed = {"X-Api-Key": "K1"}
+    assert h.send(from_("DE", "EU", headers=unnamed)).status == 200  # K1's own quota
+    assert h.send(from_("DE", "EU")).status == 429  # the keyless counter had the two
+    answer = {name.lower(): value for name, value in answers[0].headers.items()}
+    assert "x-hop" not in answer and answer["x-kept"] == "yes"
+    assert answer["content-type"] == "text/plain"  # framing stays whatever it says

@@ -22,6 +22,7 @@ from edge_limiter.core.caching.entry import (
     usable_stale,
     vary_manifest,
 )
+from edge_limiter.core.caching.fields import connection_named
 from edge_limiter.core.errors import CacheEntryError
 
 NOW = 1_700_000_000_000
@@ -68,6 +69,16 @@ def test_hop_by_hop_cookies_age_and_length_are_never_stored() -> None:
         ("Cache-Control", "max-age=60"),
     )
     assert storable_fields({"X-A": "1"}) == (("X-A", "1"),)
+
+
+def test_connection_names_the_fields_a_proxy_removes_but_never_framing_or_the_clients_address() -> (
+    None
+):
+    assert connection_named(None) == frozenset()
+    assert connection_named("keep-alive") == connection_named(" Close ,, upgrade") == frozenset()
+    named = "X-Foo, x-api-key , Host, Content-Length, CF-Connecting-IP, CF-Ray, X-Forwarded-For"
+    assert connection_named(named) == {"x-foo", "x-api-key"}
+    assert connection_named('x-a, "x b", x-c') == {"x-a", "x-c"}  # not a field name: ignored
 
 
 def test_round_trip_and_framing() -> None:

@@ -286,6 +286,13 @@ class Admin:
                 scope_key = given_key(route.limits.key, given)
             except KeySpecError as exc:
                 raise _AdminError(400, f"key: {exc}") from None
+        elif "key" in params:
+            # Purging "this key's copy" of a shared one would purge it for everyone.
+            raise _AdminError(
+                400,
+                f"route {route.name!r} keeps one copy for every key (scope = "
+                f"{cache.settings.scope!r}): purge it without key=",
+            )
         try:
             removed, found = await cache.purge(host, path, query, scope_key, look=True)
         except Exception as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..core.caching.fields import connection_named
 from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config, Forwarding, Route
 from ..core.errors import BodyReadError, ConfigError, PathError
@@ -118,6 +119,14 @@ class Gateway:
 
     async def handle(self, request: Request, background: Background | None = None) -> Response:
         """The response to ``request``; never raises for a bad request or a failing origin."""
+        connection = request.headers.get("connection")
+        if connection is not None:
+            # The fields the client's Connection names are for this hop only (RFC 9110
+            # 7.6.1): gone before anything reads the request, so what is counted, cached
+            # and keyed is what the origin gets.
+            named = connection_named(connection)
+            if named:
+                request.headers.discard(named)
         try:
             path = canonical_path(request.path, self.config.matrix_params)
         except PathError as exc:

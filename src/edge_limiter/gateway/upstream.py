@@ -28,6 +28,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.caching.fields import connection_named
 from ..core.config import Route
 from ..core.errors import BodyReadError
 from ..core.http import problems
@@ -551,6 +552,11 @@ class Upstream:
         if response is not None:
             exchange.reached_origin = True
             response.headers.set(ORIGIN_HEADER, origin.label)
+            if response.status != 101:  # an upgrade's fields are the runtime's
+                # What the origin's Connection names is for the hop to the gateway only.
+                named = connection_named(response.headers.get("connection"))
+                if named:
+                    response.headers.discard(named)
             overload = outcome is Outcome.OVERLOAD and pool.breaker.pause_on_429
             if outcome is Outcome.FAILURE or overload:
                 # Only a failure is retried or parks the origin: any other answer is passed

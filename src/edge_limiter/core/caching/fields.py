@@ -34,6 +34,40 @@ HOP_BY_HOP = frozenset(
 )
 
 
+#: Fields a ``Connection`` may not remove from a message the gateway passes on: its
+#: framing and target, and what Cloudflare's edge says of the client (a client naming
+#: ``CF-Connecting-IP`` must not make itself an unknown address).
+CONNECTION_KEPT = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "transfer-encoding",
+        "x-forwarded-for",
+        "x-real-ip",
+        "true-client-ip",
+    }
+)
+
+
+def connection_named(value: str | None) -> frozenset[str]:
+    """The fields a message's ``Connection`` value names (RFC 9110 section 7.6.1: a
+    proxy removes them before passing the message on), lower case, less the hop-by-hop
+    fields (the runtime's to drop: ``keep-alive``, ``upgrade``, ...), ``close``,
+    :data:`CONNECTION_KEPT` and Cloudflare's ``cf-`` fields. Empty for the usual
+    ``keep-alive`` or ``close``."""
+    return frozenset(
+        name
+        for name in (item.lower() for item in list_items(value))
+        if name not in HOP_BY_HOP
+        and name != "close"
+        and name not in CONNECTION_KEPT
+        and not name.startswith("cf-")
+        and is_token(name)
+    )
+
+
 def field_pairs(fields: Fields) -> FieldPairs:
     """``fields`` as a tuple of ``(name, value)`` pairs, in their order."""
     items = fields.items() if isinstance(fields, Mapping) else fields

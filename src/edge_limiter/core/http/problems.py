@@ -332,7 +332,10 @@ def origins_unavailable(
     why = (
         f"at {'its' if plain else 'their'} concurrency limit"
         if busy
-        else "unavailable (circuit breaker open or overloaded)"
+        else (
+            "unavailable (circuit breaker open, or half-open with its trial calls out, "
+            "or paused by the origin's 429)"
+        )
     )
     return Problem(
         503,
