@@ -280,6 +280,17 @@ def test_path_override_fields_are_dropped_before_the_origin(gateway: LocalGatewa
     assert not dropped & set(echo["headers"])
 
 
+def test_the_fields_a_connection_names_go_no_further_either_way(gateway: LocalGateway) -> None:
+    # Local workerd hands the Worker both Connection fields; RFC 9110 7.6.1 has a proxy
+    # drop what they name.
+    named = {"connection": "x-foo, cf-connecting-ip", "x-foo": "hop", "x-kept": "1"}
+    hop = [("h", "connection:keep-alive, x-hop"), ("h", "x-hop:1"), ("h", "x-stays:1")]
+    answer = get(gateway, "/not-limited", fresh_ip(), headers=named, params=hop)
+    echo = answer.json()
+    assert echo["headers"]["x-kept"] == "1" and "x-foo" not in echo["headers"]
+    assert "x-hop" not in answer.headers and answer.headers["x-stays"] == "1"
+
+
 def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
     ip = fresh_ip()
     answers = [get(gateway, "/shadow", ip) for _ in range(4)]
