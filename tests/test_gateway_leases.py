@@ -505,6 +505,26 @@ def test_an_admin_reset_lets_a_denied_lease_route_admit_again() -> None:
     assert [h.send(request(headers=alice)).status for _ in range(4)] == [200] * 3 + [429]
 
 
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window"])
+@pytest.mark.parametrize("limits", ["5/minute", "50/minute"])
+def test_a_reset_admits_at_once_after_a_rationed_lease_was_used_up(
+    algorithm: str, limits: str
+) -> None:
+    """A probe's finding: after a reset of a key whose last lease was its rationed share
+    of the window, this isolate denied every request until that lease's end (about a
+    second) instead of asking the object, which had a fresh allowance."""
+    from .test_gateway_admin import TOKEN, admin
+
+    limit = int(limits.split("/", maxsplit=1)[0])
+    h = harness({**route(limits, algorithm), "key": "header:x-api-key"}, admin_token=TOKEN)
+    alice = {"x-api-key": "alice"}
+    assert [h.send(request(headers=alice)).status for _ in range(limit + 1)].count(200) == limit
+    h.clock.advance(100)
+    assert admin(h, "/api/keys/reset?route=api&key=header:x-api-key=alice", "POST").status == 200
+    after = [h.send(request(headers=alice)).status for _ in range(limit + 1)]
+    assert after == [200] * limit + [429]
+
+
 def test_every_limit_of_a_route_holds_with_leases() -> None:
     hs = isolates(2, route("20/s; 50/minute", "fixed_window"))
     statuses = []

@@ -553,6 +553,7 @@ class Holding:
         "decisions",
         "denied_until",
         "epoch",
+        "fresh",
         "in_flight",
         "lead_ms",
         "leases",
@@ -601,7 +602,10 @@ class Holding:
         self.denied_until = 0
         """Until then the object's last answer was a denial: deny without asking."""
         self.epoch = 0
-        """The driver's mark of when that denial was remembered (see :meth:`forget_denial`)."""
+        """The driver's mark of when that denial was remembered (see :meth:`changed`)."""
+        self.fresh = False
+        """The key changed at the object since the last answer (see :meth:`changed`): ask
+        it before denying, whatever the last answer said."""
         self.decisions: tuple[Decision, ...] = ()
         """The object's decisions in its last answer (for the headers)."""
         self.decided_at = 0
@@ -649,6 +653,8 @@ class Holding:
     def ask_at(self, now: int) -> int:
         """When this holding may ask the object again (0: now): after a denial, its
         ``retry_after``; after a rationed lease is used up, shortly before its end."""
+        if self.fresh:
+            return 0
         if now < self.denied_until:
             return self.denied_until
         if self.leases:
@@ -656,6 +662,14 @@ class Holding:
             if now < at:
                 return at
         return 0
+
+    def changed(self) -> None:
+        """The key may have changed at its object (an admin reset, a refund, an override):
+        the next request asks it, even if the last answer was a denial or a rationed
+        lease's share is used up (a reset's fresh allowance would otherwise wait for
+        the lease's end)."""
+        self.forget_denial()
+        self.fresh = True
 
     def forget_denial(self) -> None:
         """Ask the object on the next request even if its last answer was a denial (a
@@ -786,6 +800,7 @@ class Holding:
         else:
             self.waiting = max(0, self.waiting - ask.min_units)
         self.rtt_ms += (max(0, now - ask.sent_at) - self.rtt_ms) / 4
+        self.fresh = False
         self.decisions = answer.decisions
         self.decided_at = now
         lease = Lease.from_answer(answer, ask.sent_at, self.ttl_ms)

@@ -317,8 +317,8 @@ class RateLimit:
         generation = self.operating.deny.generation
         if holding.epoch != generation:
             # The deny cache was dropped (a reset, a refund, an override) since this
-            # holding remembered a denial: ask the object again.
-            holding.forget_denial()
+            # holding's last answer: ask the object again before denying here.
+            holding.changed()
             holding.epoch = generation
         lease = holding.take(cost, now)
         if lease is not None:
