@@ -369,6 +369,7 @@ def test_the_gateways_own_answers_allow_the_listed_page_origins() -> None:
     # Another page's origin, or no Origin (not a cross-origin fetch): nothing added.
     other = h.send(request("/v1/a", headers={"origin": "https://evil.test"}))
     assert other.status == 429 and "access-control-allow-origin" not in other.headers
+    assert other.headers.get("vary") == "Origin"  # a listed page is told otherwise
     plain = h.send(request("/v1/a"))
     assert plain.status == 429 and "access-control-allow-origin" not in plain.headers
     # Other answers of the gateway's own too: a bad path, no route.
@@ -563,6 +564,7 @@ def test_shadow_route_counts_but_never_blocks() -> None:
     assert last["x-ratelimit-remaining"] == "0"
     assert "retry-after" not in last
     assert len(h.events("shadow")) == 2
+    assert h.events("shadow")[0]["violated"] == ["3-per-minute"]  # as a 429's log line
 
 
 def test_multiple_limits_and_cost() -> None:

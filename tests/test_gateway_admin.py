@@ -272,6 +272,8 @@ def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> 
     bad = admin(h, "/api/overrides", "POST", body=b'{"route": "api", "key": "x"}')
     assert bad.status == 400 and "either limits" in body_json(bad)["detail"]
     assert admin(h, "/api/overrides", "POST", body=b"not json").status == 400
+    twice = admin(h, "/api/overrides", "POST", body=b'{"route": "api", "route": "b"}')
+    assert twice.status == 400 and "ambiguous: member(s) route" in body_json(twice)["detail"]
     costly = harness({**ROUTES[0], "cost": 3}, admin_token=TOKEN)
     below = {"route": "api", "key": "k", "limits": "2/minute"}
     refused = admin(costly, "/api/overrides", "POST", body=json.dumps(below).encode())
@@ -359,6 +361,9 @@ def test_the_admin_api_says_what_the_next_request_really_gets_and_refuses_what_i
     assert told["allowed"] is True and told["headers"]["X-RateLimit-Remaining"] == "0"
     assert "Retry-After" not in told["headers"]
     assert told["headers"]["X-EdgeLimiter-Reason"] == "shadow"
+    # ... and a key under its limit is told nothing of shadow (its request is not either).
+    fresh = body_json(admin(shadow, "/api/keys?route=api&key=k3"))["next_request"]
+    assert fresh["allowed"] is True and "X-EdgeLimiter-Reason" not in fresh["headers"]
     # A parameter the endpoint does not take is refused, not ignored (units=3 gave back 1).
     misspelt = admin(h, "/api/keys/refund?route=api&key=k1&units=3", "POST")
     assert misspelt.status == 400 and "units" in body_json(misspelt)["detail"]

@@ -525,6 +525,34 @@ def test_a_reset_admits_at_once_after_a_rationed_lease_was_used_up(
     assert after == [200] * limit + [429]
 
 
+@pytest.mark.parametrize("algorithm", ["token_bucket", "gcra"])
+@pytest.mark.parametrize("cost", [1, 2])
+def test_the_admin_state_of_a_leased_bucket_says_what_the_next_request_gets(
+    algorithm: str, cost: int
+) -> None:
+    """A probe's finding: on a leased bucket the state said "allowed" with one unit
+    available when the next request was denied (the unit was the reserve no lease takes),
+    and counted none of the units this isolate's leases held."""
+    import json
+
+    from .test_gateway_admin import TOKEN, admin
+
+    config = {**route("5/minute", algorithm), "key": "header:x-api-key", "cost": cost}
+    h = harness(config, admin_token=TOKEN)
+    alice = {"x-api-key": "alice"}
+    told = []
+    for _ in range(8):
+        state = admin(h, "/api/keys?route=api&key=header:x-api-key=alice", "GET")
+        said = json.loads(state.body)["next_request"]  # type: ignore[arg-type]
+        answer = h.send(request(headers=alice))
+        told.append(answer.status)
+        assert said["allowed"] == (answer.status == 200)
+        for name in ("Retry-After", "X-RateLimit-Remaining"):
+            assert said["headers"].get(name) == answer.headers.get(name.lower()), name
+        h.clock.advance(100)
+    assert 200 in told and 429 in told
+
+
 def test_every_limit_of_a_route_holds_with_leases() -> None:
     hs = isolates(2, route("20/s; 50/minute", "fixed_window"))
     statuses = []

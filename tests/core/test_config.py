@@ -620,6 +620,9 @@ def test_fields_that_would_change_nothing_are_refused_or_warned() -> None:
         said = parse_config(config(shadowed, **top)).warnings
         assert any("route 'r'.on_store_error: has no effect under" in w for w in said), said
         assert any("route 'r'.leases: has no effect under" in w for w in said), said
+    # The route is read as the gateway runs it (check-config --json, /api/config say so).
+    everyone = parse_config(config(route(leases={"ttl": "1s"}), shadow=True)).routes[0].limits
+    assert everyone.shadow is True and everyone.lease_ttl_ms == 0
     plain = parse_config(config(route(on_store_error="closed", leases={"ttl": "1s"}))).warnings
     off = parse_config(config(route(), deny_cache={"enabled": False, "max_ttl": "5s"})).warnings
     assert any("config.deny_cache: max_ttl and max_keys have no effect" in w for w in off)

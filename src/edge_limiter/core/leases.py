@@ -441,18 +441,29 @@ class PlannedLease(Lease):
         return self.allowance.reaches_at(self.used + self.short, 0)
 
 
-def without_reserve(
-    decisions: tuple[Decision, ...], limits: Sequence[Limit], algorithm: str, ttl_ms: int
-) -> tuple[Decision, ...]:
-    """The object's own decisions (a peek) as a leased route's requests report them: a
-    bucket's reserve, which it lends to no one, is not ``remaining``."""
+def lease_reserves(limits: Sequence[Limit], algorithm: str, ttl_ms: int) -> list[int]:
+    """Each limit's reserve on a leased route (units no lease takes: see
+    :meth:`~edge_limiter.core.algorithms.base.Algorithm.lease_reserve`), 0 for the windows."""
     cls = ALGORITHMS.get(algorithm)
     if cls is None or not cls.leasable:
-        return decisions
+        return [0] * len(limits)
+    return [cls(limit).lease_reserve(ttl_ms) for limit in limits]
+
+
+def without_reserve(
+    decisions: tuple[Decision, ...], reserves: Sequence[int], asked: int = 0
+) -> tuple[Decision, ...]:
+    """The object's decisions on a peek as a leased route's requests get them: a peek for
+    the request's cost and ``asked`` units more (the largest of the ``reserves``) admits
+    exactly when a lease would be granted, and says when (a lease leaves a bucket's
+    reserve untouched); the reserve, lent to no one, is not ``remaining``."""
     out = []
-    for limit, decision in zip(limits, decisions, strict=True):
-        reserve = cls(limit).lease_reserve(ttl_ms)
-        out.append(decision._replace(remaining=max(0, decision.remaining - reserve)))
+    for decision, reserve in zip(decisions, reserves, strict=True):
+        if decision.allowed:
+            remaining = decision.remaining + asked - reserve
+        else:  # nothing taken: what the limit holds, less its reserve
+            remaining = decision.remaining - reserve
+        out.append(decision._replace(remaining=max(0, remaining)))
     return tuple(out)
 
 

@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from ..core.canonical import admin_path, canonical_host, canonical_path, runtime_path
-from ..core.config import Config
+from ..core.config import Config, RateLimitPolicy
 from ..core.decision import Reason
 from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
 from ..core.explain import (
@@ -55,9 +55,9 @@ from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name, written_as_labelled
-from ..core.leases import without_reserve
+from ..core.leases import lease_reserves, without_reserve
 from ..core.limiter import combine
-from ..core.overrides import OverrideError, decode_overrides, parse_override
+from ..core.overrides import Override, OverrideError, decode_overrides, parse_override
 from ..core.protocol import StoreRequest, StoreResponse
 from ..core.resilience.breaker import FORCED, current_phase
 from ..core.resilience.shared import SyncCall, state_from_json
@@ -103,6 +103,8 @@ class Admin:
         self.prefix = config.ops.admin_prefix
         self.adopt_breaker: Callable[[str, str, int], None] | None = None
         """Takes a shared breaker's answer into this isolate's copy (the gateway sets it)."""
+        self.held: Callable[[str, str, Override | None, int], int] | None = None
+        """The units this isolate's leases hold on a route's key (the gateway sets it)."""
 
     def admin_path(self, path: str) -> str | None:
         """The admin API's path for a canonical path under its prefix, in any case and with
@@ -359,17 +361,32 @@ class Admin:
         # What a request of the route's cost would find now (a refund's or reset's own
         # answer is for a request of one unit).
         probe = policy.cost
-        response = await call("peek", probe)
+        # A leased bucket grants no lease that would take its reserve: ask for it too.
+        reserves = lease_reserves(limits, policy.algorithm, policy.lease_ttl_ms)
+        asked = max(reserves) if policy.lease_ttl_ms and not self._shadow(policy) else 0
+        response = await call("peek", probe + asked)
         decisions = response.decisions
-        if policy.lease_ttl_ms:
-            decisions = without_reserve(decisions, limits, policy.algorithm, policy.lease_ttl_ms)
+        if asked:
+            decisions = without_reserve(decisions, reserves, asked)
         decision = combine(decisions)
+        # What each limit lets the key use now (a denied request took nothing), with the
+        # units this isolate's leases hold, which its next requests use first.
+        held = 0
+        if policy.lease_ttl_ms and self.held is not None:
+            held = self.held(route.name, key, override, self.services.clock.now_ms())
+        available = [d.remaining + (probe if decision.allowed else 0) + held for d in decisions]
+        if held and (decision.allowed or held >= probe):
+            decisions = tuple(
+                d._replace(allowed=True, retry_after=0, remaining=units - probe)
+                for d, units in zip(decisions, available, strict=True)
+            )
+            decision = combine(decisions)
         if override is not None and override.exempt:
             # As the request path answers an exempt key: let through, counted by nothing.
             next_request = {"allowed": True, "headers": {REASON_HEADER: "exempt"}}
         else:
             said = decision
-            if policy.shadow or self.config.ops.shadow:
+            if self._shadow(policy) and not decision.allowed:
                 # A shadow route lets it through, reporting what it would have done.
                 said = decision._replace(allowed=True, retry_after=0, reason=Reason.SHADOW)
             next_request = {
@@ -392,17 +409,21 @@ class Admin:
                         # of the route's cost would leave (as its headers would say).
                         # A denied request consumes nothing: then no limit's remaining
                         # has the probe taken off.
-                        "available": d.remaining + probe if decision.allowed else d.remaining,
+                        "available": units,
                         "remaining": d.remaining,
                         "reset_after_ms": d.reset_after,
                         "retry_after_ms": d.retry_after,
                         "allowed": d.allowed,
                     }
-                    for d in decisions
+                    for d, units in zip(decisions, available, strict=True)
                 ],
                 "next_request": next_request,
             },
         )
+
+    def _shadow(self, policy: RateLimitPolicy) -> bool:
+        """Whether a route of ``policy`` only reports (its own or the top level's shadow)."""
+        return policy.shadow or self.config.ops.shadow
 
     async def _control(self, call: str, now: int) -> dict[str, Any]:
         """The Control object's answer to an overrides call; this isolate takes the list."""
@@ -428,6 +449,8 @@ class Admin:
             raise _AdminError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
         try:
             data = json.loads(raw or b"null", object_pairs_hook=_once_each)
+        except _Repeated as exc:
+            raise _AdminError(400, f"the body's JSON is ambiguous: {exc}") from exc
         except ValueError as exc:
             raise _AdminError(400, f"the body is not JSON: {exc}") from exc
         algorithms = {route.name: route.limits.algorithm for route in self.config.routes}
@@ -599,12 +622,16 @@ _ENDPOINT_METHODS = {
 }
 
 
+class _Repeated(ValueError):
+    """A JSON object names a member twice."""
+
+
 def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object whose members are named once each: which of two ``route`` members
     was meant cannot be told (an override set on the wrong route)."""
     twice = sorted(name for name, count in Counter(n for n, _ in pairs).items() if count > 1)
     if twice:
-        raise ValueError(f"member(s) {', '.join(twice)} given more than once")
+        raise _Repeated(f"member(s) {', '.join(twice)} given more than once")
     return dict(pairs)
 
 

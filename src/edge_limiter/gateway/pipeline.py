@@ -81,6 +81,9 @@ class Gateway:
         """Each route's rate-limit stage, by route name."""
         for route in config.routes:
             self._routes[route.name] = chain(self._stages(route), forward)
+        self.admin.held = lambda route, key, override, now: self.limiters[route].held_units(
+            key, override, now
+        )
         self._unmatched: Handler = forward
 
     def _stages(self, route: Route) -> list[Stage]:
@@ -328,6 +331,10 @@ def _allow(cors: CorsSettings, origin: str, response: Response) -> None:
             return  # the origin's own answer: its CORS decision stands
         allowed = cors.allowed(origin)
         if allowed is None:
+            # Not this page; a listed one is told otherwise: the answer varies by Origin.
+            vary = with_vary_origin(headers.get("vary"))
+            if vary is not None:
+                headers.set("Vary", vary)
             return
         headers.set("Access-Control-Allow-Origin", allowed)
         if cors.allow_credentials:

@@ -28,7 +28,12 @@ from ..core.decision import Decision, Reason
 from ..core.denycache import shifted
 from ..core.errors import AmbiguousRequestError, ProtocolError, StateError
 from ..core.http import problems
-from ..core.http.fields import REASON_HEADER, ceil_seconds, rate_limit_headers
+from ..core.http.fields import (
+    REASON_HEADER,
+    ceil_seconds,
+    rate_limit_headers,
+    violated_policies,
+)
 from ..core.http.messages import Headers, Response
 from ..core.keys import object_name
 from ..core.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
@@ -212,6 +217,17 @@ class RateLimit:
             self._override_checks[override.id] = check
         return check
 
+    def held_units(self, key: str, override: Override | None, now: int) -> int:
+        """The units this isolate's leases on ``key`` still hold (what its next requests
+        use before asking the object; the admin API's state counts them)."""
+        if not self.lease_ttl_ms:
+            return 0
+        check = self._check_for(override)
+        holding = self._held.get((object_name(self.route.name, key), check.payload))
+        if holding is None:
+            return 0
+        return sum(lease.unused(now) for lease in holding.leases if lease.live(now))
+
     async def admit(self, exchange: Exchange) -> Admission:
         """Count the request: a 429 (or 400, or a fail-closed 503), or the headers to add."""
         route = self.route
@@ -276,7 +292,15 @@ class RateLimit:
         if self.shadow:
             # Let through, but counted by nothing (it was denied): nothing to give back.
             shadowed = decision._replace(allowed=True, retry_after=0, reason=Reason.SHADOW)
-            self._record("shadow", digest, decision, latency, exchange, override=override)
+            self._record(
+                "shadow",
+                digest,
+                decision,
+                latency,
+                exchange,
+                override=override,
+                extra={"violated": violated_policies(decisions)},
+            )
             return Admission(headers=rate_limit_headers(shadowed, decisions))
         if operating.deny_enabled:
             operating.deny.remember((name, check.payload), now, decisions, response.rows)

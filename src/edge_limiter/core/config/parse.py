@@ -658,11 +658,20 @@ def _parse_route(
         )
     if len(problems) != before or match is None or pool is None:
         return None
+    # As the gateway runs it: under the top level's shadow every route is one, and a
+    # shadow route checks every request with its object (no leases).
+    shadowed = shadow is True or defaults.shadow_everywhere
     return Route(
         name=name,
         match=match,
         limits=RateLimitPolicy(
-            algorithm, tuple(limits), key, cost, shadow, write_behind, lease_ttl
+            algorithm,
+            tuple(limits),
+            key,
+            cost,
+            shadowed,
+            write_behind,
+            0 if shadowed else lease_ttl,
         ),
         failure=FailurePolicy(on_store_error == "open", defaults.store_timeout_ms),
         forward=Forwarding(pool, timeout, retry, refund_on),
