@@ -19,6 +19,7 @@ Counters, overrides, cached answers, idempotency records and breakers persist un
 from __future__ import annotations
 
 import argparse
+import io
 import ipaddress
 import os
 import shutil
@@ -189,6 +190,10 @@ class OriginMap:
 
 
 def main() -> int:
+    # Line by line, also into a file or a pipe: the runtime's own lines go to stderr
+    # between ours, and must not land in the middle of one.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser(prog="scripts/dev", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--port", type=port_number, default=8787, help="gateway port (default 8787; 0: any free)"
