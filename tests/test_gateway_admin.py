@@ -538,6 +538,17 @@ def test_an_operator_forces_an_origins_breaker_in_every_isolate() -> None:
     assert here.events("admin_breaker_forced")[0]["state"] == "open"
 
 
+def test_the_one_plain_origin_is_forced_by_the_name_clients_are_told_too() -> None:
+    # A probe's finding: a 503 names a plain origin "origin" (its address is never shown
+    # to clients), and the breakers endpoint knew it only by its host.
+    h = harness(ROUTES[0], admin_token=TOKEN)
+    forced = admin(h, "/api/breakers/origin?state=open", "POST")
+    assert forced.status == 200 and body_json(forced)["origin"] == "origin.test"
+    assert body_json(admin(h, "/api/breakers"))["breakers"]["origin.test"] == "forced_open"
+    answer = h.send(request("/v1/x", headers={"x-api-key": "k1"}))
+    assert answer.status == 503 and body_json(answer)["tried"][0]["origin"] == "origin"
+
+
 def test_a_fresh_isolates_peek_sees_the_overrides_set_elsewhere() -> None:
     import asyncio
 

@@ -61,6 +61,7 @@ from ..core.overrides import Override, OverrideError, decode_overrides, parse_ov
 from ..core.protocol import StoreRequest, StoreResponse
 from ..core.resilience.breaker import FORCED, current_phase
 from ..core.resilience.shared import SyncCall, state_from_json
+from ..core.routing.origins import PLAIN_LABEL
 from .cache import Cache
 from .exchange import problem_response
 from .health import pools_of
@@ -515,6 +516,10 @@ class Admin:
         (used whatever it answers) or back to ``auto``; this isolate takes it at once,
         the others with their next refresh (about a second of traffic, 10 s at most)."""
         pools = pools_of(self.config)
+        plain = {o.name for p in pools for o in p.origins if not o.named}
+        if origin == PLAIN_LABEL and len(plain) == 1 and origin not in plain:
+            # The name clients are told (X-Origin, a 503's body) for the one plain origin.
+            (origin,) = plain
         pool = next((p for p in pools if any(o.name == origin for o in p.origins)), None)
         if pool is None:
             names = ", ".join(sorted(o.name for p in pools for o in p.origins))
