@@ -1008,3 +1008,33 @@ def test_the_fields_a_connection_names_go_no_further_either_way() -> None:
     answer = {name.lower(): value for name, value in answers[0].headers.items()}
     assert "x-hop" not in answer and answer["x-kept"] == "yes"
     assert answer["content-type"] == "text/plain"  # framing stays whatever it says
+
+
+def test_an_origins_own_rate_limit_fields_are_kept_beside_the_gateways() -> None:
+    """A probe's finding: an origin that limits too (its own 429, or its own fields on a
+    200) had its RateLimit fields replaced by the gateway's, which told a client about to
+    meet the origin's limit that thousands remained."""
+    said = {"remaining": "3"}
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        fields = [
+            ("content-type", "text/plain"),
+            ("ratelimit-policy", '"origin-hour";q=10;w=3600'),
+            ("ratelimit", f'"origin-hour";r={said["remaining"]};t=600'),
+            ("x-ratelimit-limit", "10"),
+            ("x-ratelimit-remaining", said["remaining"]),
+            ("x-ratelimit-reset", "600"),
+        ]
+        return Response(200, Headers(fields), b"ok")
+
+    h = pooled(Origins(), {**ROUTE, "limits": "100/minute"})
+    h.origin.respond = respond
+    fields = {n.lower(): v for n, v in h.send(from_("DE", "EU")).headers.items()}
+    assert fields["ratelimit-policy"] == '"origin-hour";q=10;w=3600, "100-per-minute";q=100;w=60'
+    assert fields["ratelimit"].startswith('"origin-hour";r=3;t=600, "100-per-minute";r=99;')
+    # The one-value fields: the limit the client meets first (the origin's 3 left).
+    assert (fields["x-ratelimit-limit"], fields["x-ratelimit-remaining"]) == ("10", "3")
+    assert fields["x-ratelimit-reset"] == "600"
+    said["remaining"] = "500"  # the origin's has more left: the gateway's say it
+    fields = {n.lower(): v for n, v in h.send(from_("DE", "EU")).headers.items()}
+    assert (fields["x-ratelimit-limit"], fields["x-ratelimit-remaining"]) == ("100", "98")

@@ -291,6 +291,19 @@ def test_the_fields_a_connection_names_go_no_further_either_way(gateway: LocalGa
     assert "x-hop" not in answer.headers and answer.headers["x-stays"] == "1"
 
 
+def test_an_origins_own_rate_limit_fields_stay_beside_the_gateways(gateway: LocalGateway) -> None:
+    own = [
+        ("h", 'ratelimit-policy:"origin-day";q=5;w=86400'),
+        ("h", 'ratelimit:"origin-day";r=1;t=600'),
+        ("h", "x-ratelimit-remaining:1"),
+    ]
+    answer = get(gateway, "/small/a", fresh_ip(), params=own)
+    assert answer.status_code == 200
+    assert answer.headers["ratelimit-policy"].startswith('"origin-day";q=5;w=86400, "')
+    assert answer.headers["ratelimit"].startswith('"origin-day";r=1;t=600, "')
+    assert answer.headers["x-ratelimit-remaining"] == "1"
+
+
 def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
     ip = fresh_ip()
     answers = [get(gateway, "/shadow", ip) for _ in range(4)]

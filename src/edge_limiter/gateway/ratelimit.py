@@ -33,6 +33,7 @@ from ..core.http.fields import (
     ceil_seconds,
     rate_limit_headers,
     violated_policies,
+    with_origins_fields,
 )
 from ..core.http.messages import Headers, Response
 from ..core.keys import object_name
@@ -175,6 +176,9 @@ class RateLimit:
                 d._replace(remaining=min(d.limit, d.remaining + cost)) for d in admission.decisions
             ]
             headers = rate_limit_headers(combine(given_back), given_back)
+        if response.native is not None:
+            # The origin's answer: its own rate-limit fields, if any, are kept beside ours.
+            headers = with_origins_fields(headers, response.headers.get)
         for name, value in headers:
             response.headers.set(name, value)
         if refunded and refund and exchange.key:

@@ -19,7 +19,7 @@ Two header families are sent on every limited route's response:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..decision import Decision
 
@@ -116,6 +116,34 @@ def rate_limit_headers(combined: Decision, decisions: Sequence[Decision]) -> lis
     if combined.reason is not None:
         headers.append((REASON_HEADER, combined.reason.value))
     return headers
+
+
+def with_origins_fields(
+    ours: list[tuple[str, str]], theirs: Callable[[str], str | None]
+) -> list[tuple[str, str]]:
+    """``ours`` (:func:`rate_limit_headers` of an admitted request) to set on an answer
+    whose origin may have rate-limit fields of its own (``theirs``: its field by name),
+    so that neither is lost: the IETF fields are lists of policies, so the origin's come
+    first and the gateway's follow; of the one-value ``X-RateLimit-*`` fields, the set
+    with less remaining stays (the limit the client meets first)."""
+    their_list = theirs("ratelimit")
+    their_remaining = theirs("x-ratelimit-remaining")
+    if their_list is None and their_remaining is None:
+        return ours
+    out = []
+    keep_theirs = False
+    if their_remaining is not None:
+        mine = next((v for n, v in ours if n == "X-RateLimit-Remaining"), None)
+        text = their_remaining.strip()
+        keep_theirs = text.isdigit() and (mine is None or int(text) <= int(mine))
+    their_policy = theirs("ratelimit-policy") if their_list is not None else None
+    before = {"RateLimit": their_list, "RateLimit-Policy": their_policy}
+    for name, value in ours:
+        if keep_theirs and name.startswith("X-RateLimit-"):
+            continue
+        first = before.get(name)
+        out.append((name, value if first is None else f"{first}, {value}"))
+    return out
 
 
 def violated_policies(decisions: Sequence[Decision]) -> list[str]:
