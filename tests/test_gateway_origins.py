@@ -531,6 +531,9 @@ def test_refund_on_gives_the_quota_back_when_the_origins_fail() -> None:
         assert failed.status == 502  # refunded: never 429
         # ...and its fields say so: the unit is back.
         assert failed.headers.get("x-ratelimit-remaining") == "2"
+        # Whole again at once (a probe's finding: "Remaining: 2, Reset: 1800").
+        assert failed.headers.get("x-ratelimit-reset") == "0"
+        assert (failed.headers.get("ratelimit") or "").endswith(";r=2;t=0")
     origins.status.clear()
     assert [h.send(from_("DE", "EU")).status for _ in range(3)] == [200, 200, 429]
 

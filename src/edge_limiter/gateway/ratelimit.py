@@ -173,7 +173,11 @@ class RateLimit:
             # The fields say what the key holds once the unit is back.
             cost = self.route.limits.cost
             given_back = [
-                d._replace(remaining=min(d.limit, d.remaining + cost)) for d in admission.decisions
+                # A limit given back to whole is whole now: nothing to wait for.
+                d._replace(remaining=d.limit, reset_after=0)
+                if d.remaining + cost >= d.limit
+                else d._replace(remaining=d.remaining + cost)
+                for d in admission.decisions
             ]
             headers = rate_limit_headers(combine(given_back), given_back)
         if response.native is not None:
