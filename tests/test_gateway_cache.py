@@ -762,6 +762,24 @@ def test_a_kv_failure_on_invalidation_is_logged_never_the_writes_error() -> None
     assert h.events("cache_error")
 
 
+def test_a_case_insensitive_route_keeps_one_copy_for_every_spelling_of_its_paths() -> None:
+    """A probe's finding: with ``case_insensitive`` (an origin that reads /ITEMS/3 as
+    /items/3), each spelling had its own copy, and a DELETE of one left the others
+    serving the deleted resource."""
+    h = harness(
+        GETS_ONLY,
+        WRITES,
+        upstream=FakeOrigin(respond=answering()),
+        paths={"case_insensitive": True},
+    )
+    assert h.send(request("/v1/CATALOG/Item")).headers.get("x-cache") == "MISS"
+    assert h.send(request("/v1/catalog/item")).headers.get("x-cache") == "HIT"
+    assert h.send(request("/v1/Catalog/ITEM", "DELETE")).status == 200
+    assert h.send(request("/v1/CATALOG/Item")).headers.get("x-cache") == "MISS"
+    sent = [s.url for s in h.origin.sent if s.method == "GET"]
+    assert sent == ["http://origin.test/v1/CATALOG/Item"] * 2  # forwarded as sent
+
+
 def test_the_admin_api_purges_one_urls_stored_answer() -> None:
     h = harness(
         GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()), admin_token="t0ken-t0ken"

@@ -159,7 +159,7 @@ class Cache:
             route=self.route.name,
             method=request.method,
             host=exchange.host,
-            path=exchange.path,
+            path=self._keyed_path(exchange.path),
             query=request.query,
             scope_key=scope_key,
         )
@@ -504,6 +504,12 @@ class Cache:
         out.set(CACHE_HEADER, label)
         return Response(status, out, body)
 
+    def _keyed_path(self, path: str) -> str:
+        """The canonical path as entries are keyed: on a ``case_insensitive`` route every
+        spelling is one resource at the origin, so one entry (and a write to any spelling
+        invalidates it)."""
+        return path.lower() if self.route.match.path.case_insensitive else path
+
     async def purge(
         self, host: str, path: str, query: str, scope_key: str | None, *, look: bool = False
     ) -> tuple[str, bool | None]:
@@ -518,7 +524,7 @@ class Cache:
             route=self.route.name,
             method="GET",
             host=host,
-            path=path,
+            path=self._keyed_path(path),
             query=query,
             scope_key=scope_key,
         )
