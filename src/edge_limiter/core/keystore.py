@@ -596,13 +596,15 @@ class KeyStore:
                 # shortest of the limits'); the buckets only the last grant. A record of an
                 # earlier window is not merged into (its units are spent).
                 until = until_end
-                # A sliding window's next window weighs this one: units that come back
-                # during it still count (see ``_Held.late_until``).
-                late_ms = min(
-                    algorithm.rate.window_ms if algorithm.lease_late_returns else 0
+                # Units that come back after that still count while any limit's count
+                # of them matters (see ``_Held.late_until``): until the end of a longer
+                # limit's window (a route's hour beside its minute), and a sliding
+                # window's next window, which weighs this one.
+                late = max(
+                    (now // algorithm.rate.window_ms + 1) * algorithm.rate.window_ms
+                    + (algorithm.rate.window_ms if algorithm.lease_late_returns else 0)
                     for algorithm in algorithms
                 )
-                late = until + late_ms
                 if held is not None and held.returnable_until == until:
                     by_holder[request.holder] = _Held(
                         held.units + granted,
