@@ -131,6 +131,14 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
                 timeout="700ms",
                 idempotency={"mode": "required", "lock_timeout": "1s"},
             ),
+            # A lock far longer than the origin's timeout: not extended for seconds.
+            route(
+                "pay-drip",
+                "/pay-drip/*",
+                "1000/hour",
+                timeout="1s",
+                idempotency={"mode": "required", "lock_timeout": "4s"},
+            ),
             # The KV response cache.
             route("cached", "/cached/*", "3/hour", algorithm="sliding_log", cache={"ttl": "5m"}),
             route(

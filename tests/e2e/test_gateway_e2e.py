@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import sqlite3
 import time
@@ -541,6 +542,38 @@ def test_a_keyed_post_whose_answer_outlasts_its_lock_is_never_forwarded_twice(
     assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
     assert again.content == paid.content
     assert origin.hits.count(("POST", "/slow-lock/pay")) == 1
+
+
+def test_a_keyed_post_whose_runtime_dies_mid_body_is_never_forwarded_again(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # A probe's finding: the runtime killed 2-3 s into a slow body, before the claim
+    # needed extending, left a record without the answer's head; the retry after the lock
+    # ran the payment again. The head is now recorded as soon as the body is slow.
+    payer = fresh_ip()
+    key = {"idempotency-key": f'"{payer}"'}
+    path = "/pay-drip/pay?drip=900"  # four pieces 900 ms apart
+
+    async def kill_mid_body() -> None:
+        loop = asyncio.get_running_loop()
+        paying = loop.run_in_executor(
+            None, lambda: get(gateway, path, payer, method="POST", headers=key)
+        )
+        await asyncio.sleep(0.6)  # real time on purpose: between the body's first pieces
+        gateway.kill()
+        with contextlib.suppress(httpx.HTTPError):
+            await paying
+
+    asyncio.run(kill_mid_body())
+    gateway.start()
+    deadline = time.monotonic() + 30
+    retry = get(gateway, path, payer, method="POST", headers=key)
+    while retry.status_code == 409 and time.monotonic() < deadline:  # the 4 s lock
+        time.sleep(float(retry.headers.get("retry-after", "1")))
+        retry = get(gateway, path, payer, method="POST", headers=key)
+    assert origin.hits.count(("POST", "/pay-drip/pay")) == 1
+    assert retry.status_code == 200 and retry.headers["idempotent-replayed"] == "true"
+    assert retry.headers["idempotent-replayed-body"].startswith("omitted")
 
 
 def test_an_unreachable_origin_is_a_502_naming_it_to_the_operator_only(

@@ -14,8 +14,10 @@ For the methods a route names (POST and PATCH by default), a request carrying an
    so its retry is forwarded; so does a 5xx unless the route stores them;
 4. the origin's response is stored in the record (fenced by the claim's token: a holder
    whose lock ran out cannot overwrite its successor's result) before the client gets it,
-   and copied to KV after the response. While a slow body comes, the claim is extended
-   (``_Holding``), the record then holding the answer's status and fields.
+   and copied to KV after the response. Once the body is slow in coming, the record
+   takes the answer's status and fields at once, and the claim is extended while the
+   body comes (``_Holding``): a retry is never forwarded again, even if this isolate
+   goes away mid-body.
 
 Replays and conflicts never consume rate-limit quota: the claim comes before the rate
 limit, and a denied request gives its claim back.
@@ -33,7 +35,7 @@ from ..core.config import Route
 from ..core.errors import BodyReadError, IdempotencyKeyError, IdempotencyRecordError, ProtocolError
 from ..core.http import problems
 from ..core.http.fields import REASON_HEADER, origin_fields
-from ..core.http.messages import Headers, Response
+from ..core.http.messages import SLOW_PART_MS, Headers, Response
 from ..core.idempotency.fingerprint import ALWAYS_FINGERPRINTED, fingerprint
 from ..core.idempotency.keys import parse_idempotency_key, scoped_name
 from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
@@ -314,10 +316,21 @@ class _Holding:
     completed at once), so whenever the lock would end before the next part could come
     and be stored, the lock is extended (``extend``, with the answer's status and fields:
     from then on the key is never forwarded again, even if this isolate goes away before
-    it completes the record).
+    it completes the record). The first ``extend`` comes sooner: as soon as a part is
+    :data:`SLOW_PART_MS` late (the body reader awaits ``progress`` then), so that the
+    record holds the head while the body comes.
     """
 
-    __slots__ = ("idle_ms", "locked_until", "name", "response", "stage", "token")
+    __slots__ = (
+        "idle_ms",
+        "locked_until",
+        "name",
+        "recorded",
+        "response",
+        "since",
+        "stage",
+        "token",
+    )
 
     def __init__(
         self,
@@ -335,11 +348,19 @@ class _Holding:
         self.response = response
         self.locked_until = locked_until
         self.idle_ms = idle_ms
+        self.since = stage.services.clock.now_ms()
+        """When the answer's head came."""
+        self.recorded = False
+        """Whether the record holds the head (status and fields) yet."""
 
     async def progress(self) -> None:
         stage = self.stage
         now = stage.services.clock.now_ms()
-        if self.locked_until - now > self.idle_ms + STORE_MARGIN_MS:
+        # The head goes into the record as soon as the body is slow in coming (a body
+        # that comes at once is stored whole a moment later: no call for it), and the
+        # lock is extended before it would end.
+        slow = not self.recorded and now - self.since >= SLOW_PART_MS
+        if not slow and self.locked_until - now > self.idle_ms + STORE_MARGIN_MS:
             return
         settings = stage.settings
         fields = origin_fields(self.response.headers.items())
@@ -356,9 +377,11 @@ class _Holding:
         except (Exception, asyncio.CancelledError) as exc:
             stage._log("idempotency_error", op="extend", error=repr(exc))
             self.locked_until = now + self.idle_ms + STORE_MARGIN_MS + 1_000  # again in 1 s
+            self.since = now + 1_000  # and the head too, not before every part
             return
         if done.outcome is Outcome.EXTENDED:
-            self.locked_until = now + settings.lock_timeout_ms
+            self.recorded = True
+            self.locked_until = max(self.locked_until, now + settings.lock_timeout_ms)
         else:
             stage._log("idempotency_fenced", reason=done.reason)
             self.locked_until = now + (1 << 62)  # another holds the key: nothing to keep

@@ -19,6 +19,7 @@ from pyodide.ffi import JsException, create_proxy, jsnull, to_js
 from ..core.caching.fields import content_length
 from ..core.errors import BodyReadError
 from ..core.http.messages import (
+    SLOW_PART_MS,
     Body,
     BytesBody,
     Client,
@@ -171,18 +172,28 @@ class JsBody:
         while True:
             if progress is not None:
                 await progress()
-            step = await self._next(reader)
+            step = await self._next(reader, progress)
             if step.done:
                 return b"".join(chunks)
             chunks.append(bytes(step.value.to_bytes()))
 
-    async def _next(self, reader: Any) -> Any:
+    async def _next(self, reader: Any, progress: Progress | None = None) -> Any:
         """``reader.read()``, within the idle bound when there is one; a stall or a broken
-        stream is a :class:`BodyReadError` (the stream is then cancelled)."""
+        stream is a :class:`BodyReadError` (the stream is then cancelled). ``progress`` is
+        awaited if the part is :data:`SLOW_PART_MS` late (the read goes on meanwhile)."""
+        idle = self._idle_ms
         try:
-            if not self._idle_ms:
+            if not idle:
                 return await reader.read()
-            return await within(reader.read(), self._idle_ms)
+            if progress is None or idle <= SLOW_PART_MS:
+                return await within(reader.read(), idle)
+            read = asyncio.ensure_future(reader.read())
+            try:
+                return await within(asyncio.shield(read), SLOW_PART_MS)
+            except TimeoutError:
+                pass
+            await progress()
+            return await within(read, idle - SLOW_PART_MS)
         except TimeoutError:
             reader.cancel()
             raise BodyReadError(
@@ -230,7 +241,7 @@ class JsBody:
             while True:
                 if progress is not None:
                     await progress()
-                step = await self._next(reader)
+                step = await self._next(reader, progress)
                 if step.done:
                     break
                 chunk = step.value

@@ -187,6 +187,8 @@ def taken_whole(name: str) -> bool:
 
 #: Awaited while a body is read (see :meth:`Body.read_at_most`).
 Progress = Callable[[], Awaitable[None]]
+#: A part of a body this late is slow in coming: ``progress`` is awaited then too.
+SLOW_PART_MS = 50
 
 
 class Body(Protocol):
@@ -202,7 +204,9 @@ class Body(Protocol):
         ``None`` leaves the body whole: it can still be sent on (streamed), and nothing
         more than about ``limit`` bytes of it was held in memory to find out. ``progress``
         is awaited before the first read and after each part of a body that comes in
-        parts (a holder of something with a deadline checks it there: no timer needed).
+        parts (a holder of something with a deadline checks it there: no timer needed),
+        and while a part is :data:`SLOW_PART_MS` late or more (the answer is slow in
+        coming: a holder may want to record what it has so far).
         """
         ...
 
