@@ -46,7 +46,8 @@ def test_errors_name_every_route_and_field_and_fail(tmp_path: Path) -> None:
     assert "route 'b'.match.path" in done.stderr and "route 'b'.key" in done.stderr
 
 
-def test_warnings_are_printed(tmp_path: Path) -> None:
+def shadowed_login(tmp_path: Path) -> Path:
+    """A project whose route 'login' can never match (route 'all' takes its requests)."""
     (tmp_path / "wrangler.toml").write_text(WRANGLER)
     file = tmp_path / "edge-limiter.toml"
     file.write_text(
@@ -54,6 +55,11 @@ def test_warnings_are_printed(tmp_path: Path) -> None:
         '[[routes]]\nname = "all"\nmatch = { path = "/v1/*" }\nlimits = "5/s"\n'
         '[[routes]]\nname = "login"\nmatch = { path = "/v1/login" }\nlimits = "5/s"\n'
     )
+    return file
+
+
+def test_warnings_are_printed(tmp_path: Path) -> None:
+    file = shadowed_login(tmp_path)
     done = run(str(file), "--wrangler", str(tmp_path / "wrangler.toml"))
     assert done.returncode == 0
     assert "warning:" in done.stdout and "route 'login'" in done.stdout
@@ -62,13 +68,7 @@ def test_warnings_are_printed(tmp_path: Path) -> None:
 def test_json_gives_the_check_as_an_object_whether_the_config_is_valid_or_not(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "wrangler.toml").write_text(WRANGLER)
-    file = tmp_path / "edge-limiter.toml"
-    file.write_text(
-        'origin = "https://a.test"\n'
-        '[[routes]]\nname = "all"\nmatch = { path = "/v1/*" }\nlimits = "5/s"\n'
-        '[[routes]]\nname = "login"\nmatch = { path = "/v1/login" }\nlimits = "5/s"\n'
-    )
+    file = shadowed_login(tmp_path)
     wrangler = ("--wrangler", str(tmp_path / "wrangler.toml"))
     done = run(str(file), *wrangler, "--json")
     assert done.returncode == 0, done.stderr
