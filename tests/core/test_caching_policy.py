@@ -169,6 +169,12 @@ def test_plain_200_is_stored_for_the_route_ttl() -> None:
         ({"expires": "Thu, 01 Jan 1970 00:00:00 GMT"}, StoreReason.NOT_FRESH),
         ({"content-length": "2000000"}, StoreReason.TOO_LARGE),
         ({"x-big": "x" * 30_000}, StoreReason.FIELDS_TOO_LARGE),
+        # A Latin-1 byte, as the runtime hands it over (a probe's finding: a hit said
+        # U+FFFD where the origin sent the byte E9).
+        (
+            {"content-disposition": 'attachment; filename="r\ufffdsum\ufffd.pdf"'},
+            StoreReason.FIELDS_NOT_TEXT,
+        ),
     ],
 )
 def test_not_stored(headers: dict[str, str], reason: StoreReason) -> None:

@@ -56,6 +56,20 @@ def test_miss_then_hit_and_the_origin_counts_one(gateway: LocalGateway, origin: 
     assert origin_gets(origin, path) == 1
 
 
+def test_an_answer_with_a_latin_1_field_is_passed_on_as_sent_and_never_stored(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # A probe's finding: the hit said U+FFFD where the origin sent the byte E9 (the
+    # runtime hands the Worker such bytes so); the miss had passed the byte on.
+    path = unique()
+    latin = f"{path}?h=x-file:r%C3%A9sum%C3%A9"  # the demo origin sends fields in Latin-1
+    answers = [get(gateway, latin) for _ in range(3)]
+    for answer in answers:
+        assert answer.status_code == 200 and answer.headers["x-cache"] == "MISS"
+        assert dict(answer.headers.raw)[b"x-file"] == b"r\xe9sum\xe9"
+    assert origin_gets(origin, path) == 3
+
+
 def test_head_is_served_from_the_get_entry(gateway: LocalGateway, origin: DemoOrigin) -> None:
     path = unique()
     get(gateway, path)

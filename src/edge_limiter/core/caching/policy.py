@@ -153,6 +153,10 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
 KEY_SCOPE_VARY = ("authorization", "cookie")
 
 
+#: What the runtime gives the Worker for field bytes that are not UTF-8.
+REPLACED = "\ufffd"
+
+
 class StoreReason(StrEnum):
     """Why a response is (or is not) stored."""
 
@@ -173,6 +177,10 @@ class StoreReason(StrEnum):
     TOO_LARGE = "too_large"
     STREAM = "stream"
     """A live stream (``text/event-stream``): it may never end, and is each client's own."""
+    FIELDS_NOT_TEXT = "fields_not_text"
+    """A field value held bytes that are not UTF-8 (a Latin-1 filename): the runtime
+    hands the Worker such bytes as U+FFFD, so a stored copy would not say what the origin
+    said (passed through, the bytes stay as they were)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +261,8 @@ def store_decision(
     fields = storable_fields(response_headers)
     if len(json.dumps([list(pair) for pair in fields])) > MAX_STORED_FIELD_BYTES:
         return Store(False, StoreReason.FIELDS_TOO_LARGE)
+    if any(REPLACED in value for _, value in fields):
+        return Store(False, StoreReason.FIELDS_NOT_TEXT)
 
     fresh_until = now_ms + lifetime_ms
     decided = Store(
