@@ -160,6 +160,7 @@ def test_an_isolate_lease_ends_by_its_own_clock_and_gives_back_the_rest() -> Non
     assert held.release(T0 + 10, keep=1) == 2
     assert held.unused(T0 + 10) == 1 and held.unused(T0 + 100) == 0
     assert not held.take(1, T0 + 100)
+    assert held.release(T0 + 100) == 1  # ended: every unit left goes back, none is usable
     assert held.release(T0 + 100) == 0
 
 

@@ -43,7 +43,7 @@ from .algorithms.base import Algorithm
 from .decision import Decision
 from .errors import ProtocolError, StateError
 from .lease_plan import Plan, plan_window, plans
-from .leases import grant_size, pace_ms
+from .leases import PACE_UNITS, grant_size, pace_ms
 from .limiter import check_all, combine, peek_all, refund_all
 from .protocol import (
     DEFAULT_CLEANUP_AFTER_MS,
@@ -616,7 +616,16 @@ class KeyStore:
                 else:
                     by_holder[request.holder] = _Held(granted, now, expires_at, until, late)
             else:
-                by_holder[request.holder] = _Held(granted, now, expires_at)
+                # Kept past its end: units of a lease that ended unused come back with
+                # the holder's next request, refunded as far as the refill since the
+                # grant has not overtaken them (``lease_refundable``), so until then.
+                overtaken = min(
+                    now + -(-granted * algorithm.rate.window_ms // algorithm.rate.quota)
+                    for algorithm in algorithms
+                )
+                by_holder[request.holder] = _Held(
+                    granted, now, expires_at, late_until=max(expires_at, overtaken)
+                )
             # The reserve is not lent to anyone: none of it is "remaining" (the isolate's
             # headers add the units it holds to this figure).
             lent = tuple(
@@ -639,14 +648,28 @@ class KeyStore:
                 if waits:
                     rationed = ',"rn":1'
                 else:
-                    growth = min(
-                        algorithm.lease_growth(state, now)
-                        for algorithm, state in zip(algorithms, result.states, strict=True)
+                    # The growth that matters is that of the limits short of units: a
+                    # route's hour with plenty left (and nothing sliding out of it) must
+                    # not hold back the asks its second's growth allows.
+                    pairs = list(zip(algorithms, result.states, strict=True))
+                    short = [
+                        (algorithm, state)
+                        for algorithm, state in pairs
+                        if algorithm.grantable(state, now, ttl) < PACE_UNITS
+                    ]
+                    growth, binding = min(
+                        (
+                            (algorithm.lease_growth(state, now), algorithm)
+                            for algorithm, state in short or pairs
+                        ),
+                        key=lambda pair: pair[0],
                     )
                     total = sum(rate for rate, _ in rates.values())
                     mine = request.observed_rate
                     share = mine / total if mine and total else 1 / (live + 1)
-                    ask_at = min(expires_at, now + pace_ms(growth, share))
+                    # A small limit grows by few units a window: ask for a tenth of it.
+                    units = max(1, min(PACE_UNITS, binding.rate.quota // 10))
+                    ask_at = min(expires_at, now + pace_ms(growth, share, units))
                     rationed = f',"rn":2,"na":{ask_at}'
             returnable = f',"ru":{until}' if until else ""
             if rationed:

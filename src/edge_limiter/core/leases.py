@@ -365,10 +365,11 @@ class Lease:
 
     def release(self, now: int, keep: int = 0) -> int:
         """Give back all but ``keep`` units (kept for use while the next lease is asked
-        for); the units given back, which the isolate then never uses."""
+        for); the units given back, which the isolate then never uses. A lease that has
+        ended gives back every unit it had left (none of them can be used any more)."""
         if now >= self.expires_at:
-            self.units = 0
-            return 0
+            given, self.units = self.units, 0
+            return given
         given = max(0, self.units - keep)
         self.units -= given
         return given
