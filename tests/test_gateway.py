@@ -501,6 +501,15 @@ def test_a_clients_expect_field_never_reaches_the_origin() -> None:
     assert "expect" not in names and "content-type" in names
 
 
+def test_a_clients_proxy_credentials_never_reach_the_origin() -> None:
+    # A probe's finding: Proxy-Authorization (a forward proxy's credentials) went on.
+    h = harness(ROUTE)
+    sent = {"proxy-authorization": "Basic c2VjcmV0", "proxy-connection": "keep-alive"}
+    assert h.send(request("/v1/a", headers={**sent, "authorization": "Bearer t"})).status == 200
+    names = {name.lower() for name, _ in h.origin.sent[0].headers}
+    assert not names & set(sent) and "authorization" in names
+
+
 @pytest.mark.parametrize(
     ("status", "said"),
     [(100, "an interim 100"), (103, "an interim 103"), (600, "status 600"), (999, "status 999")],

@@ -84,8 +84,18 @@ MAX_RETRY_AFTER_MS = 300_000
 #: Fields dropped from every forwarded request besides those: ``Expect: 100-continue``
 #: asks the origin for an interim ``100 Continue``, which the runtime's fetch takes as the
 #: final answer (local workerd hands it back as the response); the client's own
-#: expectation is the runtime's to answer, and the body is sent whole either way.
-DROPPED_FIELDS = frozenset((*PATH_OVERRIDE_FIELDS, *FORWARDED_AS_FIELDS, "expect"))
+#: expectation is the runtime's to answer, and the body is sent whole either way. And the
+#: fields for a proxy between the client and the gateway (RFC 9110 11.7.4: a client's
+#: proxy credentials are that proxy's, never the origin's).
+DROPPED_FIELDS = frozenset(
+    (
+        *PATH_OVERRIDE_FIELDS,
+        *FORWARDED_AS_FIELDS,
+        "expect",
+        "proxy-authorization",
+        "proxy-connection",
+    )
+)
 #: The scheme field every forwarded request carries (see ``Upstream.__call__``).
 PROTO_FIELD = FORWARDED_HOST_FIELDS[1]
 #: A request body is kept in memory for retries up to this size (its Content-Length);
