@@ -763,6 +763,10 @@ def test_a_query_key_name_is_written_decoded() -> None:
         (problem,) = problems_of(config(route(key=f"query:{name}")))
         assert "route 'r'.key" in problem and "write the parameter's name decoded" in problem
     assert parse_config(config(route(key="query:a%b"))).routes  # a literal '%', decoded
+    # A cookie's name too (a probe's finding: every client shared one counter).
+    (cookie,) = problems_of(config(route(key="cookie:a%20b")))
+    assert "route 'r'.key" in cookie and "write the cookie's name decoded" in cookie
+    assert parse_config(config(route(key="cookie:a+b"))).routes  # '+' stays '+' in a cookie
 
 
 def test_names_and_patterns_say_what_is_wrong() -> None:
@@ -842,3 +846,14 @@ def test_a_misspelt_field_names_the_field_it_likely_means() -> None:
     assert "route 'r'.algoritm: unknown field (did you mean 'algorithm'? known:" in problem
     (far,) = problems_of(config(route(xyz=1)))
     assert "did you mean" not in far and "known: name, match" in far
+
+
+def test_explain_reads_a_request_without_the_fields_its_connection_names() -> None:
+    # As the gateway does (a probe's finding: explain counted the key the gateway drops).
+    from edge_limiter.core.explain import explain
+
+    parsed = parse_config(config(route(key="header:x-k")))
+    url = "https://api.example.com/v1/x"
+    assert explain(parsed, "GET", url, [("x-k", "K1")])["key"] == "header:x-k=K1"
+    named = explain(parsed, "GET", url, [("x-k", "K1"), ("Connection", "X-K")])
+    assert named["key"] == "header:x-k="

@@ -96,3 +96,30 @@ def test_problem_body() -> None:
     assert body["retry_after"] == 1
     assert "search" in body["detail"] and "10 per second" in body["detail"]
     assert body["instance"] == "/v1/search"
+
+
+def test_an_origins_own_fields_are_kept_only_when_a_client_can_read_them() -> None:
+    from edge_limiter.core.http.fields import with_origins_fields
+
+    ours = [
+        ("X-RateLimit-Limit", "100"),
+        ("X-RateLimit-Remaining", "98"),
+        ("X-RateLimit-Reset", "30"),
+        ("RateLimit-Policy", '"100-per-minute";q=100;w=60'),
+        ("RateLimit", '"100-per-minute";r=98;t=30'),
+    ]
+
+    def merged(**theirs: str) -> dict[str, str]:
+        fields = {name.replace("_", "-"): value for name, value in theirs.items()}
+        return dict(with_origins_fields(ours, fields.get))
+
+    assert merged() == dict(ours)
+    # A malformed list would spoil ours once joined to it: ours alone.
+    assert merged(ratelimit_policy="garbage((", ratelimit="garbage((") == dict(ours)
+    kept = merged(ratelimit='"o";r=1;t=9')  # no policy field: its RateLimit still kept
+    assert kept["RateLimit"] == '"o";r=1;t=9, "100-per-minute";r=98;t=30'
+    assert kept["RateLimit-Policy"] == '"100-per-minute";q=100;w=60'
+    # Remaining alone is no set a client can use: ours stay.
+    assert merged(x_ratelimit_remaining="2")["X-RateLimit-Limit"] == "100"
+    theirs = merged(x_ratelimit_remaining="2", x_ratelimit_limit="10")
+    assert "X-RateLimit-Limit" not in theirs and "X-RateLimit-Remaining" not in theirs

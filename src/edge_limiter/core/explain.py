@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .algorithms import ALGORITHMS
-from .caching.fields import is_token
+from .caching.fields import connection_named, is_token
 from .canonical import admin_path, ascii_host, canonical_host, canonical_path, runtime_path
 from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
@@ -209,6 +209,12 @@ def explain(
     gateway would refuse (a bad path, an ambiguous key) is explained with its status.
     """
     scheme, authority, target_path, query = split_url(url)
+    # As the gateway reads them: without the fields the request's Connection names.
+    given = Headers(headers or [])
+    named = connection_named(given.get("connection"))
+    if named:
+        given.discard(named)
+        headers = given.items()
     # What the Worker is given: the runtime's URL parser has resolved dot segments.
     raw_path = runtime_path(target_path)
     if not is_token(method):

@@ -245,6 +245,12 @@ def parse_key_part(text: object) -> KeyPart:
                 f"({name!r} is percent-encoded or holds '+', which a query string decodes "
                 "to a space, so no request's name would be this)"
             )
+        if kind == "cookie" and _ENCODED_RE.search(name):
+            raise KeySpecError(
+                f"key part {text!r}: write the cookie's name decoded, as origins read it "
+                f"({name!r} is percent-encoded: a request's cookie names are decoded before "
+                "they are matched, so no request's name would be this)"
+            )
         # Header names are case-insensitive; cookie, query and path names are not.
         return KeyPart(kind, name.lower() if kind == "header" else name)
     known = ", ".join([*KINDS_PLAIN, *(f"{k}:NAME" for k in KINDS_WITH_NAME)])

@@ -19,6 +19,7 @@ Two header families are sent on every limited route's response:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from ..decision import Decision
@@ -118,6 +119,14 @@ def rate_limit_headers(combined: Decision, decisions: Sequence[Decision]) -> lis
     return headers
 
 
+_SF_ITEM = (
+    r'[ \t]*(?:"(?:[^"\\]|\\.)*"|[A-Za-z*][A-Za-z0-9_.:%*/+-]*)'
+    r'(?:[ \t]*;[ \t]*[a-z*][a-z0-9_.*-]*(?:=(?:"(?:[^"\\]|\\.)*"|[^;,\s"]+))?)*[ \t]*'
+)
+#: An RFC 8941 list of items, as ``RateLimit`` and ``RateLimit-Policy`` are (roughly).
+_SF_LIST_RE = re.compile(rf"{_SF_ITEM}(?:,{_SF_ITEM})*")
+
+
 def with_origins_fields(
     ours: list[tuple[str, str]], theirs: Callable[[str], str | None]
 ) -> list[tuple[str, str]]:
@@ -135,8 +144,18 @@ def with_origins_fields(
     if their_remaining is not None:
         mine = next((v for n, v in ours if n == "X-RateLimit-Remaining"), None)
         text = their_remaining.strip()
-        keep_theirs = text.isdigit() and (mine is None or int(text) <= int(mine))
+        # A whole set only: a client told Remaining alone would have no Limit or Reset.
+        keep_theirs = (
+            text.isdigit()
+            and (mine is None or int(text) <= int(mine))
+            and theirs("x-ratelimit-limit") is not None
+        )
     their_policy = theirs("ratelimit-policy") if their_list is not None else None
+    # A value that is not a well-formed list, joined to ours, would spoil ours too.
+    if their_list is not None and not _SF_LIST_RE.fullmatch(their_list):
+        their_list = None
+    if their_policy is not None and not _SF_LIST_RE.fullmatch(their_policy):
+        their_policy = None
     before = {"RateLimit": their_list, "RateLimit-Policy": their_policy}
     for name, value in ours:
         if keep_theirs and name.startswith("X-RateLimit-"):
