@@ -267,8 +267,7 @@ def test_a_page_at_an_allowed_origin_can_read_the_429_and_the_rate_limit_fields(
     assert answer.status_code == 200
     assert answer.headers["access-control-allow-origin"] == "https://app.test"
     assert "RateLimit" in answer.headers["access-control-expose-headers"].split(", ")
-    assert answer.headers["x-ratelimit-remaining"] == "1"  # the origin's whole set
-    assert answer.headers["x-ratelimit-limit"] == "5"
+    assert answer.headers["x-ratelimit-remaining"] == "1"
 
 
 def test_path_override_fields_are_dropped_before_the_origin(gateway: LocalGateway) -> None:
@@ -304,7 +303,8 @@ def test_an_origins_own_rate_limit_fields_stay_beside_the_gateways(gateway: Loca
     assert answer.status_code == 200
     assert answer.headers["ratelimit-policy"].startswith('"origin-day";q=5;w=86400, "')
     assert answer.headers["ratelimit"].startswith('"origin-day";r=1;t=600, "')
-    assert answer.headers["x-ratelimit-remaining"] == "1"
+    assert answer.headers["x-ratelimit-remaining"] == "1"  # the origin's whole set
+    assert answer.headers["x-ratelimit-limit"] == "5"
 
 
 def test_shadow_route_never_blocks_but_reports(gateway: LocalGateway) -> None:
