@@ -105,7 +105,7 @@ def table(config: Config) -> str:
                 "+".join(info["key"]),
                 _limits(info),
                 info["algorithm"],
-                "yes" if info["shadow"] or config.ops.shadow else "no",
+                "yes" if info["shadow"] else "no",
                 info["on_store_error"],
                 f"{cache['ttl_ms'] // 1000}s {cache['scope']}" if cache else "-",
                 idem["mode"] if idem else "-",

@@ -156,3 +156,12 @@ def test_cache_directives_written_as_a_dictionary_read_as_written(
 def test_any_value_parses_or_is_refused_without_raising(text: str) -> None:
     parsed = parse_dictionary(text)
     assert parsed is None or isinstance(parsed, dict)
+
+
+def test_a_list_is_told_from_what_is_not_one() -> None:
+    from edge_limiter.core.caching.targeted import is_list
+
+    for value in ('"a";r=3;t=600, "b";r=1;t=2', "default;q=5;w=60", '(a b);x=1, "c, d"'):
+        assert is_list(value), value
+    for value in ("", " ", "garbage((", '"x";q=1, ', '"open', "a;B=1", "a b"):
+        assert not is_list(value), value

@@ -214,7 +214,6 @@ def explain(
     named = connection_named(given.get("connection"))
     if named:
         given.discard(named)
-        headers = given.items()
     # What the Worker is given: the runtime's URL parser has resolved dot segments.
     raw_path = runtime_path(target_path)
     if not is_token(method):
@@ -243,7 +242,7 @@ def explain(
         return out
     if out["method"] == "POST" and config.method_override != "pass":
         # As the gateway takes it (a form or JSON body's _method is not given here).
-        fields = override_fields(Headers(headers or []))
+        fields = override_fields(given)
         try:
             wanted = overridden_method(
                 config.method_override, asked_methods(fields, query, None), False
@@ -268,7 +267,7 @@ def explain(
         query,
         authority,
         scheme,
-        Headers(headers or []),
+        given,
         client or Client(),
     )
     out.update(route=route.name, params=params)
@@ -289,7 +288,7 @@ def explain(
         durable_object=object_name(route.name, key),
         limits=[str(lim) for lim in route.limits.limits],
         algorithm=route.limits.algorithm,
-        shadow=route.limits.shadow or config.ops.shadow,
+        shadow=route.limits.shadow,
         origins=[origin.name for origin in order],
     )
     return out

@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from ..core.canonical import admin_path, canonical_host, canonical_path, runtime_path
-from ..core.config import Config, RateLimitPolicy
+from ..core.config import Config
 from ..core.decision import Reason
 from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
 from ..core.explain import (
@@ -57,7 +57,7 @@ from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name, written_as_labelled
 from ..core.leases import lease_reserves, without_reserve
 from ..core.limiter import combine
-from ..core.overrides import Override, OverrideError, decode_overrides, parse_override
+from ..core.overrides import OverrideError, decode_overrides, parse_override
 from ..core.protocol import StoreRequest, StoreResponse
 from ..core.resilience.breaker import FORCED, current_phase
 from ..core.resilience.shared import SyncCall, state_from_json
@@ -67,7 +67,7 @@ from .exchange import problem_response
 from .health import pools_of
 from .operations import Operating
 from .ports import Services
-from .ratelimit import key_digest
+from .ratelimit import RateLimit, key_digest
 
 JSON = "application/json"
 
@@ -95,17 +95,18 @@ class Admin:
         services: Services,
         operating: Operating,
         caches: Mapping[str, Cache] | None = None,
+        limiters: Mapping[str, RateLimit] | None = None,
     ) -> None:
         self.config = config
         self.services = services
         self.operating = operating
         self.caches: Mapping[str, Cache] = caches if caches is not None else {}
         """The cache stage of each cached route (the gateway's own, filled as it builds)."""
+        self.limiters: Mapping[str, RateLimit] = limiters if limiters is not None else {}
+        """Each route's rate-limit stage (the gateway's own): its leases' units in hand."""
         self.prefix = config.ops.admin_prefix
         self.adopt_breaker: Callable[[str, str, int], None] | None = None
         """Takes a shared breaker's answer into this isolate's copy (the gateway sets it)."""
-        self.held: Callable[[str, str, Override | None, int], int] | None = None
-        """The units this isolate's leases hold on a route's key (the gateway sets it)."""
 
     def admin_path(self, path: str) -> str | None:
         """The admin API's path for a canonical path under its prefix, in any case and with
@@ -364,7 +365,7 @@ class Admin:
         probe = policy.cost
         # A leased bucket grants no lease that would take its reserve: ask for it too.
         reserves = lease_reserves(limits, policy.algorithm, policy.lease_ttl_ms)
-        asked = max(reserves) if policy.lease_ttl_ms and not self._shadow(policy) else 0
+        asked = max(reserves) if policy.lease_ttl_ms else 0
         response = await call("peek", probe + asked)
         decisions = response.decisions
         if asked:
@@ -373,8 +374,9 @@ class Admin:
         # What each limit lets the key use now (a denied request took nothing), with the
         # units this isolate's leases hold, which its next requests use first.
         held = 0
-        if policy.lease_ttl_ms and self.held is not None:
-            held = self.held(route.name, key, override, self.services.clock.now_ms())
+        limiter = self.limiters.get(route.name)
+        if limiter is not None:
+            held = limiter.held_units(key, override, self.services.clock.now_ms())
         available = [d.remaining + (probe if decision.allowed else 0) + held for d in decisions]
         if held and (decision.allowed or held >= probe):
             decisions = tuple(
@@ -387,7 +389,7 @@ class Admin:
             next_request = {"allowed": True, "headers": {REASON_HEADER: "exempt"}}
         else:
             said = decision
-            if self._shadow(policy) and not decision.allowed:
+            if policy.shadow and not decision.allowed:
                 # A shadow route lets it through, reporting what it would have done.
                 said = decision._replace(allowed=True, retry_after=0, reason=Reason.SHADOW)
             next_request = {
@@ -421,10 +423,6 @@ class Admin:
                 "next_request": next_request,
             },
         )
-
-    def _shadow(self, policy: RateLimitPolicy) -> bool:
-        """Whether a route of ``policy`` only reports (its own or the top level's shadow)."""
-        return policy.shadow or self.config.ops.shadow
 
     async def _control(self, call: str, now: int) -> dict[str, Any]:
         """The Control object's answer to an overrides call; this isolate takes the list."""

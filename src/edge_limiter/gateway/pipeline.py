@@ -63,7 +63,9 @@ class Gateway:
         self.operating = Operating(config, services)
         self.caches: dict[str, Cache] = {}
         """Each cached route's cache stage, by route name (filled as routes are built)."""
-        self.admin = Admin(config, services, self.operating, self.caches)
+        self.limiters: dict[str, RateLimit] = {}
+        """Each route's rate-limit stage, by route name (filled as routes are built)."""
+        self.admin = Admin(config, services, self.operating, self.caches, self.limiters)
         # A secret the config names but the Worker lacks is a config problem (503 saying so).
         self.origin_fields = _origin_fields(config, services)
         """The fields every request to a pool's origins carries, by pool name."""
@@ -77,13 +79,8 @@ class Gateway:
         self.upstream = forward
         self.admin.adopt_breaker = forward.breakers.take
         self._routes: dict[str, Handler] = {}
-        self.limiters: dict[str, RateLimit] = {}
-        """Each route's rate-limit stage, by route name."""
         for route in config.routes:
             self._routes[route.name] = chain(self._stages(route), forward)
-        self.admin.held = lambda route, key, override, now: self.limiters[route].held_units(
-            key, override, now
-        )
         self._unmatched: Handler = forward
 
     def _stages(self, route: Route) -> list[Stage]:

@@ -141,9 +141,9 @@ class RateLimit:
         self.operating = operating
         policy = route.limits
         self.storing = (policy.write_behind_ms, config.ops.cleanup_after_ms)
-        self.shadow = policy.shadow or config.ops.shadow
-        # A shadow route never blocks: each request is checked, to report what would be.
-        self.lease_ttl_ms = 0 if self.shadow else policy.lease_ttl_ms
+        # The top level's shadow is in the route's, and a shadow route has no leases.
+        self.shadow = policy.shadow
+        self.lease_ttl_ms = policy.lease_ttl_ms
         self.refunds = bool(route.forward.refund_on)
         self.check = Check.of(
             policy.algorithm,

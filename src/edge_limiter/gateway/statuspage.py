@@ -59,7 +59,7 @@ def render(
                 ", ".join(str(limit) for limit in route.limits.limits),
                 info["algorithm"],
                 ", ".join(info["key"]),
-                "yes" if info["shadow"] or config.ops.shadow else "",
+                "yes" if info["shadow"] else "",
                 denied5,
                 denied60,
                 counts5.get("shadow", 0),

@@ -65,6 +65,19 @@ def parse_dictionary(value: str) -> dict[str, str | None] | None:
         return None
 
 
+def is_list(value: str) -> bool:
+    """Whether ``value`` is a non-empty RFC 8941 List (section 4.2.1), as ``RateLimit``
+    and ``RateLimit-Policy`` are."""
+    parser = _Parser(value.strip(" "))
+    if not parser.text:
+        return False
+    try:
+        parser.members()
+    except _Invalid:
+        return False
+    return True
+
+
 class _Parser:
     """RFC 8941 section 4.2, the parts a Dictionary needs."""
 
@@ -112,6 +125,22 @@ class _Parser:
             if self.at >= len(self.text):
                 raise _Invalid  # a trailing comma
         return members
+
+    def members(self) -> None:
+        """A List's members (Items or Inner Lists, with their parameters), to its end."""
+        while True:
+            if self._peek() == "(":
+                self._inner_list()
+            else:
+                self._item()
+            self._skip(_OWS)
+            if self.at >= len(self.text):
+                return
+            if self._take() != ",":
+                raise _Invalid
+            self._skip(_OWS)
+            if self.at >= len(self.text):
+                raise _Invalid  # a trailing comma
 
     def _key(self) -> str:
         if self._peek() not in _KEY_FIRST:

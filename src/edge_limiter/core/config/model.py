@@ -53,12 +53,15 @@ class RateLimitPolicy:
     key: KeySpec
     cost: int = 1
     shadow: bool = False
+    """Counted and reported, never blocked: the route's own ``shadow`` or the top level's
+    (folded in when the config is parsed)."""
     write_behind_ms: int = 0
     """0: each decision is stored before the answer; else changes are written at most this
     long after (a restart of the key's object may forget that last interval)."""
     lease_ttl_ms: int = 0
     """0: every admitted request asks the key's object; else isolates take units ahead in
-    leases of this ttl and admit from them locally (:mod:`edge_limiter.core.leases`)."""
+    leases of this ttl and admit from them locally (:mod:`edge_limiter.core.leases`).
+    Always 0 on a shadow route, which checks every request to report what would be."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -538,7 +538,10 @@ def _parse_route(
     on_store_error = choice(
         raw, "on_store_error", "open", where, problems, options=("open", "closed")
     )
-    if shadow is True or defaults.shadow_everywhere:
+    # As the gateway runs it: under the top level's shadow every route is one, and a
+    # shadow route checks every request with its object (no leases).
+    shadowed = shadow is True or defaults.shadow_everywhere
+    if shadowed:
         which = "this route's" if shadow is True else "the top level's"
         ignored = [
             (
@@ -658,9 +661,6 @@ def _parse_route(
         )
     if len(problems) != before or match is None or pool is None:
         return None
-    # As the gateway runs it: under the top level's shadow every route is one, and a
-    # shadow route checks every request with its object (no leases).
-    shadowed = shadow is True or defaults.shadow_everywhere
     return Route(
         name=name,
         match=match,

@@ -19,9 +19,9 @@ Two header families are sent on every limited route's response:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
+from ..caching.targeted import is_list
 from ..decision import Decision
 
 REASON_HEADER = "X-EdgeLimiter-Reason"
@@ -119,14 +119,6 @@ def rate_limit_headers(combined: Decision, decisions: Sequence[Decision]) -> lis
     return headers
 
 
-_SF_ITEM = (
-    r'[ \t]*(?:"(?:[^"\\]|\\.)*"|[A-Za-z*][A-Za-z0-9_.:%*/+-]*)'
-    r'(?:[ \t]*;[ \t]*[a-z*][a-z0-9_.*-]*(?:=(?:"(?:[^"\\]|\\.)*"|[^;,\s"]+))?)*[ \t]*'
-)
-#: An RFC 8941 list of items, as ``RateLimit`` and ``RateLimit-Policy`` are (roughly).
-_SF_LIST_RE = re.compile(rf"{_SF_ITEM}(?:,{_SF_ITEM})*")
-
-
 def with_origins_fields(
     ours: list[tuple[str, str]], theirs: Callable[[str], str | None]
 ) -> list[tuple[str, str]]:
@@ -152,9 +144,9 @@ def with_origins_fields(
         )
     their_policy = theirs("ratelimit-policy") if their_list is not None else None
     # A value that is not a well-formed list, joined to ours, would spoil ours too.
-    if their_list is not None and not _SF_LIST_RE.fullmatch(their_list):
+    if their_list is not None and not is_list(their_list):
         their_list = None
-    if their_policy is not None and not _SF_LIST_RE.fullmatch(their_policy):
+    if their_policy is not None and not is_list(their_policy):
         their_policy = None
     before = {"RateLimit": their_list, "RateLimit-Policy": their_policy}
     for name, value in ours:
