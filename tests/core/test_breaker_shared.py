@@ -90,6 +90,34 @@ def test_failed_probes_open_a_closed_breaker_and_a_passing_one_ends_the_wait() -
     assert trial.phase is Phase.HALF_OPEN and trial.successes == 1
 
 
+def test_failed_probes_open_a_half_open_breaker_again_for_longer() -> None:
+    # Opened by probes; its wait runs out with no traffic (half-open as stored: open
+    # past open_until), and the next failed probe is a failed trial.
+    shared = apply_health(SharedState(), SETTINGS, HealthReport(T0, False, 2))
+    shared = apply_health(shared, SETTINGS, HealthReport(T0 + 1, False, 2))
+    first = shared.breaker
+    assert first.phase is Phase.OPEN and first.trips == 1
+    later = first.open_until + 60_000
+    shared = apply_health(shared, SETTINGS, HealthReport(later, False, 2))
+    assert shared.breaker.phase is Phase.OPEN and shared.breaker.trips == 2
+    assert shared.breaker.open_until == later + 2 * 10_000
+    assert allow(shared.breaker, SETTINGS, later + 1)[0].refusal is Refusal.OPEN
+    # Opened by calls, half-open with a trial out (stored as half-open): probes that
+    # fail unhealthy_after times in a row open it again.
+    opened = apply_reports(BreakerState(), SETTINGS, failures(4))
+    _, half = allow(opened, SETTINGS, opened.open_until)
+    assert half.phase is Phase.HALF_OPEN
+    at = opened.open_until + 5
+    shared = apply_health(SharedState(half), SETTINGS, HealthReport(at, False, 2))
+    assert shared.breaker.phase is Phase.HALF_OPEN
+    shared = apply_health(shared, SETTINGS, HealthReport(at + 1, False, 2))
+    assert shared.breaker.phase is Phase.OPEN and shared.breaker.trips == 2
+    assert shared.breaker.generation > half.generation
+    # While still open (before its wait ends), failed probes change nothing.
+    again = apply_health(shared, SETTINGS, HealthReport(at + 2, False, 2))
+    assert again.breaker == shared.breaker
+
+
 def test_a_passing_probe_resets_the_run_of_failures() -> None:
     shared = apply_health(SharedState(), SETTINGS, HealthReport(T0, False, 2))
     shared = apply_health(shared, SETTINGS, HealthReport(T0 + 1, True, 2))

@@ -33,6 +33,7 @@ from .breaker import (
     Phase,
     Report,
     allow,
+    current_phase,
     decode_report,
     decode_state,
     encode_report,
@@ -178,7 +179,10 @@ def apply_health(
             breaker = replace(breaker, open_until=probe.at)
         return SharedState(breaker, 0)
     failed = shared.failed_probes + 1
-    if failed >= probe.unhealthy_after and breaker.phase is not Phase.OPEN:
+    # A breaker whose wait is over is half-open (stored as open past ``open_until``, or
+    # as half-open once a trial was reported): a failed probe is a failed trial there,
+    # and opens it again for a longer wait, as a failed call would.
+    if failed >= probe.unhealthy_after and current_phase(breaker, probe.at) is not Phase.OPEN:
         trips = breaker.trips + 1
         breaker = BreakerState(
             phase=Phase.OPEN,
