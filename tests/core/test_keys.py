@@ -251,22 +251,38 @@ def test_a_query_or_cookie_key_counts_every_spelling_php_reads_as_its_name() -> 
         "api_key[0]=K",
         "api[key=K",
         "x=1;api.key=K",
+        # PHP reads a name as a C string: it ends at a NUL (a later probe's finding).
+        "api_key%00=K",
+        "api_key%00other=K",
+        "api.key%00=K",
     ):
         assert query.compute(view(query=spelled), {}) == "query:api_key=K", spelled
-    for other in ("apikey=K", "api-key=K", "[api_key=K", "api_key_=K", "xapi_key=K"):
+    for other in (
+        "apikey=K",
+        "api-key=K",
+        "[api_key=K",
+        "api_key_=K",
+        "xapi_key=K",
+        "%00api_key=K",
+        "api%00_key=K",
+    ):
         assert query.compute(view(query=other), {}) == "query:api_key=", other
     # Both spellings with different values: an origin reads one or the other.
     with pytest.raises(AmbiguousRequestError, match="api_key"):
         view(query="api_key=K&api.key=J").query_param("api_key")
     assert view(query="api_key=K&api.key=K").query_param("api_key") == "K"
+    with pytest.raises(AmbiguousRequestError, match="api_key"):
+        view(query="api_key=decoy&api_key%00=K").query_param("api_key")
     # A name written as an array member is matched as written only.
     member = spec("query:filter[id]")
     assert member.compute(view(query="filter[id]=7&filter[name]=x"), {}) == ("query:filter[id]=7")
     cookie = spec("cookie:session_id")
-    for line in ("session_id=C", "session.id=C", "a=1; session%2Eid=C"):
+    for line in ("session_id=C", "session.id=C", "a=1; session%2Eid=C", "session_id%00=C"):
         assert cookie.compute(view(headers={"cookie": line}), {}) == "cookie:session_id=C"
     with pytest.raises(AmbiguousRequestError, match="session_id"):
         view(headers={"cookie": "session_id=C; session.id=D"}).cookie("session_id")
+    with pytest.raises(AmbiguousRequestError, match="session_id"):
+        view(headers={"cookie": "session_id%00=C; session_id=D"}).cookie("session_id")
 
 
 def test_an_authorization_key_counts_every_spelling_of_the_same_credentials() -> None:

@@ -2,9 +2,10 @@
 
 A query or form parameter's name (and a cookie's) is not always read as written. PHP,
 hence Laravel and Symfony, registers ``$_GET``, ``$_POST`` and ``$_COOKIE`` names after
-mangling them: leading spaces dropped, a space or ``.`` made ``_``, and ``name[...]`` an
-array called ``name``. So ``?api.key=K``, ``?+api_key=K`` and ``?api_key[]=K`` all reach a
-PHP origin as its ``api_key``, and ``.method=DELETE`` in a form as its ``_method``. What
+mangling them: cut at a NUL byte, leading spaces dropped, a space or ``.`` made ``_``,
+and ``name[...]`` an array called ``name``. So ``?api.key=K``, ``?+api_key=K``,
+``?api_key[]=K`` and ``?api_key%00x=K`` all reach a PHP origin as its ``api_key``, and
+``.method=DELETE`` in a form as its ``_method``. What
 decides identity or the method is matched in every such spelling (other origins read
 those names as written, and a request naming both spellings is then ambiguous, so it is
 refused rather than guessed).
@@ -17,10 +18,12 @@ def php_name(name: str) -> str:
     """``name`` (already percent-decoded) as PHP registers it; empty when PHP drops it.
 
     ``a.b`` and ``a b`` are ``a_b``; ``a[x]`` and ``a[]`` are the array ``a``; a ``[``
-    that is never closed becomes ``_`` (``a[b`` is ``a_b``).
+    that is never closed becomes ``_`` (``a[b`` is ``a_b``); PHP reads the name as a C
+    string, so it ends at a NUL (``a%00b``, decoded, is ``a``).
     """
-    if " " not in name and "." not in name and "[" not in name:
+    if " " not in name and "." not in name and "[" not in name and "\0" not in name:
         return name  # the usual name: nothing for PHP to change
+    name = name.partition("\0")[0]
     name = name.lstrip(" ")
     out: list[str] = []
     for index, char in enumerate(name):
