@@ -347,6 +347,35 @@ def test_a_health_checks_verdict_holds_at_once_in_the_isolate_that_ran_it() -> N
     assert origins.hits == ["us"]  # eu was not tried first
 
 
+def test_an_isolate_asks_the_shared_breaker_before_a_trial_once_its_wait_ended() -> None:
+    # A probe's finding: probes opened eu, its wait ran out with no traffic, and the next
+    # failed probes (here in another isolate's cron, at the shared breaker) opened it
+    # again. An isolate whose copy predates the end of the wait asks before it sends a
+    # half-open trial, so no user request goes to eu.
+    origins = Origins()
+    members = [dict(member) for member in POOLS["api"]["origins"]]
+    members[0]["health"] = {"path": "/health", "unhealthy_after": 2}
+    breaker = {**POOLS["api"]["breaker"], "open_for": "5s"}
+    h = pooled(origins, pools={"api": {**POOLS["api"], "breaker": breaker, "origins": members}})
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
+    origins.down.add("eu")
+    for _ in range(2):
+        asyncio.run(h.gateway.probe_health())
+    h.clock.advance(5_001)  # the 5 s wait is over: half-open in this isolate's copy
+    settings = BreakerSettings(failure_rate=50, window=4, min_calls=4, open_for_ms=5_000)
+    failed = SyncCall(settings, health=HealthReport(h.clock.now, False, 2))
+    asyncio.run(h.breakers.sync("eu", failed.to_json()))  # another isolate's probe
+    origins.hits.clear()
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "us"
+    assert origins.hits == ["us"]
+    # Once the longer wait (10 s) ends too, a trial goes out as usual.
+    origins.down.clear()
+    h.flush()
+    h.clock.advance(10_001)
+    origins.hits.clear()
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
+
+
 def test_backoff_is_full_jitter_within_the_cap_and_the_deadline_holds() -> None:
     origins = Origins()
     origins.down.update({"eu", "us", "ap"})

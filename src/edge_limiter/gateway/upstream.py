@@ -46,6 +46,7 @@ from ..core.resilience.breaker import (
     BreakerState,
     Outcome,
     Permit,
+    Phase,
     Refusal,
     Report,
     allow,
@@ -194,11 +195,21 @@ class BreakerBoard:
         background.defer(self._sync(origin, settings, copy))
 
     async def refresh_if_old(self, origin: str, settings: BreakerSettings, now: int) -> None:
-        """Refresh a copy too old to trust before it decides (see REFRESH_BEFORE_USE_MS)."""
+        """Refresh a copy too old to trust before it decides (see REFRESH_BEFORE_USE_MS),
+        or one about to send a half-open trial on what it knew before the wait ended (a
+        health probe or another isolate's trial may have opened it again since)."""
         if self.services.breakers is None:
             return
         copy = self._copy(origin)
-        if copy.syncing or now - copy.synced_at < REFRESH_BEFORE_USE_MS:
+        if copy.syncing:
+            return
+        state = copy.state
+        waking = (
+            state.phase is Phase.OPEN
+            and not state.forced
+            and copy.synced_at < state.open_until <= now
+        )
+        if not waking and now - copy.synced_at < REFRESH_BEFORE_USE_MS:
             return
         copy.syncing = True
         copy.synced_at = now
@@ -524,8 +535,16 @@ class Upstream:
         started = clock.now_ms()
         timeout_ms = min(origin.timeout_ms, max(1, deadline - started))
         url = origin.url + exchange.path + (f"?{request.query}" if request.query else "")
+        # A body read here (to store it) may pause for the route's timeout between parts,
+        # whichever origin sends it (the origin's own timeout bounds its head only).
         outgoing = OriginRequest(
-            request.method, url, request.headers, request.body, timeout_ms, request.native
+            request.method,
+            url,
+            request.headers,
+            request.body,
+            timeout_ms,
+            request.native,
+            exchange.forward.timeout_ms,
         )
         response: Response | None = None
         error: str | None = None
