@@ -564,6 +564,9 @@ def test_an_origin_body_cut_off_is_a_502_and_never_stored() -> None:
     answer = h.send(request("/v1/catalog/shoes"))
     assert answer.status == 502
     assert body_json(answer)["code"] == "origin_body_broken"
+    # It was counted: the client is told where its limit stands, as on a 504.
+    assert answer.headers.get("x-ratelimit-remaining") is not None
+    assert answer.headers.get("ratelimit") is not None
     h.flush()
     assert h.kv.values == {}
 

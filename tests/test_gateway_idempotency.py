@@ -418,6 +418,7 @@ def test_an_origin_body_cut_off_is_a_502_and_never_forwarded_again() -> None:
     first = h.send(post())
     assert first.status == 502
     assert body_json(first)["code"] == "origin_body_broken"
+    assert first.headers.get("x-ratelimit-remaining") is not None  # it was counted
     # The origin acted: a retry is never forwarded again, even after the lock's end; it
     # gets the status and fields the origin answered with, its body said to be omitted.
     for wait in (0, 61_000, 3_600_000):

@@ -28,7 +28,7 @@ from .conftest import fresh_ip, track
 pytestmark = pytest.mark.e2e
 
 NAMES = ("eu", "us", "ap", "fo-eu", "fo-us", "st-eu", "st-us", "hc-a", "hc-b", "p-a", "p-b")
-NAMES += ("tiny", "lone", "slow")
+NAMES += ("tiny", "lone", "slow", "drip")
 BREAKER = {"failure_rate": 50, "window": 4, "min_calls": 4, "open_for": "3s"}
 RETRY = {"attempts": 3, "base": "10ms", "cap": "50ms"}
 
@@ -49,6 +49,9 @@ POOLS: dict[str, Any] = {
     "tiny": [{"name": "tiny", "url": "", "max_in_flight": 2}],
     "lone": [{"name": "lone", "url": ""}],
     "slow": [{"name": "slow", "url": ""}],
+    # Its own timeout bounds the wait for an answer's head; a body the gateway reads may
+    # pause for the route's timeout (3 s here) between parts.
+    "drip": [{"name": "drip", "url": "", "timeout": "300ms"}],
 }
 
 
@@ -200,6 +203,7 @@ def pool_config(origins: dict[str, DemoOrigin], odd_url: str) -> dict[str, Any]:
             route("tiny", "tiny"),
             route("stale", "lone", cache={"ttl": "1s", "stale_if_error": "1m"}),
             route("deadline", "slow", timeout="1s"),
+            route("dripc", "drip", timeout="3s", cache={"ttl": "1m"}),
             route("odd", "odd"),
             route("oddc", "odd", cache={"ttl": "1m"}),
             route("oddi", "odd", idempotency={"mode": "optional"}),
@@ -395,6 +399,13 @@ def test_health_probes_open_a_breaker_with_no_user_traffic(
     for base in (pools_gateway.url, pools_gateway.replica_urls[0]):
         assert get(base, "/hc/x", "DE", "EU").headers["x-origin"] == "hc-b"
     assert hits(sick) == 0  # no user request ever reached it
+    # Its wait (3 s) runs out with no traffic: half-open. A failed probe then is a failed
+    # trial: open again, for twice as long, still with no user request sent to it.
+    time.sleep(3.2)
+    assert pools_gateway.run_scheduled() == 200
+    for base in (pools_gateway.url, pools_gateway.replica_urls[0]):
+        assert get(base, "/hc/x", "DE", "EU").headers["x-origin"] == "hc-b"
+    assert hits(sick) == 0
     sick.fail_status = None
     assert pools_gateway.run_scheduled() == 200  # it passes: tried again at once
     deadline = time.monotonic() + 15
@@ -466,3 +477,27 @@ def test_every_failure_answer_arrives_within_the_route_deadline(
     body = answer.json()
     assert body["code"] == "origin_timeout" and body["tried"][0]["origin"] == "slow"
     assert elapsed < 2.0  # the 1 s deadline, not the origin's 5 s
+
+
+def test_a_body_read_to_store_it_may_pause_for_the_routes_timeout(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    # A probe's finding: the origin's own timeout (300 ms) cut a stored body whose parts
+    # came 500 ms apart, though the route's timeout (3 s) allows that pause.
+    path = f"/dripc/{fresh_ip()}?drip=500"
+    answer = get(pools_gateway.url, path)
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.headers["x-cache"] == "MISS" and answer.json()["origin"] == "drip"
+    deadline = time.monotonic() + 10
+    while (hit := get(pools_gateway.url, path)).headers["x-cache"] != "HIT":
+        assert time.monotonic() < deadline, "the body was never stored"
+        time.sleep(0.1)
+    assert hit.json() == answer.json()
+    # The origin's timeout still bounds the wait for the head.
+    origins["drip"].delay_ms = 1_000
+    started = time.monotonic()
+    late = get(pools_gateway.url, f"/dripc/{fresh_ip()}")
+    origins["drip"].delay_ms = 0
+    assert late.status_code == 504 and late.json()["code"] == "origin_timeout"
+    assert {tried["timeout_ms"] for tried in late.json()["tried"]} == {300}  # each attempt
+    assert time.monotonic() - started < 2.5  # three attempts, within the route's 3 s

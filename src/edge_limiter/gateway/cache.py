@@ -238,7 +238,11 @@ class Cache:
                     # sent a truncated copy as if it were whole.
                     self._log_failure("origin_body", exc)
                     origin = response.headers.get("x-origin") or "origin"
-                    return problem_response(problems.origin_body_broken(self.route.name, origin))
+                    # Where the client's limit stands, as the whole answer would have said.
+                    fields = gateway_fields(response.headers.items())
+                    return problem_response(
+                        problems.origin_body_broken(self.route.name, origin), fields
+                    )
                 if stored is None:
                     _note(self._passed, base, self.services.clock.now_ms())
                 elif validators:

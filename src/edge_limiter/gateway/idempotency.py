@@ -34,7 +34,7 @@ from ..core.caching.fields import is_stream_type
 from ..core.config import Route
 from ..core.errors import BodyReadError, IdempotencyKeyError, IdempotencyRecordError, ProtocolError
 from ..core.http import problems
-from ..core.http.fields import REASON_HEADER, origin_fields
+from ..core.http.fields import REASON_HEADER, gateway_fields, origin_fields
 from ..core.http.messages import SLOW_PART_MS, Headers, Response
 from ..core.idempotency.fingerprint import ALWAYS_FINGERPRINTED, fingerprint
 from ..core.idempotency.keys import parse_idempotency_key, scoped_name
@@ -207,7 +207,9 @@ class Idempotency:
             self._log("idempotency_error", op="origin_body", error=repr(exc))
             origin = response.headers.get("x-origin") or "origin"
             await self._complete(exchange, name, print_, token, response, body=None)
-            return problem_response(problems.origin_body_broken(self.route.name, origin))
+            # Where the client's limit stands, as the whole answer would have said.
+            fields = gateway_fields(response.headers.items())
+            return problem_response(problems.origin_body_broken(self.route.name, origin), fields)
         await self._complete(exchange, name, print_, token, response, body=data)
         return response
 

@@ -41,6 +41,9 @@ class OriginRequest:
     body: bytes | Body | None
     timeout_ms: int
     native: object | None = None
+    body_idle_ms: int = 0
+    """How long a body the gateway reads may pause between parts before the read fails
+    (the route's ``timeout``; 0: ``timeout_ms``)."""
 
 
 class OriginError(Exception):

@@ -173,7 +173,7 @@ class FetchOrigin:
         finally:
             globals_.clearTimeout(timer)
         status = int(answer.status)
-        body = JsBody(answer, idle_ms=request.timeout_ms)
+        body = JsBody(answer, idle_ms=request.body_idle_ms or request.timeout_ms)
         return Response(status, JsHeaders.of_response(answer, body, status), body, answer)
 
 
