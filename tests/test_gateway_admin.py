@@ -274,6 +274,10 @@ def test_overrides_set_list_remove_and_take_effect_at_once_in_this_isolate() -> 
     assert admin(h, "/api/overrides", "POST", body=b"not json").status == 400
     twice = admin(h, "/api/overrides", "POST", body=b'{"route": "api", "route": "b"}')
     assert twice.status == 400 and "ambiguous: member(s) route" in body_json(twice)["detail"]
+    # Nested too deep to parse safely (on Pyodide it would end the isolate): refused.
+    deep = b'{"route": "api", "x": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"
+    refused = admin(h, "/api/overrides", "POST", body=deep)
+    assert refused.status == 400 and "nested deeper than 512" in body_json(refused)["detail"]
     costly = harness({**ROUTES[0], "cost": 3}, admin_token=TOKEN)
     below = {"route": "api", "key": "k", "limits": "2/minute"}
     refused = admin(costly, "/api/overrides", "POST", body=json.dumps(below).encode())

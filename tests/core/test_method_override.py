@@ -81,6 +81,44 @@ def test_the_spellings_php_reads_as_method_are_found_and_dropped() -> None:
     assert set(asked_methods([], "_method=PUT&.method=DELETE", None)) == {"PUT", "DELETE"}
 
 
+def test_the_spellings_rack_2_and_asp_net_core_read_as_method_are_found() -> None:
+    # A probe's findings: Rack 2 (Rails 6, 7.0) reads "[_method]", "_method]" and
+    # "]_method" as _method, ASP.NET Core reads "_METHOD" as it (names in any case).
+    for name in ("[_method]", "_method]", "]_method", "%5B_method%5D", "_METHOD", "_Method"):
+        assert asked_methods([], "", f"{name}=DELETE".encode()) == {
+            "DELETE": "the _method form field"
+        }, name
+        assert without_override_param(f"a=1&{name}=DELETE") == "a=1", name
+
+
+def test_a_json_body_is_read_for_its_method_as_laravel_reads_one() -> None:
+    # A probe's findings: Laravel takes any Content-Type holding "/json" or "+json" as
+    # JSON, and reads an integer of any length (PHP: a float) where CPython refuses one of
+    # more than 4,300 digits: both were POSTs here and DELETEs there.
+    for content_type in (
+        "text/json",
+        "application/jsonx",
+        "application/json-seq",
+        "text/plain; x=/json",
+    ):
+        assert is_json(content_type), content_type
+    assert not is_json("text/plain") and not is_json("application/xml") and not is_json(None)
+    huge = b'{"_method":"DELETE","x":1' + b"0" * 5_000 + b"}"
+    assert asked_methods([], "", None, huge) == {"DELETE": "the _method member of the JSON body"}
+
+
+@pytest.mark.parametrize("mode", ["apply", "refuse"])
+def test_a_json_body_too_deep_to_read_is_refused(mode: str) -> None:
+    # Parsing it would have killed the isolate on Pyodide (a probe's finding: 5,000
+    # nested arrays stopped every request after it on local workerd); what it asks for
+    # cannot be known, so the request is refused, never taken as the POST it says.
+    deep = b'{"_method":"DELETE","x":' + b"[" * 5_000 + b"]" * 5_000 + b"}"
+    asked = asked_methods([], "", None, deep)
+    with pytest.raises(MethodOverrideError, match="nested deeper than 512 levels"):
+        overridden_method(mode, asked, True)
+    assert overridden_method("pass", asked, True) is None
+
+
 @pytest.mark.parametrize("mode", ["apply", "refuse"])
 def test_nothing_asked_or_post_itself_keeps_the_post(mode: str) -> None:
     assert overridden_method(mode, {}, True) is None

@@ -51,7 +51,7 @@ from ..core.explain import (
     header_line,
     split_url,
 )
-from ..core.http import problems
+from ..core.http import bounded_json, problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name, written_as_labelled
@@ -447,7 +447,7 @@ class Admin:
         if raw is None:
             raise _AdminError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
         try:
-            data = json.loads(raw or b"null", object_pairs_hook=_once_each)
+            data = bounded_json.loads(raw or b"null", object_pairs_hook=_once_each)
         except _Repeated as exc:
             raise _AdminError(400, f"the body's JSON is ambiguous: {exc}") from exc
         except ValueError as exc:

@@ -21,12 +21,13 @@ so is a GET or HEAD asked for by a POST with a body (the platform cannot send on
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote_plus
 
 from ..caching.fields import is_token, list_items
+from . import bounded_json
+from .bounded_json import JsonTooDeepError
 from .params import same_param
 
 if TYPE_CHECKING:
@@ -47,6 +48,10 @@ BODILESS = frozenset(("GET", "HEAD"))
 #: the platform's ``fetch`` can also send (it refuses names it does not know, which would
 #: fail every attempt at the origin as if the origin were down).
 OVERRIDABLE = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+
+
+#: What :func:`asked_methods` says was asked when a JSON body is nested too deep to read.
+UNREADABLE = "(unreadable)"
 
 
 class MethodOverrideError(ValueError):
@@ -71,13 +76,13 @@ def is_form(content_type: str | None) -> bool:
 
 def is_json(content_type: str | None) -> bool:
     """Whether a body of this ``Content-Type`` may be JSON (Laravel takes a ``_method``
-    member of a JSON body as the method too)."""
+    member of a JSON body as the method too). Laravel's test is loose: a field holding
+    ``/json`` or ``+json`` anywhere (``text/json``, ``application/json-seq``, even in a
+    parameter), so that is the test here, in any case."""
     if not content_type:
         return False
-    return any(
-        media == "application/json" or media.endswith("+json")
-        for media in _media_types(content_type)
-    )
+    lowered = content_type.lower()
+    return "/json" in lowered or "+json" in lowered
 
 
 def _params(text: str) -> list[tuple[str, str]]:
@@ -88,7 +93,7 @@ def _params(text: str) -> list[tuple[str, str]]:
 
 
 def _may_override(text: str) -> bool:
-    return _HINT in text or "%" in text
+    return "%" in text or _HINT in text.lower()
 
 
 def without_override_param(query: str) -> str:
@@ -112,11 +117,14 @@ def without_override_param(query: str) -> str:
 
 
 def _json_method(body: bytes) -> str | None:
-    """A JSON object body's ``_method`` member, if it is a string."""
-    if PARAM.encode() not in body and b"\\u" not in body:
+    """A JSON object body's ``_method`` member, if it is a string; :data:`UNREADABLE` for
+    a body nested too deep to parse safely (see :mod:`.bounded_json`)."""
+    if b"\\u" not in body and PARAM.encode() not in body.lower():
         return None
     try:
-        data = json.loads(body)
+        data = bounded_json.loads(body)
+    except JsonTooDeepError:
+        return UNREADABLE
     except ValueError:
         return None
     value = data.get(PARAM) if isinstance(data, dict) else None
@@ -148,13 +156,15 @@ def asked_methods(
         for key, value in _params(query):
             if same_param(key, PARAM) and value.strip():
                 asked.setdefault(value.strip().upper(), "the _method query parameter")
-    if form and (_HINT_BYTES in form or b"%" in form):
+    if form and (b"%" in form or _HINT_BYTES in form.lower()):
         for key, value in _params(form.decode("utf-8", errors="replace")):
             if same_param(key, PARAM) and value.strip():
                 asked.setdefault(value.strip().upper(), "the _method form field")
     if json_body:
         member = _json_method(json_body)
-        if member is not None and member.strip():
+        if member == UNREADABLE:
+            asked[UNREADABLE] = "a JSON body nested too deep to read"
+        elif member is not None and member.strip():
             asked.setdefault(member.strip().upper(), "the _method member of the JSON body")
     return asked
 
@@ -166,6 +176,12 @@ def overridden_method(mode: str, asked: dict[str, str], has_body: bool) -> str |
     """
     if mode == "pass" or not asked:
         return None
+    if UNREADABLE in asked:
+        raise MethodOverrideError(
+            "The request is a POST whose JSON body is nested deeper than "
+            f"{bounded_json.MAX_DEPTH} levels: whether its _method member asks for another "
+            "method cannot be read. Send the method itself, or a flatter body."
+        )
     if len(asked) > 1:
         named = ", ".join(f"{method} ({where})" for method, where in sorted(asked.items()))
         raise MethodOverrideError(
