@@ -20,6 +20,7 @@ names them explicitly (``header:x-forwarded-for``); the default is ``ip``.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import ipaddress
@@ -60,6 +61,10 @@ _SCHEMES = {
     )
 }  # fmt: skip
 _CREDENTIALS_RE = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]+(.*)", re.DOTALL)
+#: What base64 decoders skip in ``Basic`` credentials (Python's and PHP's non-strict ones,
+#: Node's Buffer): anything outside both alphabets, padding included.
+_NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/_-]")
+_URL_SAFE = str.maketrans("-_", "+/")
 
 #: Object names longer than this, or with characters outside the safe set, are hashed.
 MAX_PLAIN_NAME = 128
@@ -131,7 +136,21 @@ def credentials(value: str) -> str:
         return value
     scheme, rest = match.groups()
     folded = scheme.lower()
+    if folded == "basic":
+        rest = _basic(rest)
     return f"{_SCHEMES.get(folded, folded)} {rest}"
+
+
+def _basic(encoded: str) -> str:
+    """``Basic`` credentials in their canonical base64. Decoders read many spellings as
+    the same ``user:password`` (padding left out, bits past the last byte set, characters
+    outside the alphabet skipped, the URL-safe alphabet): each would be a counter of its
+    own. Text that decodes to nothing whole is kept as sent."""
+    text = _NOT_BASE64.sub("", encoded).translate(_URL_SAFE)
+    if not text or len(text) % 4 == 1:
+        return encoded
+    decoded = base64.b64decode(text + "=" * (-len(text) % 4))
+    return base64.b64encode(decoded).decode("ascii")
 
 
 def written_as_labelled(spec: KeySpec, given: str) -> bool:

@@ -9,9 +9,17 @@ and ``name[...]`` an array called ``name``. So ``?api.key=K``, ``?+api_key=K``,
 decides identity or the method is matched in every such spelling (other origins read
 those names as written, and a request naming both spellings is then ambiguous, so it is
 refused rather than guessed).
+
+Rack 2 (Rails 6 and 7.0) reads a name after skipping the ``[`` and ``]`` it starts with
+and dropping those that follow it: ``[api_key]``, ``]api_key`` and ``api_key]`` are its
+``api_key``. ASP.NET Core looks names up in any case: ``API_KEY`` is its ``api_key``.
 """
 
 from __future__ import annotations
+
+import re
+
+_RACK = re.compile(r"[\[\]]*([^\[\]]+)\]*")
 
 
 def php_name(name: str) -> str:
@@ -41,12 +49,27 @@ def php_name(name: str) -> str:
     return "".join(out)
 
 
+def rack_name(name: str) -> str:
+    """``name`` (already percent-decoded) as Rack 2 registers a plain parameter (or an
+    array of them, ``name[]``); empty when it is a hash or nothing Rack 2 keeps."""
+    match = _RACK.match(name)
+    if match is None:
+        return ""
+    rest = name[match.end() :]
+    return match.group(1) if rest in ("", "[]") else ""
+
+
 def same_param(name: str, wanted: str) -> bool:
     """Whether a parameter or cookie called ``name`` (decoded) is ``wanted`` to an origin:
-    the same name, or the same once PHP has mangled both. A ``wanted`` holding ``[`` is
-    matched as written only (``filter[id]`` is one member of an array, not the array)."""
+    the same name, the same in another case (ASP.NET Core), or the same once PHP or Rack 2
+    has mangled it. A ``wanted`` holding ``[`` is matched as written only (``filter[id]``
+    is one member of an array, not the array)."""
     if name == wanted:
         return True
     if "[" in wanted or not name:
         return False
-    return php_name(name) == php_name(wanted)
+    if name.lower() == wanted.lower():
+        return True
+    if php_name(name) == php_name(wanted):
+        return True
+    return ("[" in name or "]" in name) and rack_name(name) == wanted
