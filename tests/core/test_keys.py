@@ -303,6 +303,10 @@ def test_a_query_or_cookie_key_counts_every_spelling_php_reads_as_its_name() -> 
         view(headers={"cookie": "session_id=C; session.id=D"}).cookie("session_id")
     with pytest.raises(AmbiguousRequestError, match="session_id"):
         view(headers={"cookie": "session_id%00=C; session_id=D"}).cookie("session_id")
+    # Another site of the domain may well set "SESSION_ID" beside this one's
+    # "session_id": the name in its own case wins then (no 400 for such a browser).
+    both = view(headers={"cookie": "SESSION_ID=other; session_id=C; Session_Id=x"})
+    assert both.cookie("session_id") == "C"
 
 
 def test_an_authorization_key_counts_every_spelling_of_the_same_credentials() -> None:

@@ -333,11 +333,16 @@ class Request:
         others. A value read differently either way is refused, not guessed (an RFC 6265
         value holds no comma, so this touches no well-formed cookie).
         """
-        values = set()
+        values: set[str] = set()
+        other_case: set[str] = set()
         for line in self.headers.get_all("cookie"):
-            values.update(_cookie_values(line, name))
-            if "," in line:
-                values.update(_cookie_values(line.replace(",", ";"), name))
+            for text in (line, line.replace(",", ";")) if "," in line else (line,):
+                for value, exact in _cookie_values(text, name):
+                    (values if exact else other_case).add(value)
+        # The name in another case (ASP.NET Core finds it so) counts only when no spelling
+        # in the name's own case is there: a browser may well hold "SID" from another site
+        # of the domain beside this one's "sid", and most origins read "sid" alone.
+        values = values or other_case
         if not values:
             return None
         if len(values) > 1:
@@ -345,8 +350,9 @@ class Request:
         return values.pop()
 
 
-def _cookie_values(line: str, name: str) -> list[str]:
-    """Every value of cookie ``name`` in one ``Cookie`` line.
+def _cookie_values(line: str, name: str) -> list[tuple[str, bool]]:
+    """Every value of cookie ``name`` in one ``Cookie`` line, each with whether its name
+    was in the name's own case.
 
     Values are taken as sent (browsers send values RFC 6265 does not allow), except that a
     double-quoted value is unquoted as Python's ``http.cookies`` does (backslash escapes,
@@ -359,8 +365,12 @@ def _cookie_values(line: str, name: str) -> list[str]:
     found = []
     for part in line.split(";"):
         cookie_name, sep, value = part.strip().partition("=")
-        if sep and same_param(_percent_decoded(cookie_name.strip()), name):
-            found.append(_percent_decoded(_unquote_cookie(value.strip())))
+        if not sep:
+            continue
+        decoded = _percent_decoded(cookie_name.strip())
+        if same_param(decoded, name):
+            exact = same_param(decoded, name, any_case=False)
+            found.append((_percent_decoded(_unquote_cookie(value.strip())), exact))
     return found
 
 

@@ -59,16 +59,17 @@ def rack_name(name: str) -> str:
     return match.group(1) if rest in ("", "[]") else ""
 
 
-def same_param(name: str, wanted: str) -> bool:
+def same_param(name: str, wanted: str, *, any_case: bool = True) -> bool:
     """Whether a parameter or cookie called ``name`` (decoded) is ``wanted`` to an origin:
     the same name, the same in another case (ASP.NET Core), or the same once PHP or Rack 2
-    has mangled it. A ``wanted`` holding ``[`` is matched as written only (``filter[id]``
-    is one member of an array, not the array)."""
+    has mangled it (``any_case``: a name in another case counts). A ``wanted`` holding
+    ``[`` is matched as written only (``filter[id]`` is one member of an array, not the
+    array)."""
     if name == wanted:
         return True
     if "[" in wanted or not name:
         return False
-    if name.lower() == wanted.lower():
+    if any_case and name.lower() == wanted.lower():
         return True
     if php_name(name) == php_name(wanted):
         return True
