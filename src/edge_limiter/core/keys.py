@@ -21,6 +21,7 @@ names them explicitly (``header:x-forwarded-for``); the default is ``ip``.
 from __future__ import annotations
 
 import base64
+import binascii
 import functools
 import hashlib
 import ipaddress
@@ -61,10 +62,6 @@ _SCHEMES = {
     )
 }  # fmt: skip
 _CREDENTIALS_RE = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]+(.*)", re.DOTALL)
-#: What base64 decoders skip in ``Basic`` credentials (Python's and PHP's non-strict ones,
-#: Node's Buffer): anything outside both alphabets, padding included.
-_NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/_-]")
-_URL_SAFE = str.maketrans("-_", "+/")
 
 #: Object names longer than this, or with characters outside the safe set, are hashed.
 MAX_PLAIN_NAME = 128
@@ -143,14 +140,19 @@ def credentials(value: str) -> str:
 
 def _basic(encoded: str) -> str:
     """``Basic`` credentials in their canonical base64. Decoders read many spellings as
-    the same ``user:password`` (padding left out, bits past the last byte set, characters
-    outside the alphabet skipped, the URL-safe alphabet): each would be a counter of its
-    own. Text that decodes to nothing whole is kept as sent."""
-    text = _NOT_BASE64.sub("", encoded).translate(_URL_SAFE)
-    if not text or len(text) % 4 == 1:
-        return encoded
-    decoded = base64.b64decode(text + "=" * (-len(text) % 4))
-    return base64.b64encode(decoded).decode("ascii")
+    the same ``user:password``: padding left out, bits past the last byte set, characters
+    outside the alphabet skipped, anything after the padding ignored. Each would be a
+    counter of its own, so the credentials are decoded as Python's and PHP's lenient
+    decoders do (the one Flask and Django REST framework use; Node's agrees on these) and
+    encoded again. Text that decodes to nothing whole is kept as sent."""
+    data = encoded.encode("ascii", "ignore")
+    for padding in (b"", b"=", b"=="):
+        try:
+            decoded = binascii.a2b_base64(data + padding)
+        except binascii.Error:
+            continue
+        return base64.b64encode(decoded).decode("ascii")
+    return encoded
 
 
 def written_as_labelled(spec: KeySpec, given: str) -> bool:
