@@ -329,6 +329,28 @@ def test_a_broken_pool_is_reported_once_not_again_by_its_routes() -> None:
     assert any("route 'three'.pool: names no pool" in p for p in problems)
 
 
+def test_a_pool_origin_may_not_take_the_name_a_plain_origin_is_given() -> None:
+    # A probe's finding: clients (X-Origin) and the admin API call the one plain origin
+    # "origin"; a pool origin of that name was accepted, and forcing "origin" forced the
+    # plain one.
+    raw = {
+        "origin": "https://plain.test",
+        "pools": {"p": {"origins": [{"name": "origin", "url": "https://a.test"}]}},
+        "routes": [
+            {"name": "one", "match": {"path": "/1"}, "limits": "5/s", "pool": "p"},
+            {"name": "two", "match": {"path": "/2"}, "limits": "5/s"},
+        ],
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    (problem,) = info.value.problems
+    assert "a pool's origin is named 'origin'" in problem
+    # Without a plain origin, the name is the pool origin's own.
+    del raw["origin"]
+    raw["routes"] = raw["routes"][:1]
+    parse_config(raw)
+
+
 def test_a_trial_timeout_outlasts_every_attempt_at_the_pools_origins() -> None:
     # A probe's finding: with trial_timeout under an origin's timeout, a trial still
     # waiting for its answer was taken for lost and another sent beside it (4 at once

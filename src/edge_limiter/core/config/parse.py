@@ -51,7 +51,14 @@ from ..protocol import algorithm_of
 from ..rates import MAX_QUOTA, Limit, parse_rate, parse_rates
 from ..resilience.breaker import BreakerSettings
 from ..resilience.retry import IDEMPOTENT_METHODS, RetrySettings, parse_retry
-from ..routing.origins import Origin, Pool, fit_trial_timeout, parse_origin_url, parse_pools
+from ..routing.origins import (
+    PLAIN_LABEL,
+    Origin,
+    Pool,
+    fit_trial_timeout,
+    parse_origin_url,
+    parse_pools,
+)
 from ..validation import (
     Problems,
     boolean,
@@ -780,12 +787,20 @@ class _Upstreams:
         problems are reported; a route naming one is not told it names no pool)."""
         self.by_url: dict[str, Pool] = {}
         self.named = {o.name: o.url for pool in pools.values() for o in pool.origins}
+        self.label_taken_told = False
 
     def of_url(self, url: str, timeout_ms: int, where: str, problems: Problems) -> Pool:
         """The pool of one for ``url``; its origin is named by the URL without scheme."""
         name = url.split("://", 1)[1]
         if self.named.get(name, url) != url:
             problems.add(where, f"the origin name {shown(name)} is taken by a pool's origin")
+        if PLAIN_LABEL in self.named and not self.label_taken_told:
+            self.label_taken_told = True
+            problems.add(
+                where,
+                f"a pool's origin is named {shown(PLAIN_LABEL)}, the name clients and the "
+                "admin API give this plain origin (X-Origin): rename that pool origin",
+            )
         key = f"{url}#{timeout_ms}"
         if key not in self.by_url:
             # A plain URL has no concurrency cap (a pool's origins have max_in_flight).
