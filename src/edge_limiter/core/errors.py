@@ -45,6 +45,14 @@ class PathError(EdgeLimiterError, ValueError):
         text = str(self)
         return text.replace(repr(self.path), "<path>") if self.path else text
 
+    def for_client(self, longest: int = 200) -> str:
+        """The message for the client, a quoted path longer than ``longest`` cut short
+        (the answer to a long path is not to be many times its size)."""
+        text = str(self)
+        if len(self.path) <= longest:
+            return text
+        return text.replace(repr(self.path), repr(self.path[:longest]) + " (cut short)")
+
 
 class AmbiguousRequestError(EdgeLimiterError, ValueError):
     """A value that decides identity is sent several times with different values (400)."""

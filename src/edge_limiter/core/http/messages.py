@@ -12,11 +12,11 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 from ..caching.fields import list_items
 from ..errors import AmbiguousRequestError
-from .params import same_param
+from .params import TooManyCandidatesError, decoded_pieces, named_pieces, same_param
 
 
 class HeaderMap(Protocol):
@@ -315,8 +315,10 @@ class Request:
         name is matched in every spelling PHP reads as it (``api.key``, ``api_key[]``:
         see :mod:`.params`).
         """
-        query = self.query.replace(";", "&") if ";" in self.query else self.query
-        values = {v for k, v in parse_qsl(query, keep_blank_values=True) if same_param(k, name)}
+        try:
+            values = {value for _, value in decoded_pieces(self.query, name, "&;")}
+        except TooManyCandidatesError as exc:
+            raise AmbiguousRequestError(f"the query has {exc}") from exc
         if not values:
             return None
         if len(values) > 1:
@@ -337,7 +339,11 @@ class Request:
         other_case: set[str] = set()
         for line in self.headers.get_all("cookie"):
             for text in (line, line.replace(",", ";")) if "," in line else (line,):
-                for value, exact in _cookie_values(text, name):
+                try:
+                    spelled = _cookie_values(text, name)
+                except TooManyCandidatesError as exc:
+                    raise AmbiguousRequestError(f"the cookies hold {exc}") from exc
+                for value, exact in spelled:
                     (values if exact else other_case).add(value)
         # The name in another case (ASP.NET Core finds it so) counts only when no spelling
         # in the name's own case is there: a browser may well hold "SID" from another site
@@ -363,9 +369,9 @@ def _cookie_values(line: str, name: str) -> list[tuple[str, bool]]:
     (``s.id`` is its ``s_id``: see :mod:`.params`).
     """
     found = []
-    for part in line.split(";"):
-        cookie_name, sep, value = part.strip().partition("=")
-        if not sep:
+    # Only the cookies spelled like the name are decoded (see params.named_pieces).
+    for cookie_name, value in named_pieces(line, name, ";"):
+        if value is None:
             continue
         decoded = _percent_decoded(cookie_name.strip())
         if same_param(decoded, name):

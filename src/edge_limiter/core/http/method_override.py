@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, unquote_plus
+from urllib.parse import unquote_plus
 
 from ..caching.fields import is_token, list_items
 from . import bounded_json
 from .bounded_json import JsonTooDeepError
-from .params import same_param
+from .params import (
+    MAX_CANDIDATES,
+    TooManyCandidatesError,
+    decoded_pieces,
+    same_param,
+    spelling,
+)
 
 if TYPE_CHECKING:
     from .messages import HeaderMap
@@ -37,7 +43,7 @@ MODES = ("apply", "refuse", "pass")
 OVERRIDE_FIELDS = ("x-http-method-override", "x-http-method", "x-method-override")
 PARAM = "_method"
 #: In every spelling of ``_method`` (``%5Fmethod``, PHP's ``.method``): a quick test first.
-_HINT, _HINT_BYTES = "method", b"method"
+_HINT_BYTES = b"method"
 FORM_TYPE = "application/x-www-form-urlencoded"
 #: The largest form body read for a ``_method`` parameter; a larger one is refused (413)
 #: where overrides are applied or refused, since what it asks for cannot be known.
@@ -85,15 +91,19 @@ def is_json(content_type: str | None) -> bool:
     return "/json" in lowered or "+json" in lowered
 
 
-def _params(text: str) -> list[tuple[str, str]]:
-    """Query or form parameters as origins read them: names and values decoded (Rack,
-    PHP and Express's ``qs`` decode ``%5Fmethod`` to ``_method``), ``;`` separating them
-    as ``&`` does (Rack 2)."""
-    return parse_qsl(text.replace(";", "&"), keep_blank_values=True)
-
-
-def _may_override(text: str) -> bool:
-    return "%" in text or _HINT in text.lower()
+def _params(text: str, where: str, asked: dict[str, str]) -> list[tuple[str, str]]:
+    """The ``_method`` parameters of a query or form as origins read them: names and
+    values decoded (Rack, PHP and Express's ``qs`` decode ``%5Fmethod`` to ``_method``),
+    ``;`` separating them as ``&`` does (Rack 2). Only pieces spelled like ``_method``
+    are decoded (a form of a million other parameters is not parsed whole); too many of
+    them make the request unreadable (noted in ``asked`` as coming from ``where``)."""
+    try:
+        return decoded_pieces(text, PARAM, "&;")
+    except TooManyCandidatesError:
+        asked[UNREADABLE] = (
+            f"{where} has more than {MAX_CANDIDATES} parameters spelled like _method"
+        )
+        return []
 
 
 def without_override_param(query: str) -> str:
@@ -101,14 +111,15 @@ def without_override_param(query: str) -> str:
     it), the others kept as written, separators included: once applied, the override is
     the request's method, and the URI is the one the method acts on (a cache invalidated
     by the DELETE is the bare URI's)."""
-    if not _may_override(query):
+    spelled = spelling(PARAM)
+    if spelled.search(query) is None:
         return query
     pieces = re.split(r"([&;])", query)
     kept: list[str] = []
     for index in range(0, len(pieces), 2):
         piece = pieces[index]
-        name = unquote_plus(piece.partition("=")[0])
-        if same_param(name, PARAM):
+        name = piece.partition("=")[0]
+        if spelled.search(name) is not None and same_param(unquote_plus(name), PARAM):
             continue
         if kept:
             kept.append(pieces[index - 1])
@@ -152,18 +163,18 @@ def asked_methods(
     for name, value in fields:
         for method in list_items(value):
             asked.setdefault(method.upper(), f"the {name} field")
-    if _may_override(query):  # the name may be written encoded, or as PHP reads it
-        for key, value in _params(query):
-            if same_param(key, PARAM) and value.strip():
+    if query:  # the name may be written encoded, or as PHP reads it
+        for _, value in _params(query, "query", asked):
+            if value.strip():
                 asked.setdefault(value.strip().upper(), "the _method query parameter")
     if form and (b"%" in form or _HINT_BYTES in form.lower()):
-        for key, value in _params(form.decode("utf-8", errors="replace")):
-            if same_param(key, PARAM) and value.strip():
+        for _, value in _params(form.decode("utf-8", errors="replace"), "form", asked):
+            if value.strip():
                 asked.setdefault(value.strip().upper(), "the _method form field")
     if json_body:
         member = _json_method(json_body)
         if member == UNREADABLE:
-            asked[UNREADABLE] = "a JSON body nested too deep to read"
+            asked[UNREADABLE] = f"JSON body is nested deeper than {bounded_json.MAX_DEPTH} levels"
         elif member is not None and member.strip():
             asked.setdefault(member.strip().upper(), "the _method member of the JSON body")
     return asked
@@ -178,9 +189,9 @@ def overridden_method(mode: str, asked: dict[str, str], has_body: bool) -> str |
         return None
     if UNREADABLE in asked:
         raise MethodOverrideError(
-            "The request is a POST whose JSON body is nested deeper than "
-            f"{bounded_json.MAX_DEPTH} levels: whether its _method member asks for another "
-            "method cannot be read. Send the method itself, or a flatter body."
+            f"The request is a POST whose {asked[UNREADABLE]}: whether it asks to be "
+            "taken as another method (_method) cannot be read. Send the method itself, "
+            "or a simpler request."
         )
     if len(asked) > 1:
         named = ", ".join(f"{method} ({where})" for method, where in sorted(asked.items()))

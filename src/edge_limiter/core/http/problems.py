@@ -83,6 +83,18 @@ def bad_path(reason: str) -> Problem:
     )
 
 
+def uri_too_long(longest: int) -> Problem:
+    """414: the path and query are longer than the gateway reads (Cloudflare's edge refuses
+    a URI over 32 KB itself)."""
+    return Problem(
+        414,
+        "URI Too Long",
+        f"The request's path and query are longer than {longest} characters. It was not forwarded.",
+        "uri_too_long",
+        members={"max_length": longest},
+    )
+
+
 def idempotency_key_invalid(route: str, code: str, detail: str) -> Problem:
     """400: the Idempotency-Key header is missing where required, or malformed."""
     return bad_request(
