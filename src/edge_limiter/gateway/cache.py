@@ -43,7 +43,7 @@ from ..core.errors import BodyReadError, CacheEntryError
 from ..core.http import problems
 from ..core.http.fields import gateway_fields, origin_fields
 from ..core.http.messages import Headers, Progress, Response
-from .exchange import Exchange, Handler, problem_response
+from .exchange import Exchange, Handler, body_broken_response, problem_response
 from .ports import KeyValueStore, Services
 from .ratelimit import RateLimit, request_key
 
@@ -237,12 +237,7 @@ class Cache:
                     # Cut off mid-body: nothing is stored, and the client is told, not
                     # sent a truncated copy as if it were whole.
                     self._log_failure("origin_body", exc)
-                    origin = response.headers.get("x-origin") or "origin"
-                    # Where the client's limit stands, as the whole answer would have said.
-                    fields = gateway_fields(response.headers.items())
-                    return problem_response(
-                        problems.origin_body_broken(self.route.name, origin), fields
-                    )
+                    return body_broken_response(self.route.name, response)
                 if stored is None:
                     _note(self._passed, base, self.services.clock.now_ms())
                 elif validators:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.config import Forwarding, Route
+from ..core.http import problems
+from ..core.http.fields import gateway_fields
 from ..core.http.messages import Headers, Request, Response
 from ..core.http.problems import PROBLEM_JSON, Problem
 from .ports import Background
@@ -95,6 +97,15 @@ def problem_response(problem: Problem, headers: list[tuple[str, str]] | None = N
         fields.pop(key, None)
         fields[key] = value
     return Response(problem.status, Headers(fields.items()), problem.to_json().encode("utf-8"))
+
+
+def body_broken_response(route: str, response: Response) -> Response:
+    """The 502 for an origin's answer whose body was cut off (or stalled) while the
+    gateway read it: which origin, and where the client's limit stands, as the whole
+    answer would have said (the rate-limit fields it already carries)."""
+    origin = response.headers.get("x-origin") or "origin"
+    problem = problems.origin_body_broken(route, origin)
+    return problem_response(problem, gateway_fields(response.headers.items()))
 
 
 def log_line(record: dict[str, Any]) -> str:

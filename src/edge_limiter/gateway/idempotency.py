@@ -34,7 +34,7 @@ from ..core.caching.fields import is_stream_type
 from ..core.config import Route
 from ..core.errors import BodyReadError, IdempotencyKeyError, IdempotencyRecordError, ProtocolError
 from ..core.http import problems
-from ..core.http.fields import REASON_HEADER, gateway_fields, origin_fields
+from ..core.http.fields import REASON_HEADER, origin_fields
 from ..core.http.messages import SLOW_PART_MS, Headers, Response
 from ..core.idempotency.fingerprint import ALWAYS_FINGERPRINTED, fingerprint
 from ..core.idempotency.keys import parse_idempotency_key, scoped_name
@@ -49,7 +49,7 @@ from ..core.idempotency.records import (
     stored_response,
 )
 from ..core.idempotency.settings import IdempotencySettings
-from .exchange import Exchange, Handler, problem_response
+from .exchange import Exchange, Handler, body_broken_response, problem_response
 from .ports import IdempotencyStore, KeyValueStore, Services
 from .ratelimit import request_key
 
@@ -205,11 +205,8 @@ class Idempotency:
             # its status and fields without a body, as for a body too large to keep, so a
             # retry is replayed that much and never forwarded again (exactly once).
             self._log("idempotency_error", op="origin_body", error=repr(exc))
-            origin = response.headers.get("x-origin") or "origin"
             await self._complete(exchange, name, print_, token, response, body=None)
-            # Where the client's limit stands, as the whole answer would have said.
-            fields = gateway_fields(response.headers.items())
-            return problem_response(problems.origin_body_broken(self.route.name, origin), fields)
+            return body_broken_response(self.route.name, response)
         await self._complete(exchange, name, print_, token, response, body=data)
         return response
 

@@ -135,7 +135,8 @@ class Gateway:
         if len(request.path) + len(request.query) > MAX_URI_CHARS:
             # Refused before any of it is read: canonical form and parameters cost time in
             # proportion (a 1 MB path took a second of the isolate).
-            self.services.log({"event": "uri_too_long", "length": len(request.path)})
+            length = len(request.path) + len(request.query)
+            self.services.log({"event": "uri_too_long", "length": length})
             return self.with_cors(
                 request.headers.get("origin"),
                 problem_response(problems.uri_too_long(MAX_URI_CHARS)),

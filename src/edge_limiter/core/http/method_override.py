@@ -56,7 +56,9 @@ BODILESS = frozenset(("GET", "HEAD"))
 OVERRIDABLE = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 
 
-#: What :func:`asked_methods` says was asked when a JSON body is nested too deep to read.
+#: What :func:`asked_methods` says was asked when what a request asks cannot be read (a
+#: JSON body nested too deep, too many parameters spelled like ``_method``): its value
+#: says why, and the override is refused in every mode but ``pass``.
 UNREADABLE = "(unreadable)"
 
 

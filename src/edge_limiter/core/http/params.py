@@ -108,8 +108,7 @@ def spelling(wanted: str) -> re.Pattern[str]:
 def named_pieces(text: str, wanted: str, separators: str) -> list[tuple[str, str | None]]:
     """The ``(name, value)`` pieces of ``text`` (split at any of ``separators``, each
     split at its first ``=``, the value ``None`` without one; both still encoded) whose
-    name may spell ``wanted``: only
-    those are worth decoding. The work is linear in ``text`` with a cheap scan, however
+    name may spell ``wanted``: only those are worth decoding. The work is linear in ``text`` with a cheap scan, however
     many other pieces it holds (a 1 MiB form of ``%&`` took seconds to parse whole).
 
     Raises :class:`TooManyCandidatesError` past :data:`MAX_CANDIDATES` such pieces.
