@@ -295,20 +295,104 @@ def test_use_under_other_limits_carries_over(algorithm: str) -> None:
     assert not ask(store, request(algorithm=algorithm, limits=base), T0 + 30).decision.allowed
 
 
-def test_use_within_a_longer_window_does_not_carry_into_a_shorter_one() -> None:
-    # 500 of a day is no measure of the last second: the per-second limit starts whole.
+def test_use_within_a_longer_window_carries_as_far_as_it_was_recent() -> None:
+    # 500 of a day, all more than a second ago, are no use of the last second: the
+    # per-second limit starts whole.
     store = KeyStore(SqliteSql())
     daily, fast = limits_of("1000/day"), limits_of("10/second")
     for i in range(500):
         ask(store, request(algorithm="gcra", limits=daily), T0 + i)
     answer = ask(store, request(algorithm="gcra", limits=fast), T0 + 2_000)
     assert answer.decision.allowed and answer.decision.remaining == 9
+    # Right after them, the last second's use is what the object saw admitted in it.
+    store = KeyStore(SqliteSql())
+    for i in range(500):
+        ask(store, request(algorithm="gcra", limits=daily), T0 + i)
+    assert not ask(store, request(algorithm="gcra", limits=fast), T0 + 500).decision.allowed
     # The other way round it does: the last second's use is part of the day's.
     store = KeyStore(SqliteSql())
     for i in range(8):
         ask(store, request(algorithm="gcra", limits=fast), T0 + i)
     later = ask(store, request(algorithm="gcra", limits=limits_of("20/day")), T0 + 10)
     assert later.decision.remaining == 20 - 8 - 1
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_an_override_of_a_longer_window_that_goes_leaves_its_use_counted(algorithm: str) -> None:
+    # A probe's finding: 8 admitted under an override of 8/20 s, then the override
+    # deleted: the route's own 5/10 s (3/2 s for the buckets) admitted 5 more at once.
+    base = limits_of("3/2 seconds" if algorithm in ("token_bucket", "gcra") else "5/10 seconds")
+    override = limits_of("8/20 seconds")
+    store = KeyStore(SqliteSql())
+    for i in range(8):
+        assert ask(
+            store, request(algorithm=algorithm, limits=override), T0 + 30 * i
+        ).decision.allowed
+    after = ask(store, request(algorithm=algorithm, limits=base), T0 + 300)
+    assert not after.decision.allowed, after
+    # And the other way: the route's use counts under an override of a shorter window.
+    store = KeyStore(SqliteSql())
+    long_base, short = limits_of("10/20 seconds"), limits_of("3/2 seconds")
+    for i in range(3):
+        ask(store, request(algorithm=algorithm, limits=long_base), T0 + i)
+    assert not ask(store, request(algorithm=algorithm, limits=short), T0 + 100).decision.allowed
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_carried_use_is_stored_as_carried(algorithm: str) -> None:
+    # A probe's finding: a sliding log seeded with the use carried from the route's
+    # limit stored only the new request's entry, so after the object restarted the
+    # carried use was gone (admitted 10 s early under an 8/20 s override).
+    sql = SqliteSql()
+    store = KeyStore(sql)
+    base, override = limits_of("5/10 seconds"), limits_of("8/20 seconds")
+    for i in range(5):
+        ask(store, request(algorithm=algorithm, limits=base), T0 + 20 * i)
+    seen = [
+        ask(
+            store, request(algorithm=algorithm, limits=override), T0 + 114 + 60 * i
+        ).decision.allowed
+        for i in range(4)
+    ]
+    assert seen == [True, True, True, False]
+    later = T0 + 10_274
+    restarted = ask(KeyStore(sql), request(algorithm=algorithm, limits=override), later)
+    kept = ask(store, request(algorithm=algorithm, limits=override), later)
+    assert (restarted.decision.allowed, restarted.decision.remaining) == (
+        kept.decision.allowed,
+        kept.decision.remaining,
+    )
+    if algorithm in ("sliding_log", "fixed_window", "sliding_window"):
+        assert not kept.decision.allowed  # 8 within the 20 s
+
+
+def test_the_recent_admissions_are_replayed_once_per_change_of_limits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from edge_limiter.core import keystore
+
+    calls: list[int] = []
+    real = keystore._Recent.replay
+
+    def counted(self: Any, algorithm: Any, now: int) -> Any:
+        calls.append(now)
+        return real(self, algorithm, now)
+
+    monkeypatch.setattr(keystore._Recent, "replay", counted)
+    store = KeyStore(SqliteSql())
+    base, override = limits_of("50/10 seconds"), limits_of("80/20 seconds")
+    for i in range(5):
+        ask(store, request(algorithm="sliding_log", limits=base), T0 + i)
+    for i in range(20):  # the base's row lives on: every request carries, one replays
+        ask(store, request(algorithm="sliding_log", limits=override), T0 + 10 + i)
+    assert len(calls) == 1
+    # A peek keeps nothing, so the next check replays again.
+    ask(store, request(algorithm="sliding_log", limits=base), T0 + 40)
+    ask(store, request("peek", algorithm="sliding_log", limits=override), T0 + 41)
+    ask(store, request(algorithm="sliding_log", limits=override), T0 + 42)
+    assert len(calls) == 4
+    answer = ask(store, request(algorithm="sliding_log", limits=override), T0 + 43)
+    assert len(calls) == 4 and answer.decisions[0].remaining == 80 - 28
 
 
 def test_a_reset_forgets_the_use_under_other_limits_too() -> None:

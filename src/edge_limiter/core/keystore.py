@@ -35,6 +35,7 @@ What it does per request, and why (the per-request costs measured on workerd are
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -161,6 +162,77 @@ class _Dirty:
         """A log: the (timestamp, cost) entries added since the last write."""
 
 
+#: How many of a key's latest admissions its object remembers (see :class:`_Recent`).
+RECENT_ADMISSIONS = 256
+
+
+class _Recent:
+    """The key's latest admissions, ``(time, units)``, whatever limits counted them:
+    memory only, at most :data:`RECENT_ADMISSIONS` (a ring, 16 bytes an entry).
+
+    When the key is counted under other limits than a moment ago (an override set,
+    changed or deleted; a deploy that changed the route), each new limit replays what
+    the key was admitted within its last windows: it starts from what it would hold had
+    it counted them (:meth:`KeyStore._carried`).
+    """
+
+    __slots__ = ("costs", "next", "stamps")
+
+    def __init__(self) -> None:
+        self.stamps = array("q")
+        self.costs = array("q")
+        self.next = 0
+        """Once full: the slot the next admission overwrites (the oldest)."""
+
+    def add(self, now: int, units: int) -> None:
+        stamps = self.stamps
+        if len(stamps) < RECENT_ADMISSIONS:
+            stamps.append(now)
+            self.costs.append(units)
+            return
+        index = self.next
+        stamps[index] = now
+        self.costs[index] = units
+        self.next = index + 1 if index + 1 < RECENT_ADMISSIONS else 0
+
+    def clear(self) -> None:
+        self.stamps = array("q")
+        self.costs = array("q")
+        self.next = 0
+
+    def replay(self, algorithm: Algorithm[Any], now: int) -> Any:
+        """The state ``algorithm`` would hold now had it counted the admissions of its
+        last two windows that are remembered (None: none). A request it would have denied
+        was admitted all the same: it takes what was left. With more admissions in that
+        span than are remembered, this is less than the limit would hold: a lower bound.
+        """
+        after = now - 2 * max(algorithm.window_ms, algorithm.limit.policy_window_ms)
+        index = self.next
+        stamps, costs = self.stamps, self.costs
+        state: Any = None
+        for i in [*range(index, len(stamps)), *range(index)]:
+            at = stamps[i]
+            if at <= after or at > now:
+                continue
+            decision, new = algorithm.check(state, at, costs[i])
+            if not decision.allowed:
+                if decision.remaining <= 0:
+                    continue
+                decision, new = algorithm.check(state, at, decision.remaining)
+                if not decision.allowed:
+                    continue
+            state = new
+        return state
+
+
+def _used(algorithm: Algorithm[Any], state: Any, now: int) -> int:
+    """The units ``state`` holds as used now (0 for the fresh state)."""
+    if state is None:
+        return 0
+    standing = algorithm.peek(state, now, 0)
+    return standing.limit - standing.remaining
+
+
 def _ints(values: list[int]) -> str:
     """A list of ints as compact JSON (several times cheaper than ``json.dumps``)."""
     return "[" + ",".join(map(str, values)) + "]"
@@ -193,6 +265,9 @@ class KeyStore:
         """The latest request's cleanup delay."""
         self.leases: dict[tuple[str, ...], _Holders] = {}
         """Limit set (row ids) -> its outstanding leases (memory only)."""
+        self.recent = _Recent()
+        self.reconciled: tuple[str, ...] = ()
+        """The limit set whose rows last took in :attr:`recent` (see :meth:`_carried`)."""
 
     # --- loading ------------------------------------------------------------------------
 
@@ -314,11 +389,12 @@ class KeyStore:
         algorithms, ids = compiled.algorithms, compiled.ids
         states_map = self.states
         stored = [states_map.get(rid) for rid in ids]
-        states = stored
+        states: Sequence[Any] = stored
         if len(states_map) > len(ids) - stored.count(None):
             # Rows of other limits of this key (an override set, changed or removed; a
             # deploy that changed the route's limits): their recent use carries over.
-            states = self._carried(algorithms, ids, stored, now)
+            # (What a peek sees is not kept: the replay is done again for the next check.)
+            states = self._carried(algorithms, ids, stored, now, keep=compiled.op != "peek")
         op = compiled.op
         if op == "check":
             result = check_all(algorithms, states, now, compiled.cost)
@@ -337,12 +413,17 @@ class KeyStore:
                 # (an operator's reset gives the key more, never less), but not given back
                 # into it, which would admit them twice.
                 self.leases.pop(tuple(ids), None)
-                # The key's rows of other limits go too: their use would carry back.
+                # The key's rows of other limits go too: their use would carry back, as
+                # would the admissions it remembers.
                 for rid in [rid for rid in states_map if rid not in ids]:
                     self._drop(rid)
+                self.recent.clear()
+                self.reconciled = ()
             result = peek_all(algorithms, new_states, now, 1)
         answer = _answer(result.decisions, result.decision)
         if op == "check":
+            if result.decision.allowed and compiled.cost:
+                self.recent.add(now, compiled.cost)
             if compiled.stamp and result.decision.allowed and compiled.cost:
                 answer = f'{answer[:-1]},"at":{now}}}'
             if not result.decision.allowed:
@@ -351,7 +432,7 @@ class KeyStore:
                 # Admitted, and the next request like it would be denied now: the states
                 # go along, so the isolate's deny cache can answer that next request.
                 answer = _with_states(answer, algorithms, new_states, now)
-        self._store(compiled, stored, new_states, now)
+        self._store(compiled, stored, new_states, now, carried=states)
         return answer
 
     def _carried(
@@ -360,31 +441,55 @@ class KeyStore:
         ids: Sequence[str],
         states: Sequence[Any],
         now: int,
-    ) -> list[Any]:
-        """``states`` with the recent use of the key's other rows carried into them.
+        *,
+        keep: bool,
+    ) -> Sequence[Any]:
+        """``states`` with the recent use of the key's other rows carried into them
+        (``states`` itself when nothing is carried).
 
         The same key counted under other limits moments ago (before an override was set,
-        changed or deleted, or before a deploy changed the route) has used what those rows
-        say; a limit of the request's set must not start from less. What a row of window
-        ``w`` holds was used within ``w``, so it is at most what was used within any longer
-        window: a limit takes the most used (up to its capacity) among the other rows whose
-        window is no longer than its own, when that is more than its own row says. A row
-        of a longer window is left out: its use may be older than this limit's window.
+        changed or deleted, or before a deploy changed the route) has used what it used;
+        a limit of the request's set must not start from less. Two measures of it:
+
+        - The admissions the object remembers (:class:`_Recent`, whatever limits counted
+          them): when the key comes to this limit set from another, each limit replays
+          those of its last windows and starts from that state if it says more is used
+          than its own row. Exact while the object has lived through them and they are
+          not more than it remembers; a lower bound otherwise (a restart forgets them).
+          Once replayed and kept (``keep``: the caller stores the states), the set's rows
+          count every admission the replay would, so it is done once per change of set,
+          not per request.
+        - The other rows: what a row of window ``w`` holds was used within ``w``, so it is
+          at most what was used within any longer window: a limit takes the most used (up
+          to its capacity) among the other rows whose window is no longer than its own,
+          when that is more than its own row says. (A row of a longer window is left to
+          the replay: its use may be older than this limit's window.)
         """
+        out: list[Any] | None = None
+        if tuple(ids) != self.reconciled:
+            if keep:
+                self.reconciled = tuple(ids)
+            for index, algorithm in enumerate(algorithms):
+                replayed = self.recent.replay(algorithm, now)
+                if replayed is not None and _used(algorithm, replayed, now) > _used(
+                    algorithm, states[index], now
+                ):
+                    if out is None:
+                        out = list(states)
+                    out[index] = replayed
         ids_set = set(ids)
         others: list[tuple[int, int]] = []  # (window, units used now)
         for rid, state in self.states.items():
             if rid in ids_set or state is None:
                 continue
-            algorithm = self._algorithm_for(rid)
-            if algorithm is None:
+            other = self._algorithm_for(rid)
+            if other is None:
                 continue
-            available = algorithm.peek(state, now, 0)
-            if available.limit > available.remaining:
-                others.append((algorithm.window_ms, available.limit - available.remaining))
-        out = list(states)
+            used = _used(other, state, now)
+            if used > 0:
+                others.append((other.window_ms, used))
         if not others:
-            return out
+            return states if out is None else out
         for index, algorithm in enumerate(algorithms):
             used = max(
                 (units for window, units in others if window <= algorithm.window_ms), default=0
@@ -392,15 +497,15 @@ class KeyStore:
             used = min(used, algorithm.capacity)
             if used <= 0:
                 continue
-            own = out[index]
-            if own is not None:
-                standing = algorithm.peek(own, now, 0)
-                if standing.limit - standing.remaining >= used:
-                    continue
+            own = states[index] if out is None else out[index]
+            if _used(algorithm, own, now) >= used:
+                continue
             decision, seeded = algorithm.check(None, now, used)
             if decision.allowed:
+                if out is None:
+                    out = list(states)
                 out[index] = seeded
-        return out
+        return states if out is None else out
 
     def _store(
         self,
@@ -410,9 +515,12 @@ class KeyStore:
         now: int,
         *,
         at_once: bool = False,
+        carried: Sequence[Any] | None = None,
     ) -> None:
         """Keep the changed states in memory and write them (now, or write-behind unless
-        ``at_once``)."""
+        ``at_once``). ``carried``: the states the request was decided from, where other
+        limits' use was carried into some (:meth:`_carried`); a log such a state seeded is
+        written whole, not as one entry added."""
         algorithms, ids, op = compiled.algorithms, compiled.ids, compiled.op
         states_map = self.states
         immediate = at_once or compiled.write_behind_ms <= 0
@@ -431,7 +539,13 @@ class KeyStore:
             else:
                 states_map[rid] = new
                 self.idle[rid] = algorithm.idle_at(new)
-                change = _ADD if algorithm.logged and op == "check" else _REWRITE
+                change = (
+                    _ADD
+                    if algorithm.logged
+                    and op == "check"
+                    and (carried is None or carried[index] is old)
+                    else _REWRITE
+                )
             if immediate:
                 self._persist(rid, algorithm, new, change, cost=compiled.cost, now=now)
             else:
@@ -492,9 +606,11 @@ class KeyStore:
             holders.prune_at = now + ttl
         if request.observed_rate:
             rates[request.holder] = (request.observed_rate, now)
-        states = [self.states.get(rid) for rid in ids]
-        if len(self.states) > len(ids) - states.count(None):
-            states = self._carried(algorithms, ids, states, now)  # as for a check
+        held_states = [self.states.get(rid) for rid in ids]
+        states: Sequence[Any] = held_states
+        if len(self.states) > len(ids) - held_states.count(None):
+            # As for a check (a denied lease keeps nothing: the replay is done again).
+            states = self._carried(algorithms, ids, states, now, keep=False)
         current: Sequence[Any] = states
         held = by_holder.pop(request.holder, None)
         if held is not None and now >= held.kept_until:
@@ -589,6 +705,7 @@ class KeyStore:
             result = check_all(algorithms, current, now, granted)
             if not result.decision.allowed:
                 raise StateError(f"a grant of {granted} within {grantable} was denied")
+            self.recent.add(now, granted)
             until = 0
             if windows:
                 # The windows keep one record per holder of every grant of the window
@@ -742,6 +859,9 @@ class KeyStore:
             if plan is not None:
                 holders.plan = plan
                 committed = [algorithm.plan_commit(current[0], now, plan.committed)]
+                taken = _used(algorithm, committed[0], now) - _used(algorithm, current[0], now)
+                if taken > 0:
+                    self.recent.add(now, taken)
                 # Written at once even on a write-behind route: a restart that lost it
                 # would plan the window's room again (write-behind's bound is a few ms of
                 # admissions, not a window's).
