@@ -87,6 +87,11 @@ def read_toml(path: Path) -> dict[str, Any]:
         ) from exc
     except IsADirectoryError:
         raise ProjectConfigError(f"{path}: is a directory, not a config file") from None
+    except RecursionError:
+        # tomllib reads nested arrays and inline tables recursively.
+        raise ProjectConfigError(
+            f"{path}: arrays or tables nested too deep to read (a config needs a few levels)"
+        ) from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ProjectConfigError(f"{path}: {exc}") from exc
 

@@ -46,6 +46,7 @@ from .core.config import Config, parse_config
 from .core.config.sources import apply_environment
 from .core.control import apply_overrides_call, apply_stats_call
 from .core.durations import parse_duration
+from .core.errors import ConfigError
 from .core.explain import explained_client, split_url
 from .core.http.messages import Headers, Request, Response
 from .core.idempotency.protocol import apply_stored
@@ -611,7 +612,11 @@ class Simulator:
         """The config in a TOML file, with ``[env.NAME]`` laid over it as the Worker does
         for ``EDGE_LIMITER_ENV = NAME``."""
         file = Path(path)
-        document = tomllib.loads(file.read_text(encoding="utf-8-sig"))
+        try:
+            document = tomllib.loads(file.read_text(encoding="utf-8-sig"))
+        except RecursionError:
+            # tomllib reads nested arrays and inline tables recursively.
+            raise ConfigError([f"{file.name}: arrays or tables nested too deep to read"]) from None
         return cls(apply_environment(document, env, file.name, by_var=False), **options)
 
     def _build(self) -> None:

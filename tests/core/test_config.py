@@ -267,6 +267,12 @@ def test_leases_are_opt_in_with_a_ttl_per_algorithm_family() -> None:
         ({"leases": {"size": 3}}, "leases.size: unknown field"),
         # A bucket keeps ttl x rate of refill back: 10/s with a 1 s ttl leaves nothing.
         ({"algorithm": "token_bucket", "leases": {"ttl": "1s"}}, "use a ttl of at most 900 ms"),
+        # No ttl keeps less than a unit back: a burst of 1 cannot lease at all.
+        ({"algorithm": "gcra", "limits": "1/hour", "leases": True}, "a burst of at least 2"),
+        (
+            {"algorithm": "token_bucket", "limits": "1000/minute", "burst": 1, "leases": True},
+            "a burst of at least 2",
+        ),
     ],
 )
 def test_bad_leases_name_the_route_and_field(fields: dict[str, object], says: str) -> None:
@@ -767,6 +773,40 @@ def test_a_query_key_name_is_written_decoded() -> None:
     (cookie,) = problems_of(config(route(key="cookie:a%20b")))
     assert "route 'r'.key" in cookie and "write the cookie's name decoded" in cookie
     assert parse_config(config(route(key="cookie:a+b"))).routes  # '+' stays '+' in a cookie
+
+
+def test_a_refused_lease_ttl_or_limit_is_said_once_where_it_is_written() -> None:
+    # A ttl refused is not then judged at the default ttl nobody wrote.
+    (ttl,) = problems_of(config(route(limits="1/hour", leases={"ttl": "0ms"})))
+    assert "leases.ttl" in ttl and "shorter than 1ms" in ttl, ttl
+    # A burst the algorithm does not take is the limit's problem, not the leases'.
+    (burst,) = problems_of(config(route(limits="10/minute", burst=1, leases=True)))
+    assert "route 'r'.burst" in burst and "leases" not in burst, burst
+
+
+def test_problems_show_the_value_written_as_toml_writes_it() -> None:
+    (key,) = problems_of(config(route(key=["ip", True])))
+    assert key.endswith("got true"), key
+    (match,) = problems_of(config(route(match=5)))
+    assert "match: must be a table like" in match and match.endswith("got 5"), match
+    assert "is required" in problems_of(config(route(match=None)))[0]
+    (path,) = problems_of(config(route(match={"path": 5})))
+    assert path.endswith("got 5"), path
+    (same,) = problems_of(config(route(limits=["5/minute", "10/minute"])))
+    assert "same window (5 per minute and 10 per minute)" in same, same
+
+
+def test_a_key_on_a_field_no_origin_gets_is_refused() -> None:
+    for part in ("header:te", "header:Connection", "header:transfer_encoding", "header:expect"):
+        (problem,) = problems_of(config(route(key=["ip", part])))
+        assert "route 'r'.key" in problem and "no origin ever gets" in problem, problem
+    assert parse_config(config(route(key="header:x-api-key"))).routes
+
+
+def test_client_ip_header_may_not_be_a_field_the_runtime_sets() -> None:
+    for name in ("CF-Connecting-IP", "cf-ipcountry"):
+        (problem,) = problems_of(config(route(), client_ip_header=name))
+        assert "config.client_ip_header" in problem and "runtime owns" in problem, problem
 
 
 def test_names_and_patterns_say_what_is_wrong() -> None:

@@ -121,7 +121,11 @@ def test_the_config_can_ask_whether_a_ttl_leaves_anything_to_lease() -> None:
     assert lease_reserve_ok(SECOND, "fixed_window", 60_000) is None
     assert lease_reserve_ok(SECOND, "fixed_window", 0) is not None
     assert lease_reserve_ok(SECOND, "leaky", 10) is not None
-    assert lease_reserve_ok(Limit(Rate(10, 1_000), 5), "fixed_window", 10) is not None
+    # A burst the algorithm does not take is the limit's own problem (said where it is
+    # written), not the leases'.
+    assert lease_reserve_ok(Limit(Rate(10, 1_000), 5), "fixed_window", 10) is None
+    one = lease_reserve_ok(Limit(Rate(1, 3_600_000)), "token_bucket", 1)
+    assert one is not None and "a burst of at least 2" in one and "ttl of at most" not in one
 
 
 # --- the planner ----------------------------------------------------------------------

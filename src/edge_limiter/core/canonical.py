@@ -188,6 +188,10 @@ def ascii_host(name: str) -> str:
             labels.append(label.lower())
             continue
         folded = unicodedata.normalize("NFC", label.lower())
+        if any(unicodedata.category(ch)[0] in "CZ" for ch in folded):
+            # A control, format (a bidi override, a zero-width joiner), space or unassigned
+            # code point: IDNA refuses it and no client sends such a name.
+            raise UnicodeError(f"label {label!r} holds a character no host name can hold")
         labels.append("xn--" + folded.encode("punycode").decode("ascii"))
     return ".".join(labels)
 

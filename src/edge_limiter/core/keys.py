@@ -31,6 +31,7 @@ from urllib.parse import quote, unquote
 
 from .errors import KeySpecError
 from .http.messages import Request, taken_whole
+from .validation import shown
 
 KINDS_WITH_NAME = ("header", "cookie", "query", "path")
 KINDS_PLAIN = ("ip", "country", "asn", "global")
@@ -244,7 +245,7 @@ def _given_address(value: str, spec: KeySpec) -> str:
 def parse_key_part(text: object) -> KeyPart:
     """Parse ``"ip"``, ``"header:x-api-key"``, ... into a :class:`KeyPart`."""
     if not isinstance(text, str) or not text.strip():
-        raise KeySpecError(f"a key part must be a non-empty string, got {text!r}")
+        raise KeySpecError(f"a key part must be a non-empty string, got {shown(text)}")
     kind, sep, name = text.strip().partition(":")
     kind = kind.lower()
     if kind in KINDS_PLAIN:

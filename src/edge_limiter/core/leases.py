@@ -106,15 +106,24 @@ def lease_reserve_ok(limit: Limit, algorithm: str, ttl_ms: int) -> str | None:
         return f"a lease ttl must be at least 1 ms, got {ttl_ms!r}"
     try:
         limiter = cls(limit)
-    except ValueError as exc:
-        return str(exc)
+    except ValueError:
+        # The limit itself is refused where it is written (a burst the algorithm does not
+        # take, say): nothing to say about leasing it.
+        return None
     reserve = limiter.lease_reserve(ttl_ms)
     if limit.capacity - reserve < 1:
+        # Any ttl keeps at least one unit back, and a ttl of at most this keeps one.
         longest = (limit.capacity - 1) * limit.rate.window_ms // limit.rate.quota
+        if longest < 1:
+            return (
+                f"every lease keeps at least 1 unit of {limit} in reserve whatever the "
+                f"ttl, and it holds {limit.capacity}: leases need a burst of at least 2 "
+                "(or leave them off)"
+            )
         return (
-            f"a lease ttl of {ttl_ms} ms keeps {reserve} of the {limit.capacity} units of "
-            f"{limit} in reserve, leaving none to lease; use a ttl of at most {longest} ms "
-            "or a larger burst"
+            f"a lease ttl of {ttl_ms} ms would keep {reserve} of the {limit.capacity} "
+            f"units of {limit} in reserve, leaving none to lease; use a ttl of at most "
+            f"{longest} ms or a larger burst"
         )
     return None
 

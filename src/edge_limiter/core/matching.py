@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from .canonical import ascii_host, canonical_path, decode_segment, host_name
 from .errors import PathError, PatternError
+from .validation import shown
 
 _PARAM_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _HOST_LABEL_RE = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
@@ -51,7 +52,10 @@ class PathPattern:
     def parse(cls, source: object, case_insensitive: bool = False) -> PathPattern:
         """Compile ``source``; raises :class:`PatternError` with a reason."""
         if not isinstance(source, str) or not source:
-            raise PatternError("a path pattern must be a non-empty string like '/v1/users/{id}'")
+            raise PatternError(
+                "a path pattern must be a non-empty string like '/v1/users/{id}', got "
+                + shown(source)
+            )
         if source == "*":
             return cls(source, (), (), True, case_insensitive)
         if not source.startswith("/"):

@@ -38,9 +38,11 @@ from ..errors import ConfigError, KeySpecError, PatternError, RateParseError
 from ..http.cors import parse_cors
 from ..http.method_override import MODES as OVERRIDE_MODES
 from ..http.origin_headers import (
+    FORWARDED_AS_FIELDS,
     FORWARDED_HOST_FIELDS,
     NEVER_SET,
     NOT_AN_ADDRESS,
+    PATH_OVERRIDE_FIELDS,
     parse_origin_headers,
 )
 from ..idempotency.settings import parse_idempotency
@@ -216,9 +218,13 @@ def _parse_limits(value: object, where: str, problems: Problems) -> list[Limit]:
             problems.add(
                 at, f"must be a rate string or a table {{ rate, burst, name }}, got {shown(item)}"
             )
-    windows = [limit.rate.window_ms for limit in limits]
-    if len(set(windows)) != len(windows):
-        problems.add(where, "two limits over the same window")
+    by_window: dict[int, list[Limit]] = {}
+    for limit in limits:
+        by_window.setdefault(limit.rate.window_ms, []).append(limit)
+    for same in by_window.values():
+        if len(same) > 1:
+            written = " and ".join(str(limit) for limit in same)
+            problems.add(where, f"two limits over the same window ({written})")
     names = [limit.name for limit in limits]
     if len(set(names)) != len(names):
         problems.add(where, f"policy names must be unique, got {names}")
@@ -339,6 +345,10 @@ def _check_algorithm_takes(
 # --- keys -----------------------------------------------------------------------------------
 
 
+#: Request fields that never reach an origin: a key on one counts what nobody checks.
+_NEVER_FORWARDED = HOP_BY_HOP | {"expect", *PATH_OVERRIDE_FIELDS, *FORWARDED_AS_FIELDS}
+
+
 def _parse_key(
     raw: Mapping[str, Any], params: tuple[str, ...], where: str, problems: Problems
 ) -> KeySpec:
@@ -352,6 +362,14 @@ def _parse_key(
             part = parse_key_part(item)
         except KeySpecError as exc:
             problems.add(f"{where}.key", str(exc))
+            continue
+        if part.kind == "header" and part.name.lower().replace("_", "-") in _NEVER_FORWARDED:
+            problems.add(
+                f"{where}.key",
+                f"{part} is a field no origin ever gets (it describes the connection, or "
+                "the gateway drops it): a client could send any value and get a counter "
+                "of its own for free",
+            )
             continue
         if part.kind == "path" and part.name not in params:
             problems.add(
@@ -391,7 +409,8 @@ def _parse_match(value: object, case_default: bool, where: str, problems: Proble
         problems.add(
             f"{where}.match",
             "is required: a table like { path = '/v1/*' }"
-            + (f", got {shown(value)}" if value is not None else ""),
+            if value is None
+            else f"must be a table like {{ path = '/v1/*' }}, got {shown(value)}",
         )
         return None
     before = len(problems)
@@ -719,6 +738,7 @@ def _parse_leases(
             f"(leasable: {', '.join(sorted(LEASABLE))})",
         )
         return 0
+    found = len(problems)
     ttl = duration(
         settings,
         "ttl",
@@ -728,13 +748,19 @@ def _parse_leases(
         minimum_ms=1,
         maximum_ms=MAX_LEASE_TTL_MS,
     )
+    if len(problems) > found:
+        # The ttl written is refused (said above): no advice from a ttl nobody wrote.
+        return 0
     for limit in limits:
         why = lease_reserve_ok(limit, algorithm, ttl)
         if why is not None:
             problems.add(where, why)
             return 0
     for limit in limits:
-        bucket = ALGORITHMS[algorithm](limit)
+        try:
+            bucket = ALGORITHMS[algorithm](limit)
+        except ValueError:
+            return 0  # the limit itself is refused where it is written
         reserve = bucket.lease_reserve(ttl)
         if reserve * 10 >= limit.capacity:
             advice = (
@@ -1164,6 +1190,13 @@ def _client_ip_header(value: object, problems: Problems) -> str | None:
         return None
     folded = value.lower()
     dashed = folded.replace("_", "-")  # CGI-style origins read the two spellings alike
+    if dashed.startswith("cf-"):
+        problems.add(
+            where,
+            f"{value!r} is a field the runtime owns (Cloudflare sets the CF- fields "
+            "itself); name a field of your own, such as 'X-Forwarded-For' or 'X-Real-IP'",
+        )
+        return None
     if dashed in _NOT_CLIENT_IP_FIELDS or dashed in NOT_AN_ADDRESS or dashed in NEVER_SET:
         hint = (
             " ('forwarded' takes 'for=' syntax: use X-Forwarded-For)"

@@ -299,10 +299,10 @@ def _parse_origin(raw: object, where: str, problems: Problems) -> Origin | None:
     unknown_fields(fields, _ORIGIN_FIELDS, where, problems)
     name = fields.get("name")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        rule = "letters, digits, '_', '.', '-' (at most 64), starting with a letter or digit"
         problems.add(
             f"{where}.name",
-            "is required: letters, digits, '_', '.', '-' (at most 64), starting with a "
-            f"letter or digit, got {shown(name)}",
+            f"is required: {rule}" if name is None else f"must be {rule}, got {shown(name)}",
         )
         name = None
     url = parse_origin_url(fields.get("url"), f"{where}.url", problems)
@@ -381,9 +381,27 @@ def parse_origin_url(value: object, where: str, problems: Problems) -> str | Non
             where, f"must not contain whitespace or control characters, got {shown(value)}"
         )
         return None
+    if "\\" in value:
+        # The runtime's URL parser (WHATWG) reads a backslash as '/' in an http(s) URL:
+        # 'https://a.example\\x' is a fetch of https://a.example/x/..., not that host.
+        problems.add(where, f"must not contain '\\', which fetch reads as '/', got {shown(value)}")
+        return None
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         problems.add(where, f"{usage}, got {shown(value)}")
+        return None
+    host = parts.hostname
+    if not (host.startswith("[") or ":" in host) and not _HOST_RE.fullmatch(host):
+        hint = (
+            " (a `$NAME` is read as a secret in origin_headers only, never in a URL)"
+            if "$" in host
+            else ""
+        )
+        problems.add(
+            where,
+            f"has a host that is not a domain name or address (letters, digits, '-', '_' "
+            f"and '.'){hint}, got {shown(value)}",
+        )
         return None
     if "?" in value or "#" in value:
         problems.add(where, f"must not carry a query or fragment, got {shown(value)}")
@@ -417,6 +435,8 @@ def parse_origin_url(value: object, where: str, problems: Problems) -> str | Non
 
 
 _BAD_PERCENT_RE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+#: A host name fetch sends as written (non-ASCII letters go out in IDNA).
+_HOST_RE = re.compile(r"[\w.-]+")
 
 
 def _codes(
@@ -472,7 +492,12 @@ def _parse_health(raw: object, where: str, problems: Problems) -> HealthCheck | 
     unknown_fields(fields, _HEALTH_FIELDS, where, problems)
     path = fields.get("path")
     if not isinstance(path, str) or not path.startswith("/") or any(ch <= " " for ch in path):
-        problems.add(f"{where}.path", f"is required: a path like '/health', got {shown(path)}")
+        problems.add(
+            f"{where}.path",
+            "is required: a path like '/health'"
+            if path is None
+            else f"must be a path like '/health', got {shown(path)}",
+        )
         path = "/"
     timeout = duration_field(
         fields,
