@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from edge_limiter.core.errors import ConfigError
+from edge_limiter.testing import Simulator
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "check_config.py"
 WRANGLER = 'name = "x"\nmain = "build/worker/entry.py"\ncompatibility_date = "2025-11-01"\n'
@@ -287,6 +292,19 @@ def test_a_config_file_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> 
     done = run(str(bad), "--wrangler", str(tmp_path / "wrangler.toml"))
     assert done.returncode == 1 and "not UTF-8 text" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_config_nested_too_deep_to_read_is_one_clear_problem(tmp_path: Path) -> None:
+    # tomllib reads nested arrays and inline tables recursively (a fuzzer's finding).
+    deep = tmp_path / "edge-limiter.toml"
+    deep.write_text('origin = "https://a.test"\nx = ' + "[" * 500 + "]" * 500 + "\n")
+    (tmp_path / "wrangler.toml").write_text(WRANGLER)
+    for extra in ((), ("--json",)):
+        done = run(str(deep), "--wrangler", str(tmp_path / "wrangler.toml"), *extra)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "nested too deep" in done.stdout + done.stderr
+    with pytest.raises(ConfigError, match="nested too deep"):
+        Simulator.from_file(deep)
 
 
 def test_an_env_that_is_not_a_table_of_tables_is_one_clear_problem(tmp_path: Path) -> None:

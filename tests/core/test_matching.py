@@ -105,6 +105,11 @@ def test_an_internationalised_host_is_matched_in_the_ascii_form_clients_send() -
     assert parse_host_pattern("Bücher.example.") == "xn--bcher-kva.example"
     assert parse_host_pattern("*.bücher.example") == "*.xn--bcher-kva.example"
     assert host_matches(parse_host_pattern("bücher.example"), "xn--bcher-kva.example:8443")
+    # A control or format character is in no host name (IDNA refuses it): a
+    # right-to-left override, a zero-width space, a no-break space.
+    for bad in ("\u202e.example", "a\u200bb.example", "a\u00a0b.example"):
+        with pytest.raises(PatternError):
+            parse_host_pattern(bad)
 
 
 def test_a_host_with_a_port_says_ports_are_not_matched() -> None:

@@ -44,6 +44,7 @@ def config(origin: str) -> dict[str, Any]:
             route("ops", "3/hour"),
             route("abuse", "10 per 2 seconds"),
             route("ov", "2/hour"),
+            route("short", "5 per 10 seconds"),
         ],
     }
 
@@ -101,6 +102,7 @@ def test_the_admin_api_needs_the_secret_and_is_never_forwarded(
         "ops",
         "abuse",
         "ov",
+        "short",
     ]
     assert len(origin.hits) == before
     assert TOKEN not in ops_gateway.stderr_tail(400)
@@ -178,6 +180,26 @@ def test_a_lowered_limit_counts_what_the_key_already_used(ops_gateway: LocalGate
     ident = created.json()["override"]["id"]
     admin(ops_gateway, f"/api/overrides/{ident}", "DELETE")
     assert call(ops_gateway.url, "/ov/x", key).status_code == 200  # 2 of 2/hour again
+
+
+def test_an_override_of_a_longer_window_that_goes_leaves_its_use_counted(
+    ops_gateway: LocalGateway,
+) -> None:
+    # A probe's finding: 8 admitted under 8/20 s, the override deleted, and the route's
+    # own 5/10 s admitted 5 more at once.
+    key = f"longer_{time.time_ns()}"
+    raised = {"route": "short", "key": key, "limits": "8 per 20 seconds"}
+    created = admin(ops_gateway, "/api/overrides", "POST", json=raised)
+    assert created.status_code == 200
+    assert [call(ops_gateway.url, "/short/x", key).status_code for _ in range(9)] == [200] * 8 + [
+        429
+    ]
+    admin(ops_gateway, f"/api/overrides/{created.json()['override']['id']}", "DELETE")
+    after = call(ops_gateway.url, "/short/x", key)
+    assert after.status_code == 429 and after.headers["x-ratelimit-limit"] == "5", after.headers
+    full = f"header:x-api-key={key}"
+    peek = admin(ops_gateway, f"/api/keys?route=short&key={full}").json()
+    assert peek["next_request"]["allowed"] is False
 
 
 def test_the_deny_cache_answers_an_abusive_client_without_the_durable_object(
