@@ -366,6 +366,57 @@ def test_carried_use_is_stored_as_carried(algorithm: str) -> None:
         assert not kept.decision.allowed  # 8 within the 20 s
 
 
+def test_a_sliding_log_carries_the_latest_admissions_not_the_earliest() -> None:
+    # A probe's finding: 10 admitted 0.3 s apart under an override of 10/4 s, deleted:
+    # the route's 5/10 s admitted as each of the first five expired (10 in its window).
+    store = KeyStore(SqliteSql())
+    base, override = limits_of("5/10 seconds"), limits_of("10/4 seconds")
+    stamps = [T0 + 300 * i for i in range(10)]
+    for at in stamps:
+        assert ask(store, request(algorithm="sliding_log", limits=override), at).decision.allowed
+    polls = range(stamps[-1] + 100, stamps[5] + 10_000, 250)
+    for at in polls:  # denials all the while: none of them moves the wait later
+        assert not ask(store, request(algorithm="sliding_log", limits=base), at).decision.allowed
+    assert ask(
+        store, request(algorithm="sliding_log", limits=base), stamps[5] + 10_000
+    ).decision.allowed
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_a_wait_after_the_override_goes_is_not_pushed_later_by_each_denial(algorithm: str) -> None:
+    # A probe's finding: the route's use and the override's, then the override deleted:
+    # the 429s counted Retry-After down to 1, then said 10 again (the other rows' use
+    # seeded anew, as of each request): admitted 20 s after a 0.6 s burst.
+    store = KeyStore(SqliteSql())
+    base, override = limits_of("5/10 seconds"), limits_of("20/10 seconds")
+    for i in range(2):
+        ask(store, request(algorithm=algorithm, limits=base), T0 + 10 * i)
+    for i in range(10):
+        ask(store, request(algorithm=algorithm, limits=override), T0 + 100 + 50 * i)
+    first = ask(store, request(algorithm=algorithm, limits=base), T0 + 700)
+    assert not first.decision.allowed
+    promised = T0 + 700 + first.decision.retry_after
+    at = T0 + 700
+    while at < promised:
+        answer = ask(store, request(algorithm=algorithm, limits=base), at)
+        assert not answer.decision.allowed and at + answer.decision.retry_after <= promised + 1
+        at += 500
+    assert ask(store, request(algorithm=algorithm, limits=base), promised).decision.allowed
+    assert promised <= T0 + 11_000
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_log"])
+def test_hundreds_of_admissions_carry_whole(algorithm: str) -> None:
+    # A probe's finding: 400 under an override of 5000/hour, deleted: the route's
+    # 1000/minute said 744 left (the object remembered only 256 admissions).
+    store = KeyStore(SqliteSql())
+    base, override = limits_of("1000/minute"), limits_of("5000/hour")
+    for i in range(400):
+        ask(store, request(algorithm=algorithm, limits=override), T0 + i)
+    after = ask(store, request(algorithm=algorithm, limits=base), T0 + 500)
+    assert after.decision.allowed and after.decisions[0].remaining == 1000 - 401
+
+
 def test_the_recent_admissions_are_replayed_once_per_change_of_limits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -163,12 +163,13 @@ class _Dirty:
 
 
 #: How many of a key's latest admissions its object remembers (see :class:`_Recent`).
-RECENT_ADMISSIONS = 256
+RECENT_ADMISSIONS = 1024
 
 
 class _Recent:
     """The key's latest admissions, ``(time, units)``, whatever limits counted them:
-    memory only, at most :data:`RECENT_ADMISSIONS` (a ring, 16 bytes an entry).
+    memory only, at most :data:`RECENT_ADMISSIONS` (a ring, 16 bytes an entry, grown as
+    admissions come).
 
     When the key is counted under other limits than a moment ago (an override set,
     changed or deleted; a deploy that changed the route), each new limit replays what
@@ -176,13 +177,16 @@ class _Recent:
     it counted them (:meth:`KeyStore._carried`).
     """
 
-    __slots__ = ("costs", "next", "stamps")
+    __slots__ = ("costs", "next", "since", "stamps")
 
     def __init__(self) -> None:
         self.stamps = array("q")
         self.costs = array("q")
         self.next = 0
         """Once full: the slot the next admission overwrites (the oldest)."""
+        self.since: int | None = None
+        """Every admission after this instant is here (None: not known yet): when the
+        object started, or the last admission the ring let go."""
 
     def add(self, now: int, units: int) -> None:
         stamps = self.stamps
@@ -191,38 +195,62 @@ class _Recent:
             self.costs.append(units)
             return
         index = self.next
+        gone = stamps[index]
+        if self.since is None or gone > self.since:
+            self.since = gone
         stamps[index] = now
         self.costs[index] = units
         self.next = index + 1 if index + 1 < RECENT_ADMISSIONS else 0
 
-    def clear(self) -> None:
+    def clear(self, now: int) -> None:
         self.stamps = array("q")
         self.costs = array("q")
         self.next = 0
+        self.since = now
 
-    def replay(self, algorithm: Algorithm[Any], now: int) -> Any:
-        """The state ``algorithm`` would hold now had it counted the admissions of its
-        last two windows that are remembered (None: none). A request it would have denied
-        was admitted all the same: it takes what was left. With more admissions in that
-        span than are remembered, this is less than the limit would hold: a lower bound.
+    def replay(self, algorithm: Algorithm[Any], now: int) -> tuple[Any, bool]:
+        """``(state, exact)``: the state ``algorithm`` would hold now had it counted the
+        admissions of its last two windows (None: none), and whether every admission of
+        that span is remembered (else the state is a lower bound).
+
+        Admissions the limit would have denied were made all the same (under other
+        limits): it holds the latest of them that it can, so what it admits next waits
+        for those to leave its window, not the earliest.
         """
         after = now - 2 * max(algorithm.window_ms, algorithm.limit.policy_window_ms)
         index = self.next
         stamps, costs = self.stamps, self.costs
-        state: Any = None
-        for i in [*range(index, len(stamps)), *range(index)]:
-            at = stamps[i]
-            if at <= after or at > now:
-                continue
-            decision, new = algorithm.check(state, at, costs[i])
-            if not decision.allowed:
-                if decision.remaining <= 0:
-                    continue
-                decision, new = algorithm.check(state, at, decision.remaining)
-                if not decision.allowed:
-                    continue
-            state = new
-        return state
+        entries = [
+            (stamps[i], costs[i])
+            for i in (*range(index, len(stamps)), *range(index))
+            if after < stamps[i] <= now
+        ]
+        exact = self.since is not None and self.since <= after
+        fits, state = _replayed(algorithm, entries)
+        if fits:
+            return state, exact
+        # The shortest start that fits: a later start leaves more room (binary search).
+        low, high = 1, len(entries)
+        best: Any = None
+        while low <= high:
+            middle = (low + high) // 2
+            fits, state = _replayed(algorithm, entries[middle:])
+            if fits:
+                best, high = state, middle - 1
+            else:
+                low = middle + 1
+        return best, exact
+
+
+def _replayed(algorithm: Algorithm[Any], entries: list[tuple[int, int]]) -> tuple[bool, Any]:
+    """Whether ``algorithm`` admits every one of ``entries`` in turn, and its state after."""
+    state: Any = None
+    check = algorithm.check
+    for at, units in entries:
+        decision, state = check(state, at, units)
+        if not decision.allowed:
+            return False, None
+    return True, state
 
 
 def _used(algorithm: Algorithm[Any], state: Any, now: int) -> int:
@@ -267,6 +295,8 @@ class KeyStore:
         """Limit set (row ids) -> its outstanding leases (memory only)."""
         self.recent = _Recent()
         self.reconciled: tuple[str, ...] = ()
+        self.reconciled_exact: frozenset[str] = frozenset()
+        """Rows of :attr:`reconciled` whose replay saw every admission of its span."""
         """The limit set whose rows last took in :attr:`recent` (see :meth:`_carried`)."""
 
     # --- loading ------------------------------------------------------------------------
@@ -385,6 +415,8 @@ class KeyStore:
             compiled = self._compile_request(request, payload, {} if request.at else None)
         if not self.loaded:
             self._load()
+            # Admissions before this object started are unknown, unless nothing was stored.
+            self.recent.since = now if self.states else 0
         self.cleanup_after_ms = compiled.cleanup_after_ms
         algorithms, ids = compiled.algorithms, compiled.ids
         states_map = self.states
@@ -417,8 +449,8 @@ class KeyStore:
                 # would the admissions it remembers.
                 for rid in [rid for rid in states_map if rid not in ids]:
                     self._drop(rid)
-                self.recent.clear()
-                self.reconciled = ()
+                self.recent.clear(now)
+                self.reconciled, self.reconciled_exact = (), frozenset()
             result = peek_all(algorithms, new_states, now, 1)
         answer = _answer(result.decisions, result.decision)
         if op == "check":
@@ -459,24 +491,31 @@ class KeyStore:
           Once replayed and kept (``keep``: the caller stores the states), the set's rows
           count every admission the replay would, so it is done once per change of set,
           not per request.
-        - The other rows: what a row of window ``w`` holds was used within ``w``, so it is
-          at most what was used within any longer window: a limit takes the most used (up
-          to its capacity) among the other rows whose window is no longer than its own,
-          when that is more than its own row says. (A row of a longer window is left to
-          the replay: its use may be older than this limit's window.)
+        - The other rows, for a limit whose replay did not see every admission of its
+          span (the object restarted within it, or forgot the oldest): what a row of
+          window ``w`` holds was used within ``w``, so it is at most what was used within
+          any longer window: a limit takes the most used (up to its capacity) among the
+          other rows whose window is no longer than its own, when that is more than its
+          own row says, as used now. (A row of a longer window is left to the replay: its
+          use may be older than this limit's window.)
         """
         out: list[Any] | None = None
+        exact = self.reconciled_exact
         if tuple(ids) != self.reconciled:
-            if keep:
-                self.reconciled = tuple(ids)
+            seen_all = set()
             for index, algorithm in enumerate(algorithms):
-                replayed = self.recent.replay(algorithm, now)
+                replayed, whole = self.recent.replay(algorithm, now)
+                if whole:
+                    seen_all.add(ids[index])
                 if replayed is not None and _used(algorithm, replayed, now) > _used(
                     algorithm, states[index], now
                 ):
                     if out is None:
                         out = list(states)
                     out[index] = replayed
+            exact = frozenset(seen_all)
+            if keep:
+                self.reconciled, self.reconciled_exact = tuple(ids), exact
         ids_set = set(ids)
         others: list[tuple[int, int]] = []  # (window, units used now)
         for rid, state in self.states.items():
@@ -491,6 +530,10 @@ class KeyStore:
         if not others:
             return states if out is None else out
         for index, algorithm in enumerate(algorithms):
+            if ids[index] in exact:
+                # Its replay saw every admission of its span: it holds all the use there
+                # is (seeding the others' use as of now would only push its wait later).
+                continue
             used = max(
                 (units for window, units in others if window <= algorithm.window_ms), default=0
             )
@@ -580,6 +623,8 @@ class KeyStore:
                 raise ProtocolError(f"algorithm {algorithm.name!r} cannot lease")
         if not self.loaded:
             self._load()
+            # Admissions before this object started are unknown, unless nothing was stored.
+            self.recent.since = now if self.states else 0
         self.cleanup_after_ms = compiled.cleanup_after_ms
         ttl, min_units = request.lease_ttl_ms, request.min_units
         holders = self.leases.get(ids)
@@ -962,6 +1007,8 @@ class KeyStore:
         """
         if not self.loaded:
             self._load()
+            # Admissions before this object started are unknown, unless nothing was stored.
+            self.recent.since = now if self.states else 0
         self.flush(now)
         for rid, idle_at in list(self.idle.items()):
             if idle_at <= now:
