@@ -672,3 +672,31 @@ def test_a_leased_denial_says_when_a_request_is_admitted(algorithm: str, limits:
         assert ";r=0;" in (denied.headers.get("ratelimit") or "")
         h.clock.advance(int(denied.headers.get("retry-after") or 0) * 1000)
         assert h.send(request("/v1/x")).status == 200
+
+
+def test_units_leased_under_the_old_limits_are_forfeit_when_an_override_changes() -> None:
+    """A probe's finding: a route's lease in the isolate, an override raised the key's
+    limit, then deleted: the isolate spent a unit of the route's old lease, one over the
+    route's limit (the object had carried the override's use into it)."""
+    import json
+
+    from edge_limiter.core.overrides import parse_override
+
+    h = harness(
+        {**route("20/10s", "fixed_window"), "key": "header:x-k"}, overrides={"refresh": "1s"}
+    )
+    h.clock.now = (h.clock.now // 10_000 + 1) * 10_000  # at the start of a window
+    key = [("x-k", "K")]
+    assert [h.send(request(headers=key)).status for _ in range(5)] == [200] * 5
+    override = parse_override(
+        {"route": "api", "key": "K", "limits": "50/minute"}, h.clock.now, {"api": "fixed_window"}
+    ).describe()
+    asyncio.run(h.control.overrides(json.dumps({"op": "put", "override": override})))
+    h.clock.advance(1_000)
+    h.send(request(headers=[("x-k", "other")]))  # the list reloads after this answer
+    raised = [h.send(request(headers=key)).status for _ in range(40)]
+    assert raised.count(200) == 40
+    asyncio.run(h.control.overrides(json.dumps({"op": "delete", "id": override["id"]})))
+    h.clock.advance(1_000)
+    h.send(request(headers=[("x-k", "other")]))
+    assert h.send(request(headers=key)).status == 429  # 45 in this window of 20/10 s

@@ -156,6 +156,8 @@ class RateLimit:
         self.timeout_ms = route.failure.store_timeout_ms
         self._override_checks: dict[str, Check] = {}
         self._held: OrderedDict[tuple[str, str], Holding] = OrderedDict()
+        self._held_payload: dict[str, str] = {}
+        """Object name -> the limits (payload) its last leased request was counted under."""
         self._denials: dict[tuple[Any, ...], tuple[Response, list[str]]] = {}
         """Built 429s by what they say (see :meth:`_denial`): a flood shares a few."""
 
@@ -319,6 +321,16 @@ class RateLimit:
     def _holding(self, name: str, check: Check) -> Holding:
         slot = (name, check.payload)
         holding = self._held.get(slot)
+        last = self._held_payload.get(name)
+        if last != check.payload:
+            if last is not None:
+                # The key is counted under other limits now (an override set, changed or
+                # deleted): units leased under the old ones are forfeit. The object
+                # carried them into the new limits; spent here too they would count twice.
+                self._held.pop((name, last), None)
+            self._held_payload[name] = check.payload
+            if len(self._held_payload) > MAX_HOLDINGS:
+                self._held_payload.pop(next(iter(self._held_payload)))
         if holding is None:
             capacity = min(limit.capacity for limit in check.limits)
             merge = all(algorithm.lease_records_merge for algorithm in check.algorithms)
