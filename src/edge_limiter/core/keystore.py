@@ -295,9 +295,9 @@ class KeyStore:
         """Limit set (row ids) -> its outstanding leases (memory only)."""
         self.recent = _Recent()
         self.reconciled: tuple[str, ...] = ()
+        """The limit set whose rows last took in :attr:`recent` (see :meth:`_carried`)."""
         self.reconciled_exact: frozenset[str] = frozenset()
         """Rows of :attr:`reconciled` whose replay saw every admission of its span."""
-        """The limit set whose rows last took in :attr:`recent` (see :meth:`_carried`)."""
 
     # --- loading ------------------------------------------------------------------------
 
