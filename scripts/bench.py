@@ -224,12 +224,17 @@ def section_gateway(report: Report, quick: bool, origin: str) -> None:
                     "Python: denied (429)": (f"{gw.url}/small/x", {KEY: "denied"}),
                 }
             )
-        # The floor of any Python Worker on this host (a runtime of its own, same round).
+        # The floor of any Python Worker on this host (a runtime of its own, same round),
+        # and of any Python rate limiter: the least a Python Durable Object does per call.
         with rt.bare_python(origin) as bare:
             measure(
                 {
                     "bare Python Worker: answer": (f"{bare.url}/x", {}),
                     "bare Python Worker: forward": (f"{bare.url}/forward/x", {}),
+                    "bare Python Worker: minimal Python Durable Object + forward": (
+                        f"{bare.url}/object-floor/x",
+                        {},
+                    ),
                 }
             )
     # The floor's rows beside the JavaScript ones (origin, forward, object) they compare with.
@@ -294,30 +299,68 @@ def section_gateway_python(report: Report, quick: bool) -> None:
 
 
 def section_object(report: Report, quick: bool, origin: str) -> None:
+    """The project's object against the JavaScript one on the same workerd; then, on a
+    runtime of their own (the same round), the floor: the least a Python Durable Object
+    does for the same read-modify-write, and for nothing at all, each against the
+    JavaScript object measured again on that runtime."""
     requests = 500 if quick else 5000
     repeat = 1 if quick else 5
     results: dict[str, list[dict[str, Any]]] = {}
+    # each row -> the JavaScript object row of the runtime it ran on
+    runtimes: dict[str, str] = {}
+    project_js = "JS Durable Object"
+    floor_js = "JS Durable Object (the floor's runtime)"
+
+    def measure(runtime_name: str, urls: list[tuple[str, str]]) -> None:
+        for name, url in urls:
+            runtimes[name] = runtime_name
+            results.setdefault(name, []).append(rt.load(url, requests=requests, concurrency=50))
+
     for _ in range(repeat):
         with rt.runtime(origin) as gw:
             peer = gw.peer_urls["peer"]
-            for name, url in (
-                ("JS Durable Object", f"{peer}/object?key=hot-js"),
-                ("Python Durable Object (this project's)", f"{peer}/python-object?key=hot-py"),
-                (
-                    f"Python, write_behind {rt.BENCH_WRITE_BEHIND_MS} ms (opt-in; no write per decision)",
-                    f"{peer}/python-object-behind?key=hot-py-behind",
-                ),
-            ):
-                results.setdefault(name, []).append(rt.load(url, requests=requests, concurrency=50))
-    base = rt.median(results["JS Durable Object"], "rps")
+            measure(
+                project_js,
+                [
+                    (project_js, f"{peer}/object?key=hot-js"),
+                    ("Python Durable Object (this project's)", f"{peer}/python-object?key=hot-py"),
+                    (
+                        f"Python, write_behind {rt.BENCH_WRITE_BEHIND_MS} ms (opt-in; no write "
+                        "per decision)",
+                        f"{peer}/python-object-behind?key=hot-py-behind",
+                    ),
+                ],
+            )
+        with rt.bare_python(origin) as bare:
+            peer = bare.peer_urls["peer"]
+            measure(
+                floor_js,
+                [
+                    (floor_js, f"{peer}/object?key=hot-js"),
+                    (
+                        "minimal Python Durable Object: the same read-modify-write (the floor)",
+                        f"{peer}/floor-object?key=hot-floor",
+                    ),
+                    (
+                        "minimal Python Durable Object: a method that does nothing",
+                        f"{peer}/floor-nothing?key=hot-nothing",
+                    ),
+                ],
+            )
     rows = []
     for name, runs_ in results.items():
+        base = rt.median(results[runtimes[name]], "rps")
         rps = rt.median(runs_, "rps")
         rows.append([name, rps, base / rps, rt.median(runs_, "p50"), rt.median(runs_, "p99")])
     report.data["object"] = {row[0]: row[1:] for row in rows}
+    report.data["object_statuses"] = {
+        name: sorted({status for run in runs_ for status in run["statuses"]})
+        for name, runs_ in results.items()
+    }
     report.table(
         f"One hot key, 50 in flight, called from the same JavaScript Worker ({requests} "
-        f"requests, medians of {repeat} rounds, each on a fresh runtime)",
+        f"requests, medians of {repeat} rounds, each on a fresh runtime; each ratio against "
+        "the JavaScript object on the same runtime)",
         ["object", "decisions/s", "JS / this", "p50 ms", "p99 ms"],
         rows,
     )

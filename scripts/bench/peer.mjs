@@ -11,6 +11,10 @@
 //                      as the JavaScript one is
 //   GET /python-object-behind  the same with env.PAYLOAD_BEHIND: the route opted into
 //                      write-behind (not the same work: shown beside, not compared)
+//   GET /floor-object  one call to FloorLimiter (runtime.py FLOOR_PYTHON, when bound): the
+//                      same read-modify-write as PeerLimiter in minimal Python, the floor of
+//                      any Python Durable Object doing this work on the same workerd
+//   GET /floor-nothing one call to FloorLimiter.nothing: entering the Python object alone
 //
 // env.PAYLOAD is the store request text the gateway sends for the benchmark's route
 // (quota, window, cost), so both objects decide the same thing. `?key=` picks the object.
@@ -106,6 +110,12 @@ export default {
     }
     if (path === "/python-object-behind") {
       return new Response(await env.RATE_LIMITER.getByName(key).decide(env.PAYLOAD_BEHIND));
+    }
+    if (path === "/floor-object") {
+      return new Response(await env.FLOOR_LIMITER.getByName(key).decide(env.PAYLOAD));
+    }
+    if (path === "/floor-nothing") {
+      return new Response(await env.FLOOR_LIMITER.getByName(key).nothing(env.PAYLOAD));
     }
     if (path.startsWith("/limited/")) {
       await env.PEER_LIMITER.getByName(key).decide(env.PAYLOAD);

@@ -177,15 +177,143 @@ class Default(WorkerEntrypoint):
 """
 
 
+# The floor of a Python rate limiter on this host: the bare Worker above, plus the least a
+# Python Durable Object can do for the benchmarks' read-modify-write (the JavaScript
+# PeerLimiter of bench/peer.mjs, step for step, in plain Python: rows read once and kept in
+# memory, a token bucket in exact integers, the changed row upserted before the answer),
+# and a method that does nothing (what entering Python on the object's side costs alone).
+# ``/object-floor/*`` calls the object, then forwards as ``/forward/*`` does.
+FLOOR_PYTHON = """
+import json
+import time
+
+import js
+from workers import DurableObject, Response, WorkerEntrypoint
+
+UPSERT = (
+    "INSERT INTO limits (id, state, idle_at) VALUES (?, ?, ?) "
+    "ON CONFLICT(id) DO UPDATE SET state = excluded.state, idle_at = excluded.idle_at"
+)
+
+
+def raw(wrapped):
+    return getattr(wrapped, "_binding", wrapped)
+
+
+async def forward(env, native):
+    init = js.Object.new()
+    init.redirect = "manual"
+    return await js.fetch(js.Request.new(env.ORIGIN + "/x", native), init)
+
+
+class Default(WorkerEntrypoint):
+    async def fetch(self, request):
+        native = request.js_object
+        url = native.url
+        if "/forward/" in url:
+            return await forward(self.env, native)
+        if "/object-floor/" in url:
+            await raw(self.env.FLOOR_LIMITER).getByName("hot").decide(self.env.PAYLOAD)
+            return await forward(self.env, native)
+        return Response("ok")
+
+
+class FloorLimiter(DurableObject):
+    def __init__(self, ctx, env):
+        super().__init__(ctx, env)
+        self.sql = raw(ctx.storage).sql
+        self.sql.exec(
+            "CREATE TABLE IF NOT EXISTS limits "
+            "(id TEXT PRIMARY KEY, state TEXT NOT NULL, idle_at INTEGER NOT NULL)"
+        )
+        self.rows = None
+        self.parsed = {}
+
+    def nothing(self, payload):
+        return "{}"
+
+    def decide(self, payload):
+        request = self.parsed.get(payload)
+        if request is None:
+            data = json.loads(payload)
+            limits = [
+                (f"token_bucket:{burst or ''}:{quota}/{window}", quota, window,
+                 (burst or quota) * window)
+                for quota, window, _name, burst in data["limits"]
+            ]
+            request = self.parsed[payload] = (data["cost"], limits)
+        if self.rows is None:
+            self.rows = {}
+            for row in self.sql.exec("SELECT id, state FROM limits").toArray():
+                self.rows[row.id] = json.loads(row.state)
+        now = int(time.time() * 1000)
+        cost, limits = request
+        decisions, updates, allowed = [], [], True
+        for limit_id, quota, window, full in limits:
+            stored = self.rows.get(limit_id)
+            level = full
+            if stored is not None:
+                level = min(full, stored[0] + max(0, now - stored[1]) * quota)
+            need = cost * window
+            ok = need <= level
+            allowed = allowed and ok
+            after = level - need if ok else level
+            reset_after = -(-(full - after) // quota)
+            retry_after = 0 if ok else max(1, -(-(need - level) // quota))
+            decisions.append(
+                f"[{'true' if ok else 'false'},{full // window},{after // window},"
+                f"{reset_after},{retry_after}]"
+            )
+            updates.append((limit_id, after, now + reset_after))
+        if allowed:
+            for limit_id, after, idle_at in updates:
+                state = [after, now]
+                self.rows[limit_id] = state
+                self.sql.exec(UPSERT, limit_id, json.dumps(state), idle_at)
+        return '{"ds":[' + ",".join(decisions) + "]}"
+"""
+
+
+def _peers(origin: str, durable_objects: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JavaScript peer Worker (bench/peer.mjs), its own Durable Object and
+    ``durable_objects`` of the Python Worker bound to it."""
+    return [
+        {
+            "name": "peer",
+            "module": str(PEER),
+            "bindings": {
+                "ORIGIN": origin,
+                "PAYLOAD": bench_payload(),
+                "PAYLOAD_BEHIND": bench_payload(BENCH_WRITE_BEHIND_MS),
+            },
+            "durableObjects": {
+                "PEER_LIMITER": {"className": "PeerLimiter"},
+                **{
+                    binding: {"className": class_name, "worker": "gateway"}
+                    for binding, class_name in durable_objects.items()
+                },
+            },
+        }
+    ]
+
+
 @contextmanager
 def bare_python(origin: str) -> Iterator[LocalGateway]:
-    """A bare Python Worker (no bindings) on local workerd: ``/forward/*`` goes to ``origin``."""
+    """The floor Worker (``FLOOR_PYTHON``: a bare Python Worker and the least a Python
+    Durable Object can do) on local workerd, the JavaScript peers beside it:
+    ``/forward/*`` goes to ``origin``."""
     with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
         worker = Path(tmp) / "bare"
         worker.mkdir()
-        (worker / "entry.py").write_text(BARE_PYTHON)
+        (worker / "entry.py").write_text(FLOOR_PYTHON)
+        floor = {"FLOOR_LIMITER": "FloorLimiter"}
         with LocalGateway(
-            worker, {"ORIGIN": origin}, durable_objects={}, kv_namespaces=[]
+            worker,
+            {"ORIGIN": origin, "PAYLOAD": bench_payload()},
+            durable_objects=floor,
+            kv_namespaces=[],
+            persist_dir=Path(tmp) / "state",
+            extra_spec={"peers": _peers(origin, floor)},
         ) as gateway:
             yield gateway
 
@@ -196,21 +324,7 @@ def runtime(origin: str, *, persist: bool = True, **top: Any) -> Iterator[LocalG
     with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
         worker = Path(tmp) / "worker"
         build(worker)
-        peers = [
-            {
-                "name": "peer",
-                "module": str(PEER),
-                "bindings": {
-                    "ORIGIN": origin,
-                    "PAYLOAD": bench_payload(),
-                    "PAYLOAD_BEHIND": bench_payload(BENCH_WRITE_BEHIND_MS),
-                },
-                "durableObjects": {
-                    "PEER_LIMITER": {"className": "PeerLimiter"},
-                    "RATE_LIMITER": {"className": "RateLimiter", "worker": "gateway"},
-                },
-            }
-        ]
+        peers = _peers(origin, {"RATE_LIMITER": "RateLimiter"})
         # The peer's own Durable Object class lives in the peer's script.
         gateway = LocalGateway(
             worker,

@@ -64,9 +64,14 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     imports = data["imports"][0]
     assert 0 < imports["dataclasses_ms"] < imports["import_ms"]
     assert imports["dataclasses"] > 0
-    # Every object row decided (decisions/s is the first column), the write-behind one too.
-    assert len(data["object"]) == 3
+    # The floor's Python Worker called its minimal Python Durable Object and forwarded.
+    floor = gateway["bare Python Worker: minimal Python Durable Object + forward"]
+    assert floor["statuses"] == ["200"]
+    # Every object row decided (decisions/s is the first column), the write-behind one and
+    # the floor's (the minimal Python object, on a runtime of its own) too, every answer a 200.
+    assert len(data["object"]) == 6
     assert all(row[0] > 0 for row in data["object"].values())
+    assert all(statuses == ["200"] for statuses in data["object_statuses"].values())
     # The abusive key is never admitted beyond its limit (100/minute: 100 at once, plus what
     # refills during the run).
     assert data["abusive"]["admitted"] <= 100 + 100 * 2 / 60 + 1
