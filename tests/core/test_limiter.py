@@ -379,6 +379,21 @@ def test_never_binding_names_only_certain_cases() -> None:
     # short window straddling two long ones.
     assert rates("fixed_window", "10/minute", "5/90s") == []
     assert rates("sliding_log", "10/minute", "5/90s") == [("10-per-minute", "5-per-90-seconds")]
+    # A longer window that admits all the shorter can let into it never denies: exactly
+    # k short windows' quota for a fixed window (k = L / S), k + 1 for a sliding window's
+    # estimate, ceil(L / S) for a log; nothing when L is no whole multiple of S (windows).
+    assert rates("fixed_window", "5/second", "100000/minute") == [
+        ("100000-per-minute", "5-per-second")
+    ]
+    assert rates("fixed_window", "5/second", "300/minute") == [("300-per-minute", "5-per-second")]
+    assert rates("fixed_window", "5/second", "299/minute") == []
+    assert rates("fixed_window", "5/minute", "3000/hour") == [("3000-per-hour", "5-per-minute")]
+    assert rates("sliding_window", "5/second", "305/minute") == [("305-per-minute", "5-per-second")]
+    assert rates("sliding_window", "5/second", "304/minute") == []
+    assert rates("sliding_log", "5/second", "300/minute") == [("300-per-minute", "5-per-second")]
+    assert rates("sliding_log", "5/second", "299/minute") == []
+    assert rates("sliding_log", "5/minute", "10/90s") == [("10-per-90-seconds", "5-per-minute")]
+    assert rates("fixed_window", "5/minute", "1000/90s") == []
     # Buckets: capacity and refill compared, whatever the windows.
     assert rates("token_bucket", "10/minute", "100/second") == [("100-per-second", "10-per-minute")]
     # The same bucket written over two windows: only the later one is named.

@@ -39,6 +39,10 @@ def make(**fields: object):  # type: ignore[no-untyped-def]
         ({"expires_in": "soon"}, "expires_in"),
         ({"expires_at": NOW - 1}, "future time"),
         ({"expires_in": "1m", "expires_at": NOW + 10}, "not both"),
+        ({"expires_in": "3651d"}, "longer than 3650d .*does not expire"),
+        ({"expires_in": "999999999d"}, "longer than 3650d"),
+        ({"expires_at": NOW + 3_650 * 86_400_000 + 1}, "at most 3650 days"),
+        ({"expires_at": 2**63}, "at most 3650 days"),
         ({"colour": "red"}, "unknown field"),
         ({"reason": "x" * 201}, "reason"),
     ],
@@ -46,6 +50,13 @@ def make(**fields: object):  # type: ignore[no-untyped-def]
 def test_bad_overrides_say_what_to_fix(fields: dict[str, object], why: str) -> None:
     with pytest.raises(OverrideError, match=why):
         make(**fields)
+
+
+def test_an_expiry_may_be_up_to_ten_years_ahead_or_absent() -> None:
+    ten_years = 3_650 * 86_400_000
+    assert make(expires_in="3650d").expires_at == NOW + ten_years
+    assert make(expires_at=NOW + ten_years).expires_at == NOW + ten_years
+    assert make().expires_at is None
 
 
 def test_an_override_for_every_route_must_suit_every_routes_algorithm() -> None:

@@ -63,8 +63,14 @@ def test_a_key_spelled_too_many_times_is_ambiguous() -> None:
     from edge_limiter.core.http.messages import Headers, Request
 
     request = Request("GET", "/", "&".join(["api_key=K"] * (MAX_CANDIDATES + 1)))
-    with pytest.raises(AmbiguousRequestError, match="more than 1000"):
+    with pytest.raises(
+        AmbiguousRequestError,
+        match=r"^the query has more than 1000 parameters spelled like 'api_key'$",
+    ):
         request.query_param("api_key")
     cookies = Request("GET", "/", headers=Headers([("cookie", "; ".join(["sid=K"] * 1_001))]))
-    with pytest.raises(AmbiguousRequestError, match="more than 1000"):
+    with pytest.raises(
+        AmbiguousRequestError,
+        match=r"^the cookies hold more than 1000 parameters spelled like 'sid'$",
+    ):
         cookies.cookie("sid")

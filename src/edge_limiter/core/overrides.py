@@ -32,6 +32,9 @@ ALL_ROUTES = "*"
 MAX_KEY_LENGTH = 512
 MAX_REASON_LENGTH = 200
 MAX_OVERRIDES = 1_000
+#: How far ahead an override's expiry may be (ten years; without one it never expires):
+#: a longer one is a mistake, and one past 2**53 ms is not even exact for JavaScript clients.
+MAX_LIFETIME_MS = 3_650 * 86_400_000
 
 
 class OverrideError(EdgeLimiterError, ValueError):
@@ -152,14 +155,26 @@ def _expiry(data: Mapping[str, Any], now: int) -> int | None:
         raise OverrideError("give expires_in or expires_at, not both")
     if data.get("expires_in") is not None:
         try:
-            return now + parse_duration(data["expires_in"], minimum_ms=1_000)
+            return now + parse_duration(
+                data["expires_in"], minimum_ms=1_000, maximum_ms=MAX_LIFETIME_MS
+            )
         except DurationError as exc:
-            raise OverrideError(f"expires_in: {exc}") from exc
+            raise OverrideError(
+                f"expires_in: {exc} (leave both expires_in and expires_at out for an "
+                "override that does not expire)"
+                if "longer than" in str(exc)
+                else f"expires_in: {exc}"
+            ) from exc
     expires_at = data.get("expires_at")
     if expires_at is None:
         return None
     if isinstance(expires_at, bool) or not isinstance(expires_at, int) or expires_at <= now:
         raise OverrideError("expires_at must be a future time in epoch milliseconds")
+    if expires_at > now + MAX_LIFETIME_MS:
+        raise OverrideError(
+            "expires_at must be at most 3650 days from now (epoch milliseconds; leave both "
+            "expires_in and expires_at out for an override that does not expire)"
+        )
     return expires_at
 
 

@@ -17,6 +17,7 @@ another type reads as 0 (the response counts as stale), like an invalid ``max-ag
 
 from __future__ import annotations
 
+import re
 import string
 
 from .cache_control import CacheControl, directives_of
@@ -68,14 +69,32 @@ def parse_dictionary(value: str) -> dict[str, str | None] | None:
 def is_list(value: str) -> bool:
     """Whether ``value`` is a non-empty RFC 8941 List (section 4.2.1), as ``RateLimit``
     and ``RateLimit-Policy`` are."""
+    return list_names(value) is not None
+
+
+def list_names(value: str) -> list[str] | None:
+    """The members of a non-empty RFC 8941 List by name (a String's content, a Token's
+    text; ``""`` for any other member), ``None`` when ``value`` is not one: the policy
+    names of ``RateLimit`` and ``RateLimit-Policy``."""
     parser = _Parser(value.strip(" "))
     if not parser.text:
-        return False
+        return None
+    names: list[str] = []
     try:
-        parser.members()
+        parser.members(names)
     except _Invalid:
-        return False
-    return True
+        return None
+    return names
+
+
+_ESCAPED = re.compile(r"\\(.)")
+
+
+def _name(bare: str) -> str:
+    """A bare item's text as a name: a String unquoted, a Token as it is, else ``""``."""
+    if bare.startswith('"'):
+        return _ESCAPED.sub(r"\1", bare[1:-1])
+    return bare if bare[:1] == "*" or bare[:1].isalpha() else ""
 
 
 class _Parser:
@@ -126,13 +145,18 @@ class _Parser:
                 raise _Invalid  # a trailing comma
         return members
 
-    def members(self) -> None:
-        """A List's members (Items or Inner Lists, with their parameters), to its end."""
+    def members(self, names: list[str]) -> None:
+        """A List's members (Items or Inner Lists, with their parameters), to its end;
+        each member's name (see :func:`list_names`) goes to ``names``."""
         while True:
             if self._peek() == "(":
                 self._inner_list()
+                names.append("")
             else:
-                self._item()
+                start = self.at
+                self._bare_item()
+                names.append(_name(self.text[start : self.at]))
+                self._parameters()
             self._skip(_OWS)
             if self.at >= len(self.text):
                 return

@@ -50,7 +50,7 @@ from ..keys import KeyPart, KeySpec, parse_key_part
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..protocol import algorithm_of
-from ..rates import MAX_QUOTA, Limit, parse_rate, parse_rates
+from ..rates import MAX_QUOTA, Limit, Rate, parse_rate, parse_rates
 from ..resilience.breaker import BreakerSettings
 from ..resilience.retry import IDEMPOTENT_METHODS, RetrySettings, parse_retry
 from ..routing.origins import (
@@ -242,7 +242,9 @@ def never_binding(limits: list[Limit], algorithm: str) -> list[tuple[Limit, Limi
     shorter one; a ``fixed_window`` or ``sliding_window`` likewise when its window is a
     whole multiple of the other's (windows are aligned to UTC, so each short window lies
     inside one long one, and a sliding window's weighted estimate over the long windows
-    is never below the one over the short windows).
+    is never below the one over the short windows). The other way round, a longer window
+    that admits at least all the shorter one can let into it (:func:`_most_admitted`:
+    ``5/second`` and ``300/minute`` for a ``fixed_window``) never denies either.
     """
     pairs: list[tuple[Limit, Limit]] = []
     for at, loose in enumerate(limits):
@@ -269,6 +271,8 @@ def _stricter(strict: Limit, loose: Limit, algorithm: str) -> bool:
             # refills no faster: quota per window compared without division
             and s_rate.quota * l_rate.window_ms <= l_rate.quota * s_rate.window_ms
         )
+    if s_rate.window_ms < l_rate.window_ms:
+        return l_rate.quota >= _most_admitted(s_rate.quota, s_rate.window_ms, l_rate, algorithm)
     if algorithm == "sliding_log":
         return s_rate.window_ms > l_rate.window_ms and s_rate.quota <= l_rate.quota
     if algorithm in ("fixed_window", "sliding_window"):
@@ -278,6 +282,24 @@ def _stricter(strict: Limit, loose: Limit, algorithm: str) -> bool:
             and s_rate.quota <= l_rate.quota
         )
     return False
+
+
+def _most_admitted(quota: int, window_ms: int, longer: Rate, algorithm: str) -> float:
+    """The most a limit of ``quota`` per ``window_ms`` lets a ``longer`` window's count
+    reach, whatever the traffic (``inf`` where it is not certain). A ``sliding_log``
+    window of the longer length is covered by ``ceil(L / S)`` shorter ones, each holding
+    at most ``quota``. Aligned windows where ``L`` is a whole multiple ``k`` of ``S``: a
+    ``fixed_window`` long window is exactly ``k`` short ones; a ``sliding_window``'s
+    estimate over the long windows (the previous one's count weighted down by the share
+    gone by, rounded down, plus the current one's, with the request) is at most
+    ``k + 1`` short windows' worth."""
+    longer_ms = longer.window_ms
+    if algorithm == "sliding_log":
+        return -(-longer_ms // window_ms) * quota
+    if algorithm in ("fixed_window", "sliding_window") and longer_ms % window_ms == 0:
+        windows = longer_ms // window_ms
+        return (windows if algorithm == "fixed_window" else windows + 1) * quota
+    return float("inf")
 
 
 def _apply_route_burst(
@@ -1092,6 +1114,8 @@ def parse_config(raw: object) -> Config:
                 f"{where}.name",
                 f"is used by an earlier route (this is routes[{index}]); names must be unique",
             )
+            # The route's other problems say which of the two routes they are about.
+            where = f"{where} (routes[{index}])"
         seen.add(name)
         route = _parse_route(raw_route, name, where, defaults, problems)
         if route is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..caching.targeted import is_list
+from ..caching.targeted import list_names
 from ..decision import Decision
 
 REASON_HEADER = "X-EdgeLimiter-Reason"
@@ -144,17 +144,52 @@ def with_origins_fields(
         )
     their_policy = theirs("ratelimit-policy") if their_list is not None else None
     # A value that is not a well-formed list, joined to ours, would spoil ours too.
-    if their_list is not None and not is_list(their_list):
-        their_list = None
-    if their_policy is not None and not is_list(their_policy):
-        their_policy = None
+    their_names: set[str] = set()
+    if their_list is not None:
+        names = list_names(their_list)
+        their_list = their_list if names is not None else None
+        their_names.update(names or ())
+    if their_policy is not None:
+        names = list_names(their_policy)
+        their_policy = their_policy if names is not None else None
+        their_names.update(names or ())
     before = {"RateLimit": their_list, "RateLimit-Policy": their_policy}
+    renamed = _renamed(ours, their_names) if their_list is not None else {}
     for name, value in ours:
         if keep_theirs and name.startswith("X-RateLimit-"):
             continue
+        sent = value
+        if name in before:
+            for old, new in renamed.items():
+                sent = sent.replace(f"{sf_string(old)};", f"{sf_string(new)};")
         first = before.get(name)
-        out.append((name, value if first is None else f"{first}, {value}"))
+        out.append((name, sent if first is None else f"{first}, {sent}"))
     return out
+
+
+#: What a gateway policy's name gets when the origin's fields already use it.
+RENAMED_SUFFIX = "-gateway"
+
+
+def _renamed(ours: list[tuple[str, str]], taken: set[str]) -> dict[str, str]:
+    """Our policy names the origin's lists already use, each with the name it is sent
+    under instead (``<name>-gateway``, then ``-gateway-2`` ...): a client pairs a
+    ``RateLimit`` item with its policy by name, so two policies must not share one."""
+    policy = next((value for name, value in ours if name == "RateLimit-Policy"), None)
+    mine = list_names(policy) if policy is not None else None
+    if not mine or taken.isdisjoint(mine):
+        return {}
+    used = taken | set(mine)
+    renamed = {}
+    for name in mine:
+        if name in taken:
+            new, n = f"{name}{RENAMED_SUFFIX}", 1
+            while new in used:
+                n += 1
+                new = f"{name}{RENAMED_SUFFIX}-{n}"
+            used.add(new)
+            renamed[name] = new
+    return renamed
 
 
 def violated_policies(decisions: Sequence[Decision]) -> list[str]:

@@ -130,7 +130,7 @@ def named_pieces(text: str, wanted: str, separators: str) -> list[tuple[str, str
         found.append((name, value if sep else None))
         if len(found) > MAX_CANDIDATES:
             raise TooManyCandidatesError(
-                f"more than {MAX_CANDIDATES} parameters are spelled like {wanted!r}"
+                f"more than {MAX_CANDIDATES} parameters spelled like {wanted!r}"
             )
     return found
 
