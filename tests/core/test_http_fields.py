@@ -98,9 +98,15 @@ def test_problem_body() -> None:
     assert body["instance"] == "/v1/search"
 
 
-def test_an_origins_own_fields_are_kept_only_when_a_client_can_read_them() -> None:
+def _merged(ours: list[tuple[str, str]], **theirs: str) -> dict[str, str]:
+    """``ours`` set on an origin's answer with fields ``theirs`` (``_`` for ``-``)."""
     from edge_limiter.core.http.fields import with_origins_fields
 
+    fields = {name.replace("_", "-"): value for name, value in theirs.items()}
+    return dict(with_origins_fields(ours, fields.get))
+
+
+def test_an_origins_own_fields_are_kept_only_when_a_client_can_read_them() -> None:
     ours = [
         ("X-RateLimit-Limit", "100"),
         ("X-RateLimit-Remaining", "98"),
@@ -109,24 +115,20 @@ def test_an_origins_own_fields_are_kept_only_when_a_client_can_read_them() -> No
         ("RateLimit", '"100-per-minute";r=98;t=30'),
     ]
 
-    def merged(**theirs: str) -> dict[str, str]:
-        fields = {name.replace("_", "-"): value for name, value in theirs.items()}
-        return dict(with_origins_fields(ours, fields.get))
-
-    assert merged() == dict(ours)
+    assert _merged(ours) == dict(ours)
     # A malformed list would spoil ours once joined to it: ours alone.
-    assert merged(ratelimit_policy="garbage((", ratelimit="garbage((") == dict(ours)
-    kept = merged(ratelimit='"o";r=1;t=9')  # no policy field: its RateLimit still kept
+    assert _merged(ours, ratelimit_policy="garbage((", ratelimit="garbage((") == dict(ours)
+    kept = _merged(ours, ratelimit='"o";r=1;t=9')  # no policy field: its RateLimit still kept
     assert kept["RateLimit"] == '"o";r=1;t=9, "100-per-minute";r=98;t=30'
     assert kept["RateLimit-Policy"] == '"100-per-minute";q=100;w=60'
     # Remaining alone is no set a client can use: ours stay.
-    assert merged(x_ratelimit_remaining="2")["X-RateLimit-Limit"] == "100"
-    theirs = merged(x_ratelimit_remaining="2", x_ratelimit_limit="10")
+    assert _merged(ours, x_ratelimit_remaining="2")["X-RateLimit-Limit"] == "100"
+    theirs = _merged(ours, x_ratelimit_remaining="2", x_ratelimit_limit="10")
     assert "X-RateLimit-Limit" not in theirs and "X-RateLimit-Remaining" not in theirs
 
 
 def test_a_policy_the_origin_names_as_ours_is_sent_under_another_name() -> None:
-    from edge_limiter.core.http.fields import with_origins_fields
+    from edge_limiter.core.caching.targeted import list_names
 
     ours = [
         ("X-RateLimit-Limit", "2"),
@@ -136,27 +138,23 @@ def test_a_policy_the_origin_names_as_ours_is_sent_under_another_name() -> None:
         ("RateLimit", '"2-per-minute";r=1;t=46, "100-per-hour";r=99;t=3600'),
     ]
 
-    def merged(**theirs: str) -> dict[str, str]:
-        fields = {name.replace("_", "-"): value for name, value in theirs.items()}
-        return dict(with_origins_fields(ours, fields.get))
-
-    both = merged(ratelimit_policy='"2-per-minute";q=2;w=60', ratelimit='"2-per-minute";r=0;t=5')
+    both = _merged(
+        ours, ratelimit_policy='"2-per-minute";q=2;w=60', ratelimit='"2-per-minute";r=0;t=5'
+    )
     assert both["RateLimit-Policy"] == (
         '"2-per-minute";q=2;w=60, "2-per-minute-gateway";q=2;w=60, "100-per-hour";q=100;w=3600'
     )
     assert both["RateLimit"] == (
         '"2-per-minute";r=0;t=5, "2-per-minute-gateway";r=1;t=46, "100-per-hour";r=99;t=3600'
     )
-    # The new name is one neither list uses; our
-    # policy is renamed in both of our fields even when the origin sent RateLimit alone.
-    taken = merged(ratelimit='"2-per-minute";r=0;t=5, "2-per-minute-gateway";r=3;t=9')
+    # The new name is one neither list uses; our policy is renamed in both of our
+    # fields even when the origin sent RateLimit alone.
+    taken = _merged(ours, ratelimit='"2-per-minute";r=0;t=5, "2-per-minute-gateway";r=3;t=9')
     assert taken["RateLimit"].endswith(
         '"2-per-minute-gateway-2";r=1;t=46, "100-per-hour";r=99;t=3600'
     )
     assert taken["RateLimit-Policy"].startswith('"2-per-minute-gateway-2";q=2;w=60, ')
-    from edge_limiter.core.caching.targeted import list_names
-
     assert list_names('hourly;r=0, "a\\"b";q=1, 5, (x y)') == ["hourly", 'a"b', "", ""]
     # No name in common, or a list too broken to keep: nothing is renamed.
-    assert merged(ratelimit='"other";r=0;t=5')["RateLimit-Policy"] == ours[3][1]
-    assert merged(ratelimit='"2-per-minute";r=0;t=5,')["RateLimit"] == ours[4][1]
+    assert _merged(ours, ratelimit='"other";r=0;t=5')["RateLimit-Policy"] == ours[3][1]
+    assert _merged(ours, ratelimit='"2-per-minute";r=0;t=5,')["RateLimit"] == ours[4][1]

@@ -34,7 +34,9 @@ MAX_REASON_LENGTH = 200
 MAX_OVERRIDES = 1_000
 #: How far ahead an override's expiry may be (ten years; without one it never expires):
 #: a longer one is a mistake, and one past 2**53 ms is not even exact for JavaScript clients.
-MAX_LIFETIME_MS = 3_650 * 86_400_000
+MAX_LIFETIME_DAYS = 3_650
+MAX_LIFETIME_MS = MAX_LIFETIME_DAYS * 86_400_000
+_NEVER_EXPIRES = "leave both expires_in and expires_at out for an override that does not expire"
 
 
 class OverrideError(EdgeLimiterError, ValueError):
@@ -155,16 +157,15 @@ def _expiry(data: Mapping[str, Any], now: int) -> int | None:
         raise OverrideError("give expires_in or expires_at, not both")
     if data.get("expires_in") is not None:
         try:
-            return now + parse_duration(
-                data["expires_in"], minimum_ms=1_000, maximum_ms=MAX_LIFETIME_MS
-            )
+            lifetime = parse_duration(data["expires_in"], minimum_ms=1_000)
         except DurationError as exc:
+            raise OverrideError(f"expires_in: {exc}") from exc
+        if lifetime > MAX_LIFETIME_MS:
             raise OverrideError(
-                f"expires_in: {exc} (leave both expires_in and expires_at out for an "
-                "override that does not expire)"
-                if "longer than" in str(exc)
-                else f"expires_in: {exc}"
-            ) from exc
+                f"expires_in: duration {data['expires_in']!r} is longer than "
+                f"{MAX_LIFETIME_DAYS}d ({_NEVER_EXPIRES})"
+            )
+        return now + lifetime
     expires_at = data.get("expires_at")
     if expires_at is None:
         return None
@@ -172,8 +173,8 @@ def _expiry(data: Mapping[str, Any], now: int) -> int | None:
         raise OverrideError("expires_at must be a future time in epoch milliseconds")
     if expires_at > now + MAX_LIFETIME_MS:
         raise OverrideError(
-            "expires_at must be at most 3650 days from now (epoch milliseconds; leave both "
-            "expires_in and expires_at out for an override that does not expire)"
+            f"expires_at must be at most {MAX_LIFETIME_DAYS} days from now (epoch "
+            f"milliseconds; {_NEVER_EXPIRES})"
         )
     return expires_at
 

@@ -272,7 +272,7 @@ def _stricter(strict: Limit, loose: Limit, algorithm: str) -> bool:
             and s_rate.quota * l_rate.window_ms <= l_rate.quota * s_rate.window_ms
         )
     if s_rate.window_ms < l_rate.window_ms:
-        return l_rate.quota >= _most_admitted(s_rate.quota, s_rate.window_ms, l_rate, algorithm)
+        return l_rate.quota >= _most_admitted(s_rate, l_rate, algorithm)
     if algorithm == "sliding_log":
         return s_rate.window_ms > l_rate.window_ms and s_rate.quota <= l_rate.quota
     if algorithm in ("fixed_window", "sliding_window"):
@@ -284,21 +284,20 @@ def _stricter(strict: Limit, loose: Limit, algorithm: str) -> bool:
     return False
 
 
-def _most_admitted(quota: int, window_ms: int, longer: Rate, algorithm: str) -> float:
-    """The most a limit of ``quota`` per ``window_ms`` lets a ``longer`` window's count
-    reach, whatever the traffic (``inf`` where it is not certain). A ``sliding_log``
+def _most_admitted(shorter: Rate, longer: Rate, algorithm: str) -> float:
+    """The most a ``shorter`` limit lets a ``longer`` window's count reach, whatever the
+    traffic (``inf`` where it is not certain). A ``sliding_log``
     window of the longer length is covered by ``ceil(L / S)`` shorter ones, each holding
     at most ``quota``. Aligned windows where ``L`` is a whole multiple ``k`` of ``S``: a
     ``fixed_window`` long window is exactly ``k`` short ones; a ``sliding_window``'s
     estimate over the long windows (the previous one's count weighted down by the share
     gone by, rounded down, plus the current one's, with the request) is at most
     ``k + 1`` short windows' worth."""
-    longer_ms = longer.window_ms
+    windows, part = divmod(longer.window_ms, shorter.window_ms)
     if algorithm == "sliding_log":
-        return -(-longer_ms // window_ms) * quota
-    if algorithm in ("fixed_window", "sliding_window") and longer_ms % window_ms == 0:
-        windows = longer_ms // window_ms
-        return (windows if algorithm == "fixed_window" else windows + 1) * quota
+        return (windows + (part > 0)) * shorter.quota
+    if algorithm in ("fixed_window", "sliding_window") and part == 0:
+        return (windows if algorithm == "fixed_window" else windows + 1) * shorter.quota
     return float("inf")
 
 

@@ -144,17 +144,13 @@ def with_origins_fields(
         )
     their_policy = theirs("ratelimit-policy") if their_list is not None else None
     # A value that is not a well-formed list, joined to ours, would spoil ours too.
+    before: dict[str, str | None] = {}
     their_names: set[str] = set()
-    if their_list is not None:
-        names = list_names(their_list)
-        their_list = their_list if names is not None else None
+    for field, value in (("RateLimit", their_list), ("RateLimit-Policy", their_policy)):
+        names = list_names(value) if value is not None else None
+        before[field] = value if names is not None else None
         their_names.update(names or ())
-    if their_policy is not None:
-        names = list_names(their_policy)
-        their_policy = their_policy if names is not None else None
-        their_names.update(names or ())
-    before = {"RateLimit": their_list, "RateLimit-Policy": their_policy}
-    renamed = _renamed(ours, their_names) if their_list is not None else {}
+    renamed = _renamed(ours, their_names)
     for name, value in ours:
         if keep_theirs and name.startswith("X-RateLimit-"):
             continue
