@@ -457,6 +457,27 @@ def test_per_key_scope_keeps_apart_the_clients_that_share_a_key() -> None:
     assert get(cookie="s=carol").headers.get("x-cache") == "MISS"
 
 
+def test_per_key_scope_keeps_apart_callers_by_every_header_a_route_keys_on() -> None:
+    # The API's key travels in X-Api-Key (another route counts by it) and this route
+    # counts by address: two callers behind one NAT never share an entry.
+    keyed = {"name": "keyed", "match": {"path": "/v1/keyed"}, "limits": "5/minute"}
+    h = harness(
+        {**CATALOG, "cache": {"ttl": "5m", "scope": "key"}},
+        {**keyed, "key": "header:x-api-key"},
+        upstream=FakeOrigin(respond=answering()),
+    )
+
+    def get(**headers: str) -> Any:
+        return h.send(request("/v1/catalog/me", headers=headers, ip="198.51.100.7"))
+
+    alice = get(**{"x-api-key": "alice"})
+    mallory = get(**{"x-api-key": "mallory"})
+    assert mallory.body != alice.body and mallory.headers.get("x-cache") == "MISS"
+    proxied = get(**{"x-api-key": "alice", "proxy-authorization": "Basic bTpw"})
+    assert proxied.headers.get("x-cache") == "MISS"
+    assert get(**{"x-api-key": "alice"}).headers.get("x-cache") == "HIT"
+
+
 @pytest.mark.parametrize("credential", [("authorization", "Bearer t"), ("cookie", "s=1")])
 def test_credentials_never_meet_a_public_entry(credential: tuple[str, str]) -> None:
     h = cached()
@@ -480,10 +501,15 @@ def test_a_kv_failure_is_a_miss_and_is_logged() -> None:
 
 def test_the_query_is_normalised_and_ignored_parameters_dropped() -> None:
     h = cached(ignore_query=["utm_source"])
-    h.send(request("/v1/catalog/q", query="b=2&a=1&utm_source=x"))
-    hit = h.send(request("/v1/catalog/q", query="a=1&b=2&utm_source=y"))
+    h.send(request("/v1/catalog/q", query="b=2&a=%31&utm_source=x"))
+    hit = h.send(request("/v1/catalog/q", query="utm_source=y&b=2&a=1"))
     assert hit.headers.get("x-cache") == "HIT"
-    assert h.send(request("/v1/catalog/q", query="a=1&b=3")).headers.get("x-cache") == "MISS"
+    assert h.send(request("/v1/catalog/q", query="b=3&a=1")).headers.get("x-cache") == "MISS"
+    # Another order is another request: PHP reads a_b=1 from one, a_b=2 from the other.
+    assert h.send(request("/v1/catalog/q", query="a=1&b=2")).headers.get("x-cache") == "MISS"
+    h.send(request("/v1/catalog/q", query="a_b=2&a.b=1"))
+    other = h.send(request("/v1/catalog/q", query="a.b=1&a_b=2"))
+    assert other.headers.get("x-cache") == "MISS"
 
 
 def test_client_no_cache_is_honoured_only_when_allowed() -> None:

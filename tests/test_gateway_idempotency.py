@@ -156,6 +156,75 @@ def test_callers_sharing_a_rate_limit_key_never_get_each_others_answer() -> None
     assert len(h.origin.sent) == 1
 
 
+def test_every_field_that_can_name_the_caller_keeps_callers_apart() -> None:
+    # One address for all (a NAT): Alice's answer, Set-Cookie and all, is never replayed
+    # to a caller whose cookie, proxy credentials or API key (a header some route keys
+    # on) differ; each gets a 422 and the origin ran once.
+    keyed = {
+        "name": "keyed",
+        "match": {"path": "/v1/keyed"},
+        "limits": "10/minute",
+        "key": "header:x-api-key",
+    }
+    receipt = answering(201, [("set-cookie", "session=alice")], b"alice's receipt")
+    h = harness(PAYMENTS, keyed, upstream=FakeOrigin(respond=receipt))
+    alice = {"x-api-key": "alice-key", "cookie": "sid=a", "proxy-authorization": "Basic YTpi"}
+    first = h.send(post(headers=alice))
+    assert first.status == 201
+    for field, value in (
+        ("x-api-key", "mallory-key"),
+        ("cookie", "sid=m"),
+        ("proxy-authorization", "Basic bTpi"),
+    ):
+        mallory = h.send(post(headers={**alice, field: value}))
+        assert mallory.status == 422, field
+        assert "set-cookie" not in mallory.headers and b"receipt" not in (mallory.body or b"")
+        without = {name: v for name, v in alice.items() if name != field}
+        assert h.send(post(headers=without)).status == 422, field
+    replayed = h.send(post(headers=alice))
+    assert replayed.headers.get("idempotent-replayed") == "true"
+    assert replayed.headers.get("set-cookie") == "session=alice"
+    assert len(h.origin.sent) == 1
+
+
+def test_a_header_the_operator_names_keeps_callers_apart() -> None:
+    h = paying(fingerprint_headers=["x-auth-token"])
+    assert h.send(post(headers={"x-auth-token": "alice"})).status == 201
+    assert h.send(post(headers={"x-auth-token": "mallory"})).status == 422
+    assert len(h.origin.sent) == 1
+
+
+@pytest.mark.parametrize(
+    ("top", "match_host", "apart"),
+    [
+        ({"forwarded_host": True}, None, True),
+        ({}, "*.example.test", True),
+        ({}, None, False),
+    ],
+)
+def test_records_are_kept_per_host_where_the_origin_tells_hosts_apart(
+    top: dict[str, Any], match_host: str | None, apart: bool
+) -> None:
+    route = dict(PAYMENTS)
+    if match_host is not None:
+        route["match"] = {**PAYMENTS["match"], "host": match_host}
+    h = harness(route, upstream=FakeOrigin(respond=answering(201)), **top)
+    a = h.send(post(host="tenant-a.example.test"))
+    b = h.send(post(host="tenant-b.example.test"))
+    assert a.status == b.status == 201
+    if apart:
+        # Two tenants' writes: each runs, and each retry is replayed its own answer.
+        assert (a.body, b.body) == (b"answer 1", b"answer 2")
+        assert "idempotent-replayed" not in b.headers
+        again = h.send(post(host="tenant-b.example.test"))
+        assert again.body == b"answer 2" and again.headers.get("idempotent-replayed") == "true"
+        assert len(h.origin.sent) == 2
+    else:
+        # The origin gets the same request from either name: one operation.
+        assert b.body == b"answer 1" and b.headers.get("idempotent-replayed") == "true"
+        assert len(h.origin.sent) == 1
+
+
 class Gate:
     """An origin that holds every request until released."""
 

@@ -193,6 +193,27 @@ def test_a_cache_shared_by_every_key_of_a_keyed_route_is_a_warning_unless_said()
     assert parse_config(config(route(cache={"ttl": "5m"}))).warnings == ()  # keyed by ip
 
 
+def test_records_or_entries_shared_by_every_caller_behind_one_address_are_a_warning() -> None:
+    def warnings(**fields: object) -> tuple[str, ...]:
+        return parse_config(config(route(**fields))).warnings
+
+    idempotent = {"idempotency": {"mode": "optional"}}
+    said = warnings(**idempotent)
+    assert len(said) == 1 and ".idempotency" in said[0] and "fingerprint_headers" in said[0]
+    assert "(ip)" in said[0]
+    assert (
+        len(warnings(key=["ip", "path:tenant"], match={"path": "/t/{tenant}"}, **idempotent)) == 1
+    )
+    # Keyed on the caller, or with the credential named: nothing to say.
+    assert warnings(key="header:x-api-key", idempotency={"mode": "optional"}) == ()
+    assert warnings(key=["ip", "cookie:sid"], idempotency={"mode": "optional"}) == ()
+    named = {"mode": "optional", "fingerprint_headers": ["x-auth-token"]}
+    assert warnings(idempotency=named) == ()
+    per_address = warnings(cache={"ttl": "5m", "scope": "key"})
+    assert len(per_address) == 1 and ".cache.scope" in per_address[0]
+    assert warnings(cache={"ttl": "5m", "scope": "public"}) == ()
+
+
 def test_paths_settings_case_and_matrix() -> None:
     parsed = parse_config(
         config(

@@ -40,11 +40,30 @@ def test_each_part_counts() -> None:
     assert fp(headers={"content-type": "application/json"}) != base
 
 
-def test_method_case_body_case_and_query_order_do_not_count() -> None:
+def test_method_case_body_case_and_equivalent_escapes_do_not_count() -> None:
     assert fp(method="post") == fp()
     assert fp(body=BODY.upper()) == fp()
-    assert fp(query="b=2&a=1") == fp(query="a=1&b=2")
     assert fp(query="a=%7e") == fp(query="a=~")
+
+
+def test_the_query_order_counts() -> None:
+    # PHP reads a_b=1 from one and a_b=2 from the other: two requests, never one record.
+    assert fp(query="a_b=2&a.b=1") != fp(query="a.b=1&a_b=2")
+    assert fp(query="a[5]=x&a[]=y") != fp(query="a[]=y&a[5]=x")
+    assert fp(query="b=2&a=1") != fp(query="a=1&b=2")
+
+
+def test_every_caller_field_counts_and_credentials_in_one_spelling() -> None:
+    names = ("authorization", "cookie", "proxy-authorization", "x-api-key")
+    alice = {"cookie": "sid=alice", "x-api-key": "alice-key"}
+    assert fp(names=names, headers=alice) == fp(names=names, headers=dict(alice))
+    for field in names:
+        other = {**alice, field: "mallory"}
+        assert fp(names=names, headers=other) != fp(names=names, headers=alice), field
+    bearer = {"proxy-authorization": "basic dTpw"}
+    assert fp(names=names, headers=bearer) == fp(
+        names=names, headers={"proxy-authorization": "Basic  dTpw"}
+    )
 
 
 def test_only_the_named_headers_count_in_any_case() -> None:

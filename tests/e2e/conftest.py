@@ -180,6 +180,13 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
                 "1000/hour",
                 idempotency={"mode": "required", "lock_timeout": "60s"},
             ),
+            # Tenants by host: one Idempotency-Key on two hosts is two operations.
+            {
+                "name": "pay-tenant",
+                "match": {"path": "/pay-tenant/*", "host": "*.tenant.test"},
+                "limits": "1000/hour",
+                "idempotency": {"mode": "required"},
+            },
             route(
                 "pay-short",
                 "/pay-short/*",

@@ -56,6 +56,19 @@ def test_miss_then_hit_and_the_origin_counts_one(gateway: LocalGateway, origin: 
     assert origin_gets(origin, path) == 1
 
 
+def test_a_query_in_another_order_is_another_entry(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # PHP reads a_b=2 from the first and a_b=1 from the second (a.b is a_b, the last wins).
+    path = unique()
+    stored = until_hit(gateway, path + "?a_b=2&a.b=1")
+    other = get(gateway, path + "?a.b=1&a_b=2")
+    assert other.headers["x-cache"] == "MISS" and other.json() != stored.json()
+    # The same order, escaped otherwise, is the same entry.
+    assert get(gateway, path + "?a%5Fb=2&a%2eb=1").headers["x-cache"] == "HIT"
+    assert origin_gets(origin, path) == 2
+
+
 def test_an_answer_with_a_latin_1_field_is_passed_on_as_sent_and_never_stored(
     gateway: LocalGateway, origin: DemoOrigin
 ) -> None:

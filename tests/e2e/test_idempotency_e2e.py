@@ -98,6 +98,43 @@ def test_422_400_and_identities_kept_apart(gateway: LocalGateway, origin: DemoOr
     assert hits_to(origin, path) == 2
 
 
+def test_a_record_is_one_callers_and_one_requests(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    """Callers behind one address with another API key (a header the config keys on) or
+    cookie, and the same query in another order, never get the first answer."""
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = f"/pay/{key[:8]}"
+    alice = {"x-api-key": "alice-key", "cookie": "sid=alice"}
+    first = post(gateway, path + "?a_b=2&a.b=1", key, ip, b"one", headers=alice)
+    assert first.status_code == 200
+    n = first.json()["n"]
+    for other in ({"x-api-key": "mallory-key"}, {"cookie": "sid=mallory"}):
+        mallory = post(gateway, path + "?a_b=2&a.b=1", key, ip, b"one", headers={**alice, **other})
+        assert mallory.status_code == 422, mallory.text
+        assert mallory.json()["code"] == "idempotency_mismatch"
+    # PHP reads a_b=1 from this one (the last of a.b and a_b wins): another request.
+    reordered = post(gateway, path + "?a.b=1&a_b=2", key, ip, b"one", headers=alice)
+    assert reordered.status_code == 422
+    again = post(gateway, path + "?a_b=2&a.b=1", key, ip, b"one", headers=alice)
+    assert again.headers["idempotent-replayed"] == "true" and again.json()["n"] == n
+    assert hits_to(origin, path) == 1
+
+
+def test_one_key_on_two_tenants_hosts_is_two_operations(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = f"/pay-tenant/{key[:8]}"
+    a = post(gateway, path, key, ip, headers={"host": "a.tenant.test"})
+    b = post(gateway, path, key, ip, headers={"host": "b.tenant.test"})
+    assert a.status_code == b.status_code == 200, (a.text, b.text)
+    assert "idempotent-replayed" not in b.headers and a.json()["n"] != b.json()["n"]
+    again = post(gateway, path, key, ip, headers={"host": "b.tenant.test"})
+    assert again.headers["idempotent-replayed"] == "true" and again.json()["n"] == b.json()["n"]
+    assert hits_to(origin, path) == 2
+
+
 def test_a_record_expires_after_a_short_retention(gateway: LocalGateway) -> None:
     key, ip = str(uuid.uuid4()), fresh_ip()
     path = f"/pay-short/{key[:8]}"

@@ -26,6 +26,7 @@ import functools
 import hashlib
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
@@ -62,6 +63,13 @@ _SCHEMES = {
         "PrivateToken", "Concealed", "AWS4-HMAC-SHA256", "Key", "Splunk", "SSWS",
     )
 }  # fmt: skip
+#: Request fields that can identify a caller to an origin, whatever a route keys on: a
+#: stored answer that is one caller's (an idempotency record, a cache entry kept per key)
+#: is never handed to a request that differs in one of them (see :func:`caller_fields`).
+CALLER_FIELDS = ("authorization", "cookie", "proxy-authorization")
+#: Key parts that name something every caller behind one address may share: a route keyed
+#: only on these counts (and scopes what it stores for) a whole NAT as one caller.
+SHARED_KINDS = frozenset(("ip", "country", "asn", "global", "path"))
 _CREDENTIALS_RE = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]+(.*)", re.DOTALL)
 
 #: Object names longer than this, or with characters outside the safe set, are hashed.
@@ -122,6 +130,22 @@ class KeySpec:
         if part.kind == "asn":
             return request.client.asn
         return ""  # global
+
+
+def caller_fields(specs: Iterable[KeySpec]) -> tuple[str, ...]:
+    """The fields that tell callers apart on a gateway whose routes key on ``specs``:
+    :data:`CALLER_FIELDS` and every header any route keys on (a header one route counts
+    callers by is a credential on every route), sorted."""
+    names = set(CALLER_FIELDS)
+    for spec in specs:
+        names.update(part.name for part in spec.parts if part.kind == "header")
+    return tuple(sorted(names))
+
+
+def shared_by_address(spec: KeySpec) -> bool:
+    """Whether every caller behind one address gets the same key (no part names the
+    caller itself: a header, cookie or query parameter)."""
+    return all(part.kind in SHARED_KINDS for part in spec.parts)
 
 
 def credentials(value: str) -> str:

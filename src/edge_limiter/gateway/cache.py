@@ -15,6 +15,7 @@ rules (keys, Cache-Control, Vary, lifetimes) are the pure :mod:`edge_limiter.cor
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import replace
 
 from ..core.caching.conditional import VALIDATORS, not_modified, not_modified_fields
@@ -43,6 +44,7 @@ from ..core.errors import BodyReadError, CacheEntryError
 from ..core.http import problems
 from ..core.http.fields import gateway_fields, origin_fields
 from ..core.http.messages import Headers, Progress, Response
+from ..core.keys import CALLER_FIELDS
 from .exchange import Exchange, Handler, body_broken_response, problem_response
 from .ports import KeyValueStore, Services
 from .ratelimit import RateLimit, request_key
@@ -114,9 +116,13 @@ class Cache:
         kv: KeyValueStore,
         limiter: RateLimit,
         services: Services,
+        *,
+        caller_fields: Iterable[str] = CALLER_FIELDS,
     ) -> None:
         self.route = route
         self.settings = settings
+        self.caller_fields = tuple(caller_fields)
+        """What an entry kept per rate-limit key varies on besides the origin's ``Vary``."""
         self.kv = kv
         self.limiter = limiter
         self.services = services
@@ -648,7 +654,14 @@ class Cache:
         if self._purged_since(base, since if since is not None else now):
             return None
         response_fields = origin_fields(response.headers.items())
-        decision = store_decision(response.status, response_fields, None, self.settings, now)
+        decision = store_decision(
+            response.status,
+            response_fields,
+            None,
+            self.settings,
+            now,
+            caller_fields=self.caller_fields,
+        )
         if not decision.store:
             return None
         # A body of unknown length is measured as it is read, never held past max_bytes: a

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from ..core.caching.fields import is_stream_type
@@ -49,6 +50,7 @@ from ..core.idempotency.records import (
     stored_response,
 )
 from ..core.idempotency.settings import IdempotencySettings
+from ..core.keys import CALLER_FIELDS
 from .exchange import Exchange, Handler, body_broken_response, problem_response
 from .ports import IdempotencyStore, KeyValueStore, Services
 from .ratelimit import request_key
@@ -84,6 +86,9 @@ class Idempotency:
         store: IdempotencyStore,
         kv: KeyValueStore | None,
         services: Services,
+        *,
+        caller_fields: Iterable[str] = CALLER_FIELDS,
+        by_host: bool = False,
     ) -> None:
         self.route = route
         self.settings = settings
@@ -91,8 +96,15 @@ class Idempotency:
         self.kv = kv
         self.services = services
         self.timeout_ms = route.failure.store_timeout_ms
-        self.fingerprinted = tuple(sorted({*ALWAYS_FINGERPRINTED, *settings.fingerprint_headers}))
-        """The request fields in a fingerprint: the credentials and the route's own."""
+        self.fingerprinted = tuple(
+            sorted({*ALWAYS_FINGERPRINTED, *caller_fields, *settings.fingerprint_headers})
+        )
+        """The request fields in a fingerprint: the caller's (``Config.caller_fields``),
+        ``Content-Type`` and the route's own."""
+        self.by_host = by_host
+        """Whether a record is kept per canonical host: the origin can tell hosts apart
+        (``forwarded_host``, or the route matches a host pattern), so the same key sent to
+        two hosts is two operations."""
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         request = exchange.request
@@ -136,7 +148,7 @@ class Idempotency:
             headers=present,
             names=self.fingerprinted,
         )
-        name = scoped_name(self.route.name, identity, key)
+        name = scoped_name(self.route.name, identity, key, exchange.host if self.by_host else "")
 
         edge = await self._edge_replay(name, print_, exchange.now_ms)
         if edge is not None:

@@ -103,13 +103,26 @@ class Gateway:
                 )
             stages.append(
                 Idempotency(
-                    route, route.idempotency, services.idempotency, services.cache, services
+                    route,
+                    route.idempotency,
+                    services.idempotency,
+                    services.cache,
+                    services,
+                    caller_fields=self.config.caller_fields,
+                    by_host=self.config.forwarded_host or route.match.host is not None,
                 )
             )
         if route.cache is not None:
             if services.cache is None:
                 raise ConfigError([f"route {route.name!r}.cache: needs the CACHE KV binding"])
-            cache = Cache(route, route.cache, services.cache, limiter, services)
+            cache = Cache(
+                route,
+                route.cache,
+                services.cache,
+                limiter,
+                services,
+                caller_fields=self.config.caller_fields,
+            )
             self.caches[route.name] = cache
             stages.append(cache)
         stages.append(limiter)

@@ -2,16 +2,16 @@
 
 A base key is made of, in order: a version, the route name, the method class (``GET`` for
 GET and HEAD, since HEAD is answered from the GET entry), the canonical host and path as
-given, the canonical query (:func:`~edge_limiter.core.caching.query.canonical_query`,
-ignored parameters removed) and the scope: ``p`` for a public entry, or ``k`` and the
+given, the canonical query (:func:`~edge_limiter.core.caching.query.canonical_query`: in the
+order sent, ignored parameters removed) and the scope: ``p`` for a public entry, or ``k`` and the
 SHA-256 of the caller's rate-limit key (hashed because it may hold an API key, and KV key
 names are listed in the dashboard)::
 
-    c1|catalog|GET|api.example.com|/v1/items|page=2&sort=name|p
+    c2|catalog|GET|api.example.com|/v1/items|sort=name&page=2|p
 
 Every part is percent-encoded with ``|``, ``#`` and ``%`` escaped, so a separator inside a
 value can never pass for a part boundary. A key longer than KV's 512 bytes becomes
-``c1#<readable prefix>#<sha256 of the whole key>``, which no plain key can equal.
+``c2#<readable prefix>#<sha256 of the whole key>``, which no plain key can equal.
 
 Vary
 ----
@@ -41,7 +41,9 @@ from .limits import KV_MAX_KEY_BYTES
 from .query import canonical_query
 from .settings import CacheSettings
 
-KEY_VERSION = "c1"
+#: c2: queries keep their order (c1 sorted them by name, so a c1 entry may hold the answer
+#: to another order of its query: never read).
+KEY_VERSION = "c2"
 CACHEABLE_METHODS = ("GET", "HEAD")
 # Percent-encoding leaves these as they are; "|", "#" and "%" are always escaped.
 _SAFE = "/:@!$'()*+,;=&"
@@ -146,7 +148,7 @@ def _bounded(plain: str, readable: str) -> str:
 
 def _readable_of(key: str) -> str:
     """A hashed variant key's prefix: that of its base key."""
-    # Plain keys are c1|route|GET|host|path|...; hashed ones c1#route|host|path#digest.
+    # Plain keys are c2|route|GET|host|path|...; hashed ones c2#route|host|path#digest.
     if key.startswith(f"{KEY_VERSION}|"):
         parts = key.split("|")
         if len(parts) >= 5:

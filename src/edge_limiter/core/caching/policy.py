@@ -18,11 +18,13 @@ stores again.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
+from ..keys import CALLER_FIELDS
 from .cache_control import CacheControl, delta_seconds, parse_cache_control
 from .conditional import needs_origin
 from .entry import Entry, age_seconds, is_fresh, storable_fields, vary_manifest
@@ -149,10 +151,6 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
     return Lookup(True, True, LookupReason.CACHEABLE, only)
 
 
-#: What an entry cached per rate-limit key varies on besides the origin's ``Vary``.
-KEY_SCOPE_VARY = ("authorization", "cookie")
-
-
 #: What the runtime gives the Worker for field bytes that are not UTF-8.
 REPLACED = "\ufffd"
 
@@ -206,11 +204,14 @@ def store_decision(
     body_length: int | None,
     settings: CacheSettings,
     now_ms: int,
+    *,
+    caller_fields: Iterable[str] = CALLER_FIELDS,
 ) -> Store:
     """Whether the origin's response may be stored, and its fresh and stale deadlines.
 
     ``body_length`` is ``None`` when the body has not been read; ``Content-Length`` then
-    decides, or the answer says the body must be measured first.
+    decides, or the answer says the body must be measured first. An entry kept per
+    rate-limit key also varies on ``caller_fields`` (the gateway's ``caller_fields``).
     """
     if status not in settings.statuses:
         return Store(False, StoreReason.STATUS)
@@ -275,8 +276,8 @@ def store_decision(
         # An entry per rate-limit key is one client's only if the key is the client's
         # identity; clients sharing a key (one address behind a NAT, all lacking the key's
         # header) are kept apart by their credentials, as if the origin had said
-        # Vary: Authorization, Cookie (RFC 9111 section 3.5).
-        vary=normalize_vary([*vary_items, *(KEY_SCOPE_VARY if settings.scope == "key" else ())]),
+        # Vary: Authorization, Cookie, and every header a route keys on (RFC 9111 3.5).
+        vary=normalize_vary([*vary_items, *(caller_fields if settings.scope == "key" else ())]),
     )
     length = body_length if body_length is not None else content_length(response_headers)
     if length is None:

@@ -1,6 +1,9 @@
 """Canonical query strings: two queries an origin must read alike give the same text.
 
-A query is split on ``&`` into parameters and each parameter on its first ``=`` into a
+The parameters keep the order they were sent in: origins read it (PHP's ``a.b`` and
+``a_b`` are one name, of which the last wins; ``a[]`` is numbered in order; Rack groups
+``f[][k]``/``f[][v]`` by their order), so two queries that differ only in order are two
+entries and two fingerprints. A query is split on ``&`` into parameters and each parameter on its first ``=`` into a
 name and a value (a ``;`` is part of the value; a parameter holding one is never
 ignored: see :func:`canonical_query`). ``?a`` and ``?a=`` stay apart (the value is absent
 in one and empty in the other), empty parameters (``a=1&&b=2``) are dropped and repeated parameters are kept.
@@ -9,13 +12,16 @@ Each name and value is normalised only in ways RFC 3986 section 6.2.2 calls equi
 hex digits of an escape are upper-cased, escapes of unreserved characters are decoded
 (``%41`` is ``A``), and characters a URL parser would escape anyway (spaces, non-ASCII) are
 escaped as UTF-8. Everything an origin may read differently stays apart: ``+`` and ``%2B``
-and ``%20``, ``=`` and ``%3D``, ``'`` and ``%27``. A part with a malformed escape (``%zz``) is
-kept exactly as sent; normalised parts never contain one, so the two kinds never meet.
+and ``%20``, ``=`` and ``%3D``, ``'`` and ``%27``. A part with a malformed escape (``%zz``),
+or whose escapes are not UTF-8 (``%a0``), is kept exactly as sent: JavaScript's decoder
+refuses it and Express then reads it as written. Normalised parts never contain one, so
+the two kinds never meet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from urllib.parse import unquote_to_bytes
 
 from .settings import ALL_PARAMS
 
@@ -30,7 +36,7 @@ Param = tuple[str, str | None]
 
 def normalize_part(text: str) -> str:
     """One name or value in normal form (see the module docstring)."""
-    if not _well_formed(text):
+    if not _well_formed(text) or not _decodes(text):
         return text
     out: list[str] = []
     index = 0
@@ -62,13 +68,16 @@ def query_params(query: str) -> list[Param]:
 
 
 def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
-    """``query`` normalised, without the ``ignore``d names, sorted by name.
+    """``query`` normalised, without the ``ignore``d names, in the order it was sent.
 
-    The sort is by the name in lower case, and stable: a name given several times keeps
-    the order of its values (``a=1&a=2`` is not ``a=2&a=1``: origins that take the last,
-    or the first, answer the two differently, so they must not share an entry), and so do
-    names that differ only in case (``id=1&ID=2`` is not ``ID=2&id=1``: an origin that reads
-    names in any case, as ASP.NET does, takes the first).
+    Nothing is reordered, not even parameters of different names: every framework reads
+    a query in order, and several let a later name change what an earlier one meant
+    (PHP folds ``a.b`` into ``a_b`` and numbers ``a[]`` after the highest ``a[N]`` so
+    far; Rack starts a new hash of ``f[][k]`` when ``k`` comes again). Keeping the order,
+    and changing a name or value only where every decoder decodes it alike, two queries
+    share a canonical text only if every origin reads the same parameters from both
+    (property-tested against models of PHP, Rack, Django, Express, ASP.NET Core, Spring,
+    Go and Starlette).
 
     ``ignore`` names are compared in normal form, so ``utm_source`` also drops
     ``utm%5Fsource``; ``"*"`` among them drops the whole query. A parameter holding a
@@ -89,8 +98,20 @@ def canonical_query(query: str, ignore: Iterable[str] = ()) -> str:
             if ";" in item or normalize_part(item.partition("=")[0]) not in ignored
         )
     kept = query_params(query)
-    kept.sort(key=lambda param: param[0].lower())
     return "&".join(name if value is None else f"{name}={value}" for name, value in kept)
+
+
+def _decodes(text: str) -> bool:
+    """Whether ``text``'s escapes decode to UTF-8: where they do not, JavaScript's
+    ``decodeURIComponent`` throws and qs (Express) reads the text as it came, so even the
+    case of its hex digits tells two parameters apart."""
+    if "%" not in text:
+        return True
+    try:
+        unquote_to_bytes(text).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _well_formed(text: str) -> bool:

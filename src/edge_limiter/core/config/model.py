@@ -8,7 +8,7 @@ from ..caching.settings import CacheSettings
 from ..http.cors import CorsSettings
 from ..http.origin_headers import OriginHeader
 from ..idempotency.settings import IdempotencySettings
-from ..keys import KeySpec
+from ..keys import KeySpec, caller_fields
 from ..matching import PathPattern, host_matches, path_segments
 from ..rates import Limit
 from ..resilience.retry import RetrySettings
@@ -153,10 +153,15 @@ class Config:
     """Fields set on every request to an origin (:mod:`..http.origin_headers`)."""
     folds_case: bool = field(init=False, compare=False)
     """Whether any route matches paths case-insensitively (then paths are folded once)."""
+    caller_fields: tuple[str, ...] = field(init=False, compare=False)
+    """The request fields that tell callers apart (:func:`~..keys.caller_fields`): what
+    is stored for one caller is never handed to a request differing in one of them."""
 
     def __post_init__(self) -> None:
         folds = any(route.match.path.case_insensitive for route in self.routes)
         object.__setattr__(self, "folds_case", folds)
+        specs = [route.limits.key for route in self.routes]
+        object.__setattr__(self, "caller_fields", caller_fields(specs))
 
     def route(self, name: str) -> Route | None:
         """The route called ``name``."""

@@ -46,7 +46,7 @@ from ..http.origin_headers import (
     parse_origin_headers,
 )
 from ..idempotency.settings import parse_idempotency
-from ..keys import KeyPart, KeySpec, parse_key_part
+from ..keys import KeyPart, KeySpec, parse_key_part, shared_by_address
 from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..protocol import algorithm_of
@@ -699,6 +699,29 @@ def _parse_route(
             'set scope = "key" if the origin answers each key its own, or scope = '
             '"public" to say the answers are the same for all',
         )
+    if shared_by_address(key):
+        counted = ", ".join(str(part) for part in key.parts)
+        apart = (
+            "told apart only by Authorization, Cookie, Proxy-Authorization and the headers "
+            "routes key on"
+        )
+        if idempotency is not None and not idempotency.fingerprint_headers:
+            problems.warn(
+                f"{where}.idempotency",
+                f"records are kept per rate-limit key ({counted}), which every caller behind "
+                f"one address shares (a NAT, a proxy, a mobile carrier): callers are {apart}. "
+                "If your API's callers send another credential (an X-Auth-Token), name it in "
+                "fingerprint_headers, or key the route on it: else a caller reusing another's "
+                "Idempotency-Key is replayed that caller's answer",
+            )
+        if cache is not None and cache.scope == "key":
+            problems.warn(
+                f"{where}.cache.scope",
+                f'"key" keeps an entry per rate-limit key ({counted}), which every caller '
+                f"behind one address shares: callers are {apart}, and by the origin's own "
+                "Vary. Key the route on the caller's credential, or have the origin answer "
+                "with Vary naming it (or Cache-Control: private)",
+            )
     if idempotency is not None and idempotency.lock_timeout_ms <= timeout:
         problems.warn(
             f"{where}.idempotency.lock_timeout",

@@ -124,8 +124,8 @@ def idempotency_mismatch(route: str) -> Problem:
         422,
         "Unprocessable Content",
         "This Idempotency-Key was already used for a different request (method, path, "
-        "query, body, credentials or fingerprinted headers differ); use a new key for a "
-        "new request.",
+        "query, body, credentials, cookies or fingerprinted headers differ); use a new key "
+        "for a new request, and send a retry with the same credentials as the first.",
         "idempotency_mismatch",
         members={"route": route},
     )

@@ -1,14 +1,18 @@
 """The fingerprint of a request: what must match for a retry to replay a stored response.
 
 A key reused with a different request is a client error (422 in the IETF draft), so the
-fingerprint covers the method, path, query (parameters in canonical order, as the cache
-orders them), the body's SHA-256 and ``Content-Type``, the request's credentials
-(``Authorization``) and the values of the route's ``fingerprint_headers``.
+fingerprint covers the method, path, query (in the order sent, as the cache keys it),
+the body's SHA-256 and ``Content-Type``, every field that can tell the origin who the
+caller is (``Authorization``, ``Cookie``, ``Proxy-Authorization`` and every header a
+route keys on: :func:`~edge_limiter.core.keys.caller_fields`) and the values of the
+route's ``fingerprint_headers``.
 
-The credentials are in it because a key is scoped to the route's rate-limit key, which
-clients may share (one address behind a NAT, a missing key header): another caller
+The caller's fields are in it because a key is scoped to the route's rate-limit key,
+which callers may share (one address behind a NAT, a missing key header): another caller
 presenting the same Idempotency-Key then gets 422, never the first caller's stored
-response, and the request is still never forwarded twice.
+response (its ``Set-Cookie``, its receipt), and the request is still never forwarded
+twice. A 422 rather than a record of its own: a retry that changed its credentials is
+refused, never run a second time.
 """
 
 from __future__ import annotations
@@ -19,14 +23,13 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ..caching.query import canonical_query
+from ..keys import CALLER_FIELDS, CREDENTIAL_FIELDS
 
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
-#: The credentials every fingerprint covers (see the module docstring).
-CREDENTIALS = ("authorization",)
-#: Fields every fingerprint covers besides a route's ``fingerprint_headers``: the
-#: credentials, and ``Content-Type`` (the same bytes as a form or as JSON are another
-#: request to the origin).
-ALWAYS_FINGERPRINTED = (*CREDENTIALS, "content-type")
+#: Fields every fingerprint covers besides the headers routes key on and a route's
+#: ``fingerprint_headers``: the caller's credentials and cookies, and ``Content-Type``
+#: (the same bytes as a form or as JSON are another request to the origin).
+ALWAYS_FINGERPRINTED = (*CALLER_FIELDS, "content-type")
 _OWS = " \t"
 
 
@@ -51,7 +54,7 @@ def fingerprint(
     fields: list[list[str | None]] = []
     for name in sorted({name.lower() for name in names}):
         value = lowered.get(name)
-        if value is not None and name in CREDENTIALS:
+        if value is not None and name in CREDENTIAL_FIELDS:
             # The scheme's name is case-insensitive (RFC 9110): "bearer t" is "Bearer t".
             scheme, _, credentials = value.strip(_OWS).partition(" ")
             value = f"{scheme.lower()} {credentials.strip(_OWS)}"

@@ -59,19 +59,19 @@ def parse_idempotency_key(header_value: str | None) -> str:
     return key
 
 
-def scoped_name(route: str, identity_key: str, idempotency_key: str) -> str:
-    """The Durable Object name of one caller's key on one route.
+def scoped_name(route: str, identity_key: str, idempotency_key: str, host: str = "") -> str:
+    """The Durable Object name of one caller's key on one route (on one ``host``, where
+    the origin tells hosts apart; empty: any host).
 
     Two callers using the same key value get different names, since the caller's
     identity (their rate-limit key) is part of it. The name is ``idem:<route>#<sha256>``:
     bounded, free of anything a caller sent, and collision-free because the digest covers
-    an unambiguous encoding of all three parts.
+    an unambiguous encoding of every part.
     """
-    digest = hashlib.sha256(
-        json.dumps(["idem-v1", route, identity_key, idempotency_key], ensure_ascii=True).encode(
-            "ascii"
-        )
-    ).hexdigest()
+    parts = ["idem-v1", route, identity_key, idempotency_key]
+    if host:
+        parts.append(host)
+    digest = hashlib.sha256(json.dumps(parts, ensure_ascii=True).encode("ascii")).hexdigest()
     if _ROUTE_RE.fullmatch(route):
         return f"idem:{route}#{digest}"
     return f"idem#{digest}"
