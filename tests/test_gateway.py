@@ -401,6 +401,16 @@ def test_the_gateways_own_answers_allow_the_listed_page_origins() -> None:
     assert fields.get("access-control-allow-origin") == "https://app.test"
     unasked = problem_response(problems.internal_error("ab13"))
     assert "access-control-allow-origin" not in h.gateway.with_cors(None, unasked).headers
+    # ... but not a failure of the admin API's, in any spelling of its path: no page of
+    # another origin reads an answer of the admin API's.
+    for path in ("/_edge-limiter/api/config", "/_EDGE-Limiter;x/", "/_edge-limiter"):
+        failed = problem_response(problems.internal_error("ab14"))
+        fields = h.gateway.with_cors("https://app.test", failed, path).headers
+        assert "access-control-allow-origin" not in fields, path
+    for path in ("/v1/a", "/v1/%zz", "/_edge-limiterx"):
+        failed = problem_response(problems.internal_error("ab15"))
+        fields = h.gateway.with_cors("https://app.test", failed, path).headers
+        assert fields.get("access-control-allow-origin") == "https://app.test", path
 
 
 def test_a_cors_preflight_is_forwarded_uncounted_unless_the_route_lists_options() -> None:
@@ -462,11 +472,11 @@ def test_credentials_and_admin_answers() -> None:
     h.send(request("/v1/a", headers=page))
     denied = h.send(request("/v1/a", headers=page))
     assert denied.headers.get("access-control-allow-credentials") == "true"
-    # The admin API is never opened to other origins' pages.
+    # The admin API is never opened to other origins' pages: it refuses what they ask.
     admin = h.send(
         request("/_edge-limiter/api/config", headers={**page, "authorization": "Bearer t0ken"})
     )
-    assert admin.status == 200 and "access-control-allow-origin" not in admin.headers
+    assert admin.status == 403 and "access-control-allow-origin" not in admin.headers
 
 
 def test_a_clients_path_override_fields_never_reach_the_origin() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -813,28 +814,27 @@ def test_the_admin_api_purges_one_urls_stored_answer() -> None:
     h = harness(
         GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()), admin_token="t0ken-t0ken"
     )
-    auth = {"authorization": "Bearer t0ken-t0ken"}
+    auth = {"authorization": "Bearer t0ken-t0ken", "content-type": "application/json"}
+
+    def purge(**members: str) -> Response:
+        body = json.dumps(members).encode()
+        return h.send(request("/_edge-limiter/api/cache/purge", "POST", headers=auth, body=body))
+
     h.send(request("/v1/catalog/a", query="x=1"))
     url = "https://api.test/v1/catalog//a?x=1"  # as a client may write it: made canonical
-    purged = h.send(
-        request("/_edge-limiter/api/cache/purge", "POST", query=f"url={url}", headers=auth)
-    )
+    purged = purge(url=url)
     assert purged.status == 200 and body_json(purged)["route"] == "catalog"
     assert body_json(purged)["found"] is True
-    again = h.send(
-        request("/_edge-limiter/api/cache/purge", "POST", query=f"url={url}", headers=auth)
-    )
+    again = purge(url=url)
     assert body_json(again)["found"] is False  # nothing stood there any more
     assert h.send(request("/v1/catalog/a", query="x=1")).headers.get("x-cache") == "MISS"
-    for bad in ("url=/v1/catalog/a", "url=https://api.test/v2/x", ""):
-        refused = h.send(request("/_edge-limiter/api/cache/purge", "POST", query=bad, headers=auth))
+    for bad in ({"url": "/v1/catalog/a"}, {"url": "https://api.test/v2/x"}, {}):
+        refused = purge(**bad)
         assert refused.status == 400, bad
     # A probe's finding: key= on a route with one copy for everyone was ignored (the
     # operator believed one key's copy purged; everyone's was).
-    keyed = h.send(
-        request("/_edge-limiter/api/cache/purge", "POST", query=f"url={url}&key=k1", headers=auth)
-    )
-    assert keyed.status == 400 and "without key=" in body_json(keyed)["detail"]
+    keyed = purge(url=url, key="k1")
+    assert keyed.status == 400 and "without key" in body_json(keyed)["detail"]
 
 
 def test_a_slow_kv_does_not_hold_the_writes_answer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,6 +27,9 @@ from .fakes import (
     request,
 )
 
+#: The admin API's reset of the key alice (on a route keyed on x-api-key).
+ALICE = {"route": "api", "key": "header:x-api-key=alice"}
+
 
 def route(limits: str, algorithm: str, **extra: Any) -> dict[str, Any]:
     return {
@@ -504,7 +507,7 @@ def test_an_admin_reset_lets_a_denied_lease_route_admit_again() -> None:
     calls = len(h.store.calls)
     assert h.send(request(headers=alice)).status == 429
     assert len(h.store.calls) == calls  # the denial is remembered: no call
-    assert admin(h, "/api/keys/reset?route=api&key=header:x-api-key=alice", "POST").status == 200
+    assert admin(h, "/api/keys/reset", "POST", json_body=ALICE).status == 200
     assert [h.send(request(headers=alice)).status for _ in range(4)] == [200] * 3 + [429]
 
 
@@ -523,7 +526,7 @@ def test_a_reset_admits_at_once_after_a_rationed_lease_was_used_up(
     alice = {"x-api-key": "alice"}
     assert [h.send(request(headers=alice)).status for _ in range(limit + 1)].count(200) == limit
     h.clock.advance(100)
-    assert admin(h, "/api/keys/reset?route=api&key=header:x-api-key=alice", "POST").status == 200
+    assert admin(h, "/api/keys/reset", "POST", json_body=ALICE).status == 200
     after = [h.send(request(headers=alice)).status for _ in range(limit + 1)]
     assert after == [200] * limit + [429]
 

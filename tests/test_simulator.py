@@ -260,7 +260,10 @@ def test_the_conveniences_a_users_tests_reach_for() -> None:
     # The admin API with the token given.
     peek = staging.admin("GET", "/api/keys?route=r&key=" + "198.51.100.7")
     assert peek.status == 200 and peek.json()["limits"][0]["remaining"] == 0
-    assert staging.admin("POST", "/api/keys/reset?route=r&key=198.51.100.7").status == 200
+    assert (
+        staging.admin("POST", "/api/keys/reset", {"route": "r", "key": "198.51.100.7"}).status
+        == 200
+    )
     assert staging.request("GET", f"{API}/v1/x").status == 200
     with pytest.raises(ValueError, match="admin_token"):
         Simulator(document).admin("GET", "/api/config")

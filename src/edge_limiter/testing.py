@@ -691,7 +691,9 @@ class Simulator:
     def admin(self, method: str, path: str, body: Any = None) -> Answer:
         """A call to the admin API (``path`` under its prefix, query included, e.g.
         ``"/api/keys?route=login&key=203.0.113.9"``) with the ``admin_token`` given;
-        ``body`` is sent as JSON."""
+        ``body`` is sent as JSON, where a call that changes something takes its
+        parameters (``admin("POST", "/api/keys/reset", {"route": "login", "key":
+        "203.0.113.9"})``)."""
         self._outside_a_loop("admin")
         return asyncio.run(self.aadmin(method, path, body))
 

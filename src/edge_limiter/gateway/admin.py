@@ -5,6 +5,20 @@ Enabled only when the ``EDGE_LIMITER_ADMIN_TOKEN`` secret is set; every call nee
 compared in constant time. Missing or wrong credentials get 401 and nothing else. Admin
 paths are never forwarded and never rate limited by the routes.
 
+A browser sends the operator's Basic credentials with whatever other sites' pages make it
+send (a form's POST, a navigation, a ``no-cors`` fetch), so the credentials alone never
+decide that a change was asked for (see :mod:`edge_limiter.core.http.cross_site`):
+
+- a call that changes something takes its parameters as the members of an
+  ``application/json`` body only (no form or simple request can send one): a query is a
+  400, a body of another type (or none) a 415;
+- any call but a navigation whose ``Sec-Fetch-Site`` or ``Origin`` names another page
+  is a 403, before the credentials are looked at (so no login prompt over that page);
+- no answer under the prefix has CORS fields, and every one says it is not to be
+  framed, sniffed or embedded by another origin; the status page runs its own script
+  only (a nonce of each answer's own) and changes things with same-origin ``fetch``
+  calls with JSON bodies.
+
 =========================================  ================================================
 ``GET  {prefix}/``                         the status page (HTML)
 ``GET  {prefix}/api/config``               the effective config
@@ -13,16 +27,18 @@ paths are never forwarded and never rate limited by the routes.
                                            ``ip``, ``country``, ``continent``, ``asn``,
                                            ``latitude``, ``longitude``)
 ``GET  {prefix}/api/keys?route=&key=``     a key's state, and what its next request would get
-``POST {prefix}/api/keys/reset?route=&key=``          forget a key's counters
-``POST {prefix}/api/keys/refund?route=&key=&cost=``   give a key ``cost`` units back
+``POST {prefix}/api/keys/reset``           forget a key's counters: ``{"route", "key"}``
+``POST {prefix}/api/keys/refund``          give a key units back: ``{"route", "key",
+                                           "cost"}`` (cost: an integer, the route's by default)
 ``GET  {prefix}/api/overrides``            list per-key overrides
-``POST {prefix}/api/overrides``            set one (JSON body: route, key, limits | exempt,
-                                           reason, expires_in | expires_at)
+``POST {prefix}/api/overrides``            set one: ``{"route", "key", "limits" | "exempt",
+                                           "reason", "expires_in" | "expires_at"}``
 ``DELETE {prefix}/api/overrides/{id}``     remove one
-``POST {prefix}/api/cache/purge?url=``     forget the cached GET answer for a URL
-                                           (``key=`` too on a route cached per key)
+``POST {prefix}/api/cache/purge``          forget the cached GET answer for a URL:
+                                           ``{"url"}`` (and ``"key"`` on a route cached
+                                           per key)
 ``GET  {prefix}/api/breakers``             every origin's shared breaker
-``POST {prefix}/api/breakers/{origin}``    force it: ``state=`` open, closed or auto
+``POST {prefix}/api/breakers/{origin}``    force it: ``{"state"}``, open, closed or auto
 ``GET  {prefix}/api/stats``                recent decisions by route, most limited keys
 =========================================  ================================================
 """
@@ -32,6 +48,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import secrets
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -51,7 +68,7 @@ from ..core.explain import (
     header_line,
     split_url,
 )
-from ..core.http import bounded_json, problems
+from ..core.http import bounded_json, cross_site, problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name, written_as_labelled
@@ -137,90 +154,150 @@ class Admin:
         )
 
     async def handle(self, request: Request, path: str, now: int) -> Response:
+        """The answer to a request under the prefix (``path`` its canonical path)."""
+        return _hardened(await self._answer(request, path, now))
+
+    async def _answer(self, request: Request, path: str, now: int) -> Response:
         if not self.services.admin_token:
             return problem_response(problems.admin_disabled(self.prefix))
         page = path in (self.prefix, self.prefix + "/")
+        # Before the credentials are looked at: a browser attaches the operator's to the
+        # requests other sites' pages make it send (a form's POST), so they say nothing of
+        # who asked. The answer is the same whether they are right or missing.
+        headers = request.headers
+        refused = cross_site.refusal(
+            request.method,
+            cross_site.own_origin(request.scheme, request.host),
+            origin=headers.get("origin"),
+            site=headers.get("sec-fetch-site"),
+            mode=headers.get("sec-fetch-mode"),
+            dest=headers.get("sec-fetch-dest"),
+        )
+        if refused is not None:
+            self.services.log(
+                {
+                    "event": "admin_cross_site",
+                    "method": request.method,
+                    "path": path,
+                    "credentials": bool(headers.get("authorization")),
+                }
+            )
+            return _fail(
+                403,
+                "Forbidden",
+                f"The admin API acts only for its own page and for clients that are no "
+                f"browser: {refused}.",
+                "admin_cross_site",
+            )
         if not self._authorized(request):
             response = _fail(401, "Unauthorized", "Credentials are required.", "unauthorized")
             challenge = 'Basic realm="edge-limiter"' if page else 'Bearer realm="edge-limiter"'
             response.headers.set("www-authenticate", challenge)
             self.services.log({"event": "admin_unauthorized", "path": path})
             return response
+        action = path[len(self.prefix) :].rstrip("/") or "/"
+        # A HEAD is answered as its GET (the runtime sends no body with it).
+        method = "GET" if request.method == "HEAD" else request.method
+        allowed = ("GET",) if page else _methods(action)
+        if method not in allowed:
+            return _not_allowed(action, request.method, allowed)
+        try:
+            if method == "GET":
+                return await self._read(request, action, page, now)
+            return await self._act(request, action, method, now)
+        except _AdminError as exc:
+            response = _fail(exc.status, exc.title, str(exc), exc.code)
+            for name, value in exc.headers:
+                response.headers.set(name, value)
+            return response
+
+    async def _read(self, request: Request, action: str, page: bool, now: int) -> Response:
+        """A GET: its parameters from the query; it changes nothing."""
         pairs = parse_qsl(request.query, keep_blank_values=True)
         params = dict(pairs)
         counts = Counter(name for name, _ in pairs if name != "header")
         twice = sorted(name for name, count in counts.items() if count > 1)
         if twice:
-            # Which one was meant cannot be told (a reset of the wrong route, a breaker
-            # forced the wrong way): say so rather than take the last.
-            return _fail(
-                400,
-                "Bad Request",
-                f"give each parameter once: {', '.join(twice)} came more than once",
-                "bad_admin_request",
+            # Which one was meant cannot be told: say so rather than take the last.
+            raise _AdminError(
+                400, f"give each parameter once: {', '.join(twice)} came more than once"
             )
-        action = path[len(self.prefix) :].rstrip("/") or "/"
-        # A HEAD is answered as its GET (the runtime sends no body with it).
-        method = "GET" if request.method == "HEAD" else request.method
-        unknown = sorted({name for name, _ in pairs} - _params_of(action))
-        if unknown and (page or _methods(action)):
-            # A misspelt parameter is not ignored: a refund of 3 units asked as units=3
-            # would give back the route's cost and say done.
-            takes = ", ".join(sorted(_params_of(action))) or "none"
-            return _fail(
+        unknown = sorted({name for name, _ in pairs} - _QUERY_PARAMS.get(action, frozenset()))
+        if unknown:
+            # A misspelt parameter is not ignored: the answer would be to another question.
+            takes = ", ".join(sorted(_QUERY_PARAMS.get(action, ()))) or "none"
+            raise _AdminError(
+                400, f"unknown parameter(s) {', '.join(unknown)}: {action} takes {takes}"
+            )
+        if page:
+            part = params.get("part")
+            if part not in (None, "live"):
+                raise _AdminError(400, f"part may only be live, got {part!r}")
+            return await self._page(now, whole=part is None)
+        if action == "/api/config":
+            return self._config()
+        if action == "/api/explain":
+            return self._explain(params, [v for n, v in pairs if n == "header"])
+        if action == "/api/keys":
+            return await self._key(params, "peek")
+        if action == "/api/overrides":
+            return _json(200, await self._control('{"op":"list"}', now))
+        if action == "/api/breakers":
+            return _json(200, {"breakers": await self._breakers(now)})
+        return _json(200, await self._stats())  # /api/stats, the last GET endpoint
+
+    async def _act(self, request: Request, action: str, method: str, now: int) -> Response:
+        """A call that changes something: its parameters from a JSON body only, which no
+        form or simple request of another site's page can send."""
+        if request.query and method == "DELETE":
+            raise _AdminError(400, f"DELETE {action} takes no query: its path names the override")
+        if request.query:
+            raise _AdminError(
                 400,
-                "Bad Request",
-                f"unknown parameter(s) {', '.join(unknown)}: {action} takes {takes}",
-                "bad_admin_request",
+                f"{method} {action} takes no query: send its parameters as members of an "
+                f"application/json body ({_example(action)})",
+            )
+        if method == "DELETE":  # /api/overrides/{id}: the path says it all
+            ident = action.removeprefix("/api/overrides/")
+            done = await self._control(json.dumps({"op": "delete", "id": ident}), now)
+            if not done.get("deleted"):
+                raise _AdminError(404, f"no override has the id {ident!r} (see GET overrides)")
+            self.services.log({"event": "admin_override_deleted", "id": ident})
+            return _json(200, done)
+        data = await self._json_body(request, action)
+        if action == "/api/overrides":
+            return await self._set_override(data, now)
+        params = _members(action, data)
+        if action == "/api/cache/purge":
+            return await self._purge(params)
+        if action.startswith("/api/breakers/"):
+            origin = unquote(action.removeprefix("/api/breakers/"))
+            return await self._force(origin, params, now)
+        return await self._key(params, action.rsplit("/", 1)[1])  # reset, refund
+
+    async def _json_body(self, request: Request, action: str) -> Any:
+        """The request's body, which must be JSON said to be (``Content-Type:
+        application/json``), at most :data:`MAX_BODY_BYTES`, naming each member once."""
+        content_type = request.headers.get("content-type")
+        if not cross_site.json_media_type(content_type):
+            said = f"Content-Type: {content_type}" if content_type else "no Content-Type"
+            raise _AdminError(
+                415,
+                f"POST {action} takes an application/json body ({_example(action)}), got {said}",
+                headers=(("accept-post", JSON),),
             )
         try:
-            if page and method == "GET":
-                return await self._page(now)
-            if action == "/api/config" and method == "GET":
-                return self._config()
-            if action == "/api/explain" and method == "GET":
-                return self._explain(params, [v for n, v in pairs if n == "header"])
-            if action == "/api/keys" and method == "GET":
-                return await self._key(params, "peek")
-            if action in ("/api/keys/reset", "/api/keys/refund") and method == "POST":
-                return await self._key(params, action.rsplit("/", 1)[1])
-            if action == "/api/overrides" and method == "GET":
-                return _json(200, await self._control('{"op":"list"}', now))
-            if action == "/api/overrides" and method == "POST":
-                return await self._set_override(request, now)
-            if action.startswith("/api/overrides/") and method == "DELETE":
-                ident = action.removeprefix("/api/overrides/")
-                done = await self._control(json.dumps({"op": "delete", "id": ident}), now)
-                if not done.get("deleted"):
-                    raise _AdminError(404, f"no override has the id {ident!r} (see GET overrides)")
-                self.services.log({"event": "admin_override_deleted", "id": ident})
-                return _json(200, done)
-            if action == "/api/cache/purge" and method == "POST":
-                return await self._purge(params)
-            if action == "/api/breakers" and method == "GET":
-                return _json(200, {"breakers": await self._breakers(now)})
-            if action.startswith("/api/breakers/") and method == "POST":
-                origin = unquote(action.removeprefix("/api/breakers/"))
-                return await self._force(origin, params, now)
-            if action == "/api/stats" and method == "GET":
-                return _json(200, await self._stats())
-        except _AdminError as exc:
-            return _fail(exc.status, exc.title, str(exc), exc.code)
-        allowed = ("GET",) if page else _methods(action)
-        if "GET" in allowed:
-            allowed = (*allowed, "HEAD")
-        if not allowed:
-            return _fail(
-                404, "Not Found", f"No admin endpoint {method} {action}.", "no_admin_endpoint"
-            )
-        response = _fail(
-            405,
-            "Method Not Allowed",
-            f"{action} takes {' or '.join(allowed)}, not {request.method}.",
-            "admin_method_not_allowed",
-        )
-        response.headers.set("allow", ", ".join(allowed))
-        return response
+            raw = await request.read_body_at_most(MAX_BODY_BYTES)
+        except BodyReadError as exc:
+            raise _AdminError(400, f"the body could not be read to its end: {exc}") from exc
+        if raw is None:
+            raise _AdminError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        try:
+            return bounded_json.loads(raw or b"null", object_pairs_hook=_once_each)
+        except _Repeated as exc:
+            raise _AdminError(400, f"the body's JSON is ambiguous: {exc}") from exc
+        except ValueError as exc:
+            raise _AdminError(400, f"the body is not JSON: {exc}") from exc
 
     # --- endpoints ------------------------------------------------------------------------
 
@@ -263,10 +340,10 @@ class Admin:
             raise _AdminError(400, str(exc)) from None
         return _json(200, explained)
 
-    async def _purge(self, params: dict[str, str]) -> Response:
+    async def _purge(self, params: Mapping[str, Any]) -> Response:
         url = params.get("url")
         if not url:
-            raise _AdminError(400, "the url parameter is required (the GET to forget)")
+            raise _AdminError(400, "url is required (the GET to forget, as clients send it)")
         try:
             scheme, authority, target_path, query = split_url(url)
             path = canonical_path(runtime_path(target_path), self.config.matrix_params)
@@ -284,7 +361,7 @@ class Admin:
             given = params.get("key")
             if not given:
                 raise _AdminError(
-                    400, f"route {route.name!r} caches per rate-limit key: give key= as well"
+                    400, f"route {route.name!r} caches per rate-limit key: give key as well"
                 )
             try:
                 scope_key = given_key(route.limits.key, given)
@@ -295,7 +372,7 @@ class Admin:
             raise _AdminError(
                 400,
                 f"route {route.name!r} keeps one copy for every key (scope = "
-                f"{cache.settings.scope!r}): purge it without key=",
+                f"{cache.settings.scope!r}): purge it without key",
             )
         try:
             removed, found = await cache.purge(host, path, query, scope_key, look=True)
@@ -304,7 +381,7 @@ class Admin:
         self.services.log({"event": "admin_cache_purge", "route": route.name, "path": path})
         return _json(200, {"route": route.name, "url": url, "purged": removed, "found": found})
 
-    def _route_and_key(self, params: dict[str, str]) -> tuple[Any, str]:
+    def _route_and_key(self, params: Mapping[str, Any]) -> tuple[Any, str]:
         route = self.config.route(params.get("route", ""))
         if route is None:
             names = ", ".join(r.name for r in self.config.routes)
@@ -317,15 +394,12 @@ class Admin:
         except KeySpecError as exc:
             raise _AdminError(400, f"key: {exc}") from None
 
-    async def _key(self, params: dict[str, str], op: str) -> Response:
+    async def _key(self, params: Mapping[str, Any], op: str) -> Response:
         route, key = self._route_and_key(params)
         policy = route.limits
         cost = policy.cost
         if op == "refund":
-            try:
-                cost = int(params.get("cost", policy.cost))
-            except ValueError as exc:
-                raise _AdminError(400, "cost must be an integer") from exc
+            cost = params.get("cost", policy.cost)  # an integer (see _members)
             if cost < 1:
                 raise _AdminError(400, "cost must be at least 1")
         operating = self.operating
@@ -439,19 +513,7 @@ class Admin:
         self.operating.override_set(decode_overrides(json.dumps(listed)), now)
         return dict(answer)
 
-    async def _set_override(self, request: Request, now: int) -> Response:
-        try:
-            raw = await request.read_body_at_most(MAX_BODY_BYTES)
-        except BodyReadError as exc:
-            raise _AdminError(400, f"the body could not be read to its end: {exc}") from exc
-        if raw is None:
-            raise _AdminError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
-        try:
-            data = bounded_json.loads(raw or b"null", object_pairs_hook=_once_each)
-        except _Repeated as exc:
-            raise _AdminError(400, f"the body's JSON is ambiguous: {exc}") from exc
-        except ValueError as exc:
-            raise _AdminError(400, f"the body is not JSON: {exc}") from exc
+    async def _set_override(self, data: Any, now: int) -> Response:
         algorithms = {route.name: route.limits.algorithm for route in self.config.routes}
         costs = {route.name: route.limits.cost for route in self.config.routes}
         try:
@@ -509,7 +571,7 @@ class Admin:
             )
         return next(iter(forms))
 
-    async def _force(self, origin: str, params: dict[str, str], now: int) -> Response:
+    async def _force(self, origin: str, params: Mapping[str, Any], now: int) -> Response:
         """Force an origin's shared breaker open (out of every pool's rotation), closed
         (used whatever it answers) or back to ``auto``; this isolate takes it at once,
         the others with their next refresh (about a second of traffic, 10 s at most)."""
@@ -570,8 +632,9 @@ class Admin:
             raise _AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
         return result
 
-    async def _page(self, now: int) -> Response:
-        from .statuspage import render  # noqa: PLC0415 - only the page needs it
+    async def _page(self, now: int, *, whole: bool) -> Response:
+        """The status page, or (not ``whole``) its figures alone."""
+        from .statuspage import policy, render  # noqa: PLC0415 - only the page needs it
 
         stats = await self._stats()
         overrides: list[dict[str, Any]] = []
@@ -583,24 +646,35 @@ class Admin:
                 overrides = []
         breakers = await self._breakers(now)
         when = datetime.fromtimestamp(now / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        html = render(self.config, stats, overrides, breakers, when)
+        # A script of the page's own runs; one an override's reason smuggled in does not.
+        nonce = secrets.token_urlsafe(18) if whole else None
+        html = render(self.config, stats, overrides, breakers, when, nonce=nonce)
         headers = Headers(
-            [("content-type", "text/html; charset=utf-8"), ("cache-control", "no-store")]
+            [
+                ("content-type", "text/html; charset=utf-8"),
+                ("cache-control", "no-store"),
+                # A window another origin opened it in gets no hold on it.
+                ("cross-origin-opener-policy", "same-origin"),
+            ]
         )
+        if nonce is not None:
+            headers.set("content-security-policy", policy(nonce))
         return Response(200, headers, html.encode())
 
 
 class _AdminError(Exception):
     """An admin call that cannot be done as asked."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(detail)
         self.status = status
+        self.headers = headers
         self.title = {
             400: "Bad Request",
             404: "Not Found",
             409: "Conflict",
             413: "Content Too Large",
+            415: "Unsupported Media Type",
             503: "Service Unavailable",
         }.get(status, "Error")
         self.code = {
@@ -608,6 +682,7 @@ class _AdminError(Exception):
             404: "admin_not_found",
             409: "admin_conflict",
             413: "admin_body_too_large",
+            415: "admin_json_required",
         }.get(status, "admin_unavailable")
 
 
@@ -625,6 +700,31 @@ _ENDPOINT_METHODS = {
 }
 
 
+def _methods(action: str) -> tuple[str, ...]:
+    """The methods ``action`` takes; none when no endpoint has that path."""
+    if action.startswith("/api/overrides/") and action.count("/") == 3:
+        return ("DELETE",)
+    if action.startswith("/api/breakers/") and action.count("/") == 3:
+        return ("POST",)
+    return _ENDPOINT_METHODS.get(action, ())
+
+
+def _not_allowed(action: str, method: str, allowed: tuple[str, ...]) -> Response:
+    """404 for a path no endpoint has; 405 with ``Allow`` for another method."""
+    if not allowed:
+        return _fail(404, "Not Found", f"No admin endpoint {method} {action}.", "no_admin_endpoint")
+    if "GET" in allowed:
+        allowed = (*allowed, "HEAD")
+    response = _fail(
+        405,
+        "Method Not Allowed",
+        f"{action} takes {' or '.join(allowed)}, not {method}.",
+        "admin_method_not_allowed",
+    )
+    response.headers.set("allow", ", ".join(allowed))
+    return response
+
+
 class _Repeated(ValueError):
     """A JSON object names a member twice."""
 
@@ -638,26 +738,84 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-#: The query parameters each endpoint takes (any other is refused).
-_PARAMS = {
+#: The query parameters each GET endpoint takes (any other is refused).
+_QUERY_PARAMS = {
+    "/": frozenset(("part",)),
     "/api/explain": frozenset(("url", "method", "header", *EXPLAINED_CLIENT_PARAMS)),
     "/api/keys": frozenset(("route", "key")),
-    "/api/keys/reset": frozenset(("route", "key")),
-    "/api/keys/refund": frozenset(("route", "key", "cost")),
-    "/api/cache/purge": frozenset(("url", "key")),
+}
+
+#: The members of each POST endpoint's JSON body and their JSON types (any other member is
+#: refused); ``/api/overrides`` is checked by :func:`parse_override`.
+_MEMBERS: dict[str, dict[str, type]] = {
+    "/api/keys/reset": {"route": str, "key": str},
+    "/api/keys/refund": {"route": str, "key": str, "cost": int},
+    "/api/cache/purge": {"url": str, "key": str},
+    "/api/breakers/": {"state": str},
+}
+
+#: What each POST endpoint's body looks like, for the answers that say how to send it.
+_EXAMPLES = {
+    "/api/keys/reset": '{"route": "login", "key": "ip=203.0.113.9"}',
+    "/api/keys/refund": '{"route": "login", "key": "ip=203.0.113.9", "cost": 1}',
+    "/api/cache/purge": '{"url": "https://api.example.com/v1/catalog", "key": "..."}',
+    "/api/breakers/": '{"state": "open"}',
+    "/api/overrides": '{"route": "search", "key": "premium_*", "limits": "100/second"}',
 }
 
 
-def _params_of(action: str) -> frozenset[str]:
-    if action.startswith("/api/breakers/"):
-        return frozenset(("state",))
-    return _PARAMS.get(action, frozenset())
+def _endpoint(action: str) -> str:
+    """The table key of ``action`` (every origin's breaker is one endpoint)."""
+    return "/api/breakers/" if action.startswith("/api/breakers/") else action
 
 
-def _methods(action: str) -> tuple[str, ...]:
-    """The methods ``action`` takes; none when no endpoint has that path."""
-    if action.startswith("/api/overrides/") and action.count("/") == 3:
-        return ("DELETE",)
-    if action.startswith("/api/breakers/") and action.count("/") == 3:
-        return ("POST",)
-    return _ENDPOINT_METHODS.get(action, ())
+def _example(action: str) -> str:
+    return f"e.g. {_EXAMPLES[_endpoint(action)]}"
+
+
+def _members(action: str, data: Any) -> dict[str, Any]:
+    """A POST body's members, each one the endpoint takes and of its type."""
+    takes = _MEMBERS[_endpoint(action)]
+    if not isinstance(data, dict):
+        raise _AdminError(400, f"the body must be a JSON object ({_example(action)})")
+    unknown = sorted(set(data) - set(takes))
+    if unknown:
+        # A misspelt member is not ignored: a refund of 3 units asked as "units": 3 would
+        # give back the route's cost and say done.
+        raise _AdminError(
+            400,
+            f"unknown member(s) {', '.join(unknown)}: {action} takes {', '.join(sorted(takes))}",
+        )
+    for name, value in data.items():
+        if takes[name] is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _AdminError(400, f"{name} must be a JSON integer, got {_shown(value)}")
+        elif not isinstance(value, str):
+            raise _AdminError(400, f"{name} must be a JSON string, got {_shown(value)}")
+    return data
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+#: Fields on every admin answer: never sniffed as another type, framed, or read by
+#: another origin's page as a script or image (the page sets its own policy).
+_HARDENING = (
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("cross-origin-resource-policy", "same-origin"),
+)
+_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+
+def _hardened(response: Response) -> Response:
+    headers = response.headers
+    for name, value in _HARDENING:
+        headers.set(name, value)
+    if headers.get("content-security-policy") is None:
+        headers.set("content-security-policy", _POLICY)
+    if headers.get("cache-control") is None:
+        headers.set("cache-control", "no-store")
+    return response

@@ -166,13 +166,24 @@ class Gateway:
             response = await self._route(request, path, background)
         return self.with_cors(request.headers.get("origin"), response)
 
-    def with_cors(self, origin: str | None, response: Response) -> Response:
+    def with_cors(
+        self, origin: str | None, response: Response, path: str | None = None
+    ) -> Response:
         """``response`` with the CORS fields for a page at ``origin`` (none asked: as it
         is). The platform adapter gives its own answer to a failure (an internal error)
-        through here too, so a page can read it."""
+        through here too, so a page can read it, with the request's ``path`` as received:
+        an answer for the admin API never gets them, whatever it is."""
         cors = self.config.cors
-        if cors is not None and origin is not None:
-            _allow(cors, origin, response)
+        if cors is None or origin is None:
+            return response
+        if path is not None:
+            try:
+                admin = self.admin.admin_path(canonical_path(path, self.config.matrix_params))
+            except PathError:
+                admin = None  # no path of the admin API's: the gateway answers it as bad
+            if admin is not None:
+                return response
+        _allow(cors, origin, response)
         return response
 
     async def _route(self, request: Request, path: str, background: Background | None) -> Response:

@@ -160,7 +160,9 @@ async def handle_fetch(request: Any, env: Any, ctx: Any = None) -> Any:
             }
         )
         failed = problem_response(problems.internal_error(reference))
-        return to_js_response(gateway.with_cors(_origin_of(js_request), failed))
+        return to_js_response(
+            gateway.with_cors(_origin_of(js_request), failed, _path_of(js_request))
+        )
 
 
 def _origin_of(js_request: Any) -> str | None:
@@ -170,3 +172,13 @@ def _origin_of(js_request: Any) -> str | None:
     except Exception:  # a request too broken to read: no CORS fields
         return None
     return origin if isinstance(origin, str) else None
+
+
+def _path_of(js_request: Any) -> str | None:
+    """The request's path as the runtime received it (None when unreadable)."""
+    try:
+        url = str(js_request.url)
+    except Exception:  # a request too broken to read
+        return None
+    rest = url.partition("://")[2]
+    return "/" + rest.partition("/")[2].partition("?")[0]
