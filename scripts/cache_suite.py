@@ -1,8 +1,11 @@
-"""The public HTTP cache test suite (npm ``http-cache-tests``, cache-tests.fyi) run against the
-gateway's response cache on local workerd, beside the suite's published results.
+"""Runs the HTTP cache test suite (npm http-cache-tests) against the gateway's response cache.
 
     scripts/cache_suite.py [--write-doc] [--results FILE] [--json FILE] [--echo]
     scripts/cache_suite.py --from-results FILE [--write-doc]   (classify an earlier run)
+    scripts/cache_suite.py --id TEST                           (one test, every request shown)
+
+The suite is the public one behind cache-tests.fyi; the gateway runs on local workerd, and
+its results are shown beside the suite's published ones.
 
 It starts the suite's own origin (``server/server.mjs``, on a free port), builds the Worker
 and runs it on local workerd with one catch-all cached route in front of that origin
@@ -242,25 +245,19 @@ class SuiteOrigin:
         self.stop()
 
 
-def run_client(
-    base: str, suite_dir: Path = SUITE_DIR, timeout: float = CLIENT_TIMEOUT_S
-) -> dict[str, Any]:
-    """Runs the suite's client (``cli.mjs``) against ``base``; its raw results by test id.
-
-    The client reads npm's config variables too (``npm run cli --base=URL``). It runs every
-    test, a hundred at a time (its runner's fixed chunk), each test's requests in order with
-    the 3 s pauses the test asks for, and prints ``{test id: true | [kind, message]}``.
-    """
+def _client(
+    base: str, test_id: str, suite_dir: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "npm_config_base": base.rstrip("/"),
-        # What `npm run cli` sets from the suite's package.json ("config"): an empty id, so
-        # every test runs (cli.mjs reads `undefined` as a test's id).
-        "npm_config_id": "",
-        "npm_package_config_id": "",
+        # What `npm run cli` sets from the suite's package.json ("config"): an empty id runs
+        # every test (cli.mjs takes `undefined` for a test's id).
+        "npm_config_id": test_id,
+        "npm_package_config_id": test_id,
     }
     try:
-        done = subprocess.run(
+        return subprocess.run(
             [_node(), "--no-warnings", "--import", TRANSPORT_SCRIPT.as_uri(), "cli.mjs"],
             cwd=suite_dir,
             env=env,
@@ -274,6 +271,25 @@ def run_client(
         )
     except subprocess.TimeoutExpired as exc:
         raise CacheSuiteError(f"the suite's client took over {timeout:.0f} s") from exc
+
+
+def run_one(base: str, test_id: str, suite_dir: Path = SUITE_DIR) -> str:
+    """Runs one test against ``base``: the client's account of every request and response
+    (headers included, colours removed) and the result."""
+    done = _client(base, test_id, suite_dir, 120.0)
+    return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+
+
+def run_client(
+    base: str, suite_dir: Path = SUITE_DIR, timeout: float = CLIENT_TIMEOUT_S
+) -> dict[str, Any]:
+    """Runs the suite's client (``cli.mjs``) against ``base``; its raw results by test id.
+
+    The client reads npm's config variables too (``npm run cli --base=URL``). It runs every
+    test, a hundred at a time (its runner's fixed chunk), each test's requests in order with
+    the 3 s pauses the test asks for, and prints ``{test id: true | [kind, message]}``.
+    """
+    done = _client(base, "", suite_dir, timeout)
     try:
         results = json.loads(done.stdout)
     except json.JSONDecodeError:
@@ -766,8 +782,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--worker-dir", type=Path, help="a built Worker to run (default: build)")
     parser.add_argument("--echo", action="store_true", help="copy the gateway's logs to stderr")
+    parser.add_argument("--id", help="run this one test and show its requests and responses")
     args = parser.parse_args(argv)
     exceptions = load_exceptions()
+    if args.id is not None:
+        with running_gateway(args.worker_dir, args.echo) as (gateway, _origin):
+            print(run_one(gateway.url, args.id))
+        return 0
     try:
         if args.from_results is not None:
             result = classify(json.loads(args.from_results.read_text(encoding="utf-8")), 0.0)
