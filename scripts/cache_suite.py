@@ -194,12 +194,13 @@ class SuiteOrigin:
             "npm_config_port": "0",
             "npm_config_protocol": "http",
             "npm_config_pidfile": str(Path(self._tmp) / "server.pid"),
+            "CACHE_SUITE_EXIT_WITH_STDIN": "1",  # scripts/cache_suite_transport.mjs
         }
         self._process = subprocess.Popen(
             [_node(), "--import", TRANSPORT_SCRIPT.as_uri(), "server/server.mjs"],
             cwd=self._suite_dir,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # it exits when this closes (we died)
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -227,6 +228,9 @@ class SuiteOrigin:
 
     def stop(self) -> None:
         process, self._process = self._process, None
+        if process is not None and process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
         if process is not None and process.poll() is None:
             process.terminate()
             try:

@@ -28,3 +28,10 @@ http.createServer = function createServerClosingEachConnection(...args) {
   });
   return server;
 };
+
+// The suite's server lives as long as the script that started it: it holds the server's
+// stdin open and never writes, so its end (that script gone, even killed) ends the server.
+if (process.env.CACHE_SUITE_EXIT_WITH_STDIN === "1") {
+  process.stdin.on("end", () => process.exit(0));
+  process.stdin.resume();
+}
