@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable
 from typing import Any
 
-from pyodide.ffi import JsException, to_js
+from pyodide.ffi import JsException, create_proxy, to_js
 
 from ..core.control import CONTROL_OBJECT
-from ..core.http.messages import Response
-from ..gateway.ports import OriginRequest, OriginTimeoutError, OriginUnreachableError
+from ..core.http.messages import Body, BytesBody, HeaderMap, Response
+from ..gateway.ports import (
+    ClientBodyError,
+    OriginConnectError,
+    OriginError,
+    OriginRequest,
+    OriginTimeoutError,
+    OriginUnreachableError,
+)
 from .convert import (
     JsBody,
     JsHeaders,
     absent,
     globals_,
-    js_body,
     js_headers,
     js_object,
     untouched,
@@ -138,7 +145,17 @@ class WaitUntil:
 
 
 class FetchOrigin:
-    """Sends origin requests with the runtime's ``fetch``; redirects are passed through."""
+    """Sends origin requests with the runtime's ``fetch``; redirects are passed through.
+
+    A failure is told apart by what the adapter saw, not by the runtime's words (workerd
+    says "Network connection lost." alike for a refused connection, a reset after the
+    whole request was sent, and a client's upload that broke off): a body goes to fetch
+    as a stream the adapter serves itself (:class:`_Outgoing`), so it knows whether the
+    client's own stream failed (:class:`ClientBodyError`) and whether fetch ever wrote a
+    byte of the body, which it does only once connected (:class:`OriginConnectError`
+    when it did not). A bodiless request gives no such sign: its failure is an
+    :class:`OriginUnreachableError`, as the request may have arrived.
+    """
 
     async def send(self, request: OriginRequest) -> Response:
         # The timeout bounds the wait for the answer's status and fields: the fetch is
@@ -154,27 +171,193 @@ class FetchOrigin:
             controller.abort.bind(controller, _timed_out()), request.timeout_ms
         )
         native = request.native
-        if untouched(request.headers, request.body, native):
-            # Method, headers and body stream go on as they came: one call, no copies.
+        sent: _Outgoing | None = None
+        if request.body is None and untouched(request.headers, None, native):
+            # Method and headers go on as they came: one call, no copies.
             target = globals_.Request.new(request.url, native)
         else:
             target = request.url
             init.method = request.method
+            sent = _Outgoing.of(request.body, request.headers)
             init.headers = js_headers(request.headers)
-            body = js_body(request.body)
-            if body is not None:
-                init.body = body
+            if sent is not None:
+                init.body = sent.stream
         try:
             answer = await globals_.fetch(target, init)
         except JsException as exc:
-            if "TimeoutError" in str(exc) or "timed out" in str(exc).lower():
-                raise OriginTimeoutError(str(exc)) from exc
-            raise OriginUnreachableError(_short(str(exc))) from exc
+            raise _failure(str(exc), sent) from exc
         finally:
             globals_.clearTimeout(timer)
         status = int(answer.status)
         body = JsBody(answer, idle_ms=request.body_idle_ms or request.timeout_ms)
         return Response(status, JsHeaders.of_response(answer, body, status), body, answer)
+
+
+def _failure(message: str, sent: _Outgoing | None) -> OriginError:
+    """The port's error for a fetch that failed with ``message`` after taking ``sent``."""
+    timed_out = "TimeoutError" in message or "timed out" in message.lower()
+    if sent is not None:
+        _outgoing.pop(sent.number, None)
+        if sent.client_error is not None:
+            return ClientBodyError(_short(sent.client_error))
+        if not sent.connected:
+            return OriginConnectError(_short(message), timed_out=timed_out)
+    if timed_out:
+        return OriginTimeoutError(message)
+    return OriginUnreachableError(_short(message))
+
+
+class _Outgoing:
+    """A request body as fetch takes it: a stream served by the adapter, one part per
+    pull (``highWaterMark`` 0), from bytes or from the client's own stream.
+
+    The runtime pulls the first part at once, and the next only once the first was
+    written to the connection (measured on workerd: against a refused port or a connect
+    that never completes, one pull; once connected, the next pull follows at once). The
+    first part is a single byte, which fits any socket buffer: so the second pull
+    (``connected``) comes as soon as a connection exists, and without it, the origin got
+    at most one byte of the body, never a whole request. A read of the client's stream
+    that fails is the client's failure (``client_error``).
+    """
+
+    __slots__ = ("chunks", "client_error", "number", "pulls", "reader", "rest", "stream")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.chunks: list[Any] = []
+        self.reader: Any = None
+        self.rest: Any = None
+        self.pulls = 0
+        self.client_error: str | None = None
+        self.stream: Any = None
+
+    @property
+    def connected(self) -> bool:
+        """Whether fetch wrote the body's first byte (so it had a connection)."""
+        return self.pulls >= 2
+
+    @classmethod
+    def of(cls, body: bytes | Body | None, headers: HeaderMap) -> _Outgoing | None:
+        """The stream to send ``body`` as (``None``: no body to send). A body in memory
+        keeps its length: ``headers`` gets its Content-Length."""
+        stream: Any = None
+        if isinstance(body, JsBody) and body.data is None:
+            stream = body.stream
+            data = None if absent(stream) else b""
+        elif isinstance(body, JsBody | BytesBody):
+            data = body.data
+        elif isinstance(body, bytes):
+            data = body
+        elif body is None:
+            data = None
+        else:
+            raise TypeError(f"cannot send a body of type {type(body).__name__}")
+        if data is None or (stream is None and not data):
+            return None
+        number = next(_numbers)
+        if number % _PRUNE_EVERY == 0:
+            for old in [n for n in _outgoing if n < number - _PRUNE_AFTER]:
+                del _outgoing[old]
+        outgoing = _outgoing[number] = cls(number)
+        if stream is not None:
+            outgoing.reader = stream.getReader()
+        else:
+            parts = [data] if len(data) == 1 else [data[:1], data[1:]]
+            outgoing.chunks = [to_js(part) for part in parts]
+            length = str(len(data))
+            if headers.get("content-length") != length:
+                headers.set("content-length", length)
+        calls = _calls()
+        source = js_object()
+        source.pull = calls.pull.bind(None, number)
+        source.cancel = calls.cancel.bind(None, number)
+        strategy = js_object()
+        strategy.highWaterMark = 0
+        outgoing.stream = globals_.ReadableStream.new(source, strategy)
+        return outgoing
+
+
+#: The bodies being sent, by number (the stream's callbacks carry it); each leaves when
+#: its stream ends or its fetch fails. Every so many bodies, those begun more than
+#: ``_PRUNE_AFTER`` bodies ago are dropped (a stream the runtime abandoned mid-way).
+_outgoing: dict[int, _Outgoing] = {}
+_numbers = itertools.count()
+_PRUNE_EVERY = 4096
+_PRUNE_AFTER = 65_536
+
+
+class _Calls:
+    """The stream callbacks, one proxy each for the isolate (bound to a body's number
+    per stream, in JavaScript: no proxy per request to free)."""
+
+    def __init__(self) -> None:
+        self.pull = create_proxy(_pull)
+        self.cancel = create_proxy(_cancel)
+        self.read = create_proxy(_read)
+        self.fail = create_proxy(_fail)
+
+
+_calls_made: _Calls | None = None
+
+
+def _calls() -> _Calls:
+    global _calls_made  # noqa: PLW0603 - made once, on first use
+    if _calls_made is None:
+        _calls_made = _Calls()
+    return _calls_made
+
+
+def _pull(number: int, controller: Any) -> Any:
+    outgoing = _outgoing.get(int(number))
+    if outgoing is None:  # pruned, or its fetch already failed
+        controller.error(globals_.Error.new("the request body is no longer being sent"))
+        return None
+    outgoing.pulls += 1
+    if outgoing.rest is not None:
+        rest, outgoing.rest = outgoing.rest, None
+        controller.enqueue(rest)
+        return None
+    if outgoing.reader is None:
+        if outgoing.chunks:
+            controller.enqueue(outgoing.chunks.pop(0))
+        else:
+            _outgoing.pop(outgoing.number, None)
+            controller.close()
+        return None
+    calls = _calls()
+    return outgoing.reader.read().then(
+        calls.read.bind(None, number, controller), calls.fail.bind(None, number, controller)
+    )
+
+
+def _read(number: int, controller: Any, step: Any) -> None:
+    outgoing = _outgoing.get(int(number))
+    try:
+        if step.done:
+            _outgoing.pop(int(number), None)
+            controller.close()
+            return
+        chunk = step.value
+        if outgoing is not None and outgoing.pulls == 1 and int(chunk.byteLength) > 1:
+            # The first byte alone first (see _Outgoing), the rest of the part next.
+            outgoing.rest = chunk.subarray(1)
+            chunk = chunk.subarray(0, 1)
+        controller.enqueue(chunk)
+    except JsException:
+        pass  # fetch gave the stream up (cancelled) while the part was on its way
+
+
+def _fail(number: int, controller: Any, error: Any) -> None:
+    outgoing = _outgoing.get(int(number))
+    if outgoing is not None:
+        outgoing.client_error = str(getattr(error, "message", None) or error)
+    controller.error(error)
+
+
+def _cancel(number: int, reason: Any) -> None:
+    outgoing = _outgoing.pop(int(number), None)
+    if outgoing is not None and outgoing.reader is not None:
+        outgoing.reader.cancel(reason)
 
 
 _timeout_reason: Any = None
