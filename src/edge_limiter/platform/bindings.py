@@ -209,51 +209,75 @@ def _failure(message: str, sent: _Outgoing | None) -> OriginError:
 
 class _Outgoing:
     """A request body as fetch takes it: a stream served by the adapter, one part per
-    pull (``highWaterMark`` 0), from bytes or from the client's own stream.
+    pull (``highWaterMark`` 0), from bytes or from the client's own stream; of a known
+    length, through a ``FixedLengthStream``, so the origin gets a Content-Length (a
+    stream made in JavaScript is otherwise sent chunked).
 
-    The runtime pulls the first part at once, and the next only once the first was
-    written to the connection (measured on workerd: against a refused port or a connect
-    that never completes, one pull; once connected, the next pull follows at once). The
-    first part is a single byte, which fits any socket buffer: so the second pull
-    (``connected``) comes as soon as a connection exists, and without it, the origin got
-    at most one byte of the body, never a whole request. A read of the client's stream
-    that fails is the client's failure (``client_error``).
+    Measured on workerd: the runtime takes the body's first part at once, before it has
+    a connection (through a ``FixedLengthStream``, which holds one part, the first two),
+    and the next only once the first was written to the connection. The first parts are
+    a single byte each, which fit any socket buffer: once a connection exists, the next
+    pull follows at once. So while no more than those parts were taken and the body's
+    end was not reached, the origin got at most two bytes of the body, never a whole
+    request, and the connection was never made (``connected`` is False). A read of the
+    client's stream that fails is the client's failure (``client_error``).
     """
 
-    __slots__ = ("chunks", "client_error", "number", "pulls", "reader", "rest", "stream")
+    __slots__ = (
+        "before_connect",
+        "chunks",
+        "client_error",
+        "ended",
+        "number",
+        "pulls",
+        "reader",
+        "rest",
+        "stream",
+    )
 
     def __init__(self, number: int) -> None:
         self.number = number
         self.chunks: list[Any] = []
         self.reader: Any = None
-        self.rest: Any = None
+        self.rest: list[Any] = []
         self.pulls = 0
+        self.before_connect = 1
+        self.ended = False
         self.client_error: str | None = None
         self.stream: Any = None
 
     @property
     def connected(self) -> bool:
-        """Whether fetch wrote the body's first byte (so it had a connection)."""
-        return self.pulls >= 2
+        """Whether fetch took more of the body than it takes before connecting."""
+        return self.ended or self.pulls > self.before_connect
 
     @classmethod
     def of(cls, body: bytes | Body | None, headers: HeaderMap) -> _Outgoing | None:
-        """The stream to send ``body`` as (``None``: no body to send). A body in memory
-        keeps its length: ``headers`` gets its Content-Length."""
+        """The stream to send ``body`` as (``None``: no body to send); the length of a
+        client's stream is its Content-Length in ``headers``, if any."""
         stream: Any = None
+        length: int | None = None
+        data = b""
         if isinstance(body, JsBody) and body.data is None:
             stream = body.stream
-            data = None if absent(stream) else b""
+            if absent(stream):
+                return None
+            declared = headers.get("content-length")
+            length = int(declared) if declared is not None and declared.isdigit() else None
+            if length == 0:
+                return None
         elif isinstance(body, JsBody | BytesBody):
-            data = body.data
+            data = body.data or b""
         elif isinstance(body, bytes):
             data = body
         elif body is None:
-            data = None
+            return None
         else:
             raise TypeError(f"cannot send a body of type {type(body).__name__}")
-        if data is None or (stream is None and not data):
-            return None
+        if stream is None:
+            if not data:
+                return None
+            length = len(data)
         number = next(_numbers)
         if number % _PRUNE_EVERY == 0:
             for old in [n for n in _outgoing if n < number - _PRUNE_AFTER]:
@@ -262,11 +286,7 @@ class _Outgoing:
         if stream is not None:
             outgoing.reader = stream.getReader()
         else:
-            parts = [data] if len(data) == 1 else [data[:1], data[1:]]
-            outgoing.chunks = [to_js(part) for part in parts]
-            length = str(len(data))
-            if headers.get("content-length") != length:
-                headers.set("content-length", length)
+            outgoing.chunks = [to_js(part) for part in (data[:1], data[1:2], data[2:]) if part]
         calls = _calls()
         source = js_object()
         source.pull = calls.pull.bind(None, number)
@@ -274,6 +294,12 @@ class _Outgoing:
         strategy = js_object()
         strategy.highWaterMark = 0
         outgoing.stream = globals_.ReadableStream.new(source, strategy)
+        if length is not None:
+            fixed = globals_.FixedLengthStream.new(length)
+            # Its failure is fetch's (or the client's, seen in _fail): nothing to add.
+            outgoing.stream.pipeTo(fixed.writable).catch(calls.ignore)
+            outgoing.stream = fixed.readable
+            outgoing.before_connect = 2
         return outgoing
 
 
@@ -295,6 +321,7 @@ class _Calls:
         self.cancel = create_proxy(_cancel)
         self.read = create_proxy(_read)
         self.fail = create_proxy(_fail)
+        self.ignore = create_proxy(_ignore)
 
 
 _calls_made: _Calls | None = None
@@ -313,14 +340,14 @@ def _pull(number: int, controller: Any) -> Any:
         controller.error(globals_.Error.new("the request body is no longer being sent"))
         return None
     outgoing.pulls += 1
-    if outgoing.rest is not None:
-        rest, outgoing.rest = outgoing.rest, None
-        controller.enqueue(rest)
+    if outgoing.rest:
+        controller.enqueue(outgoing.rest.pop(0))
         return None
     if outgoing.reader is None:
         if outgoing.chunks:
             controller.enqueue(outgoing.chunks.pop(0))
         else:
+            outgoing.ended = True
             _outgoing.pop(outgoing.number, None)
             controller.close()
         return None
@@ -334,13 +361,16 @@ def _read(number: int, controller: Any, step: Any) -> None:
     outgoing = _outgoing.get(int(number))
     try:
         if step.done:
+            if outgoing is not None:
+                outgoing.ended = True
             _outgoing.pop(int(number), None)
             controller.close()
             return
         chunk = step.value
-        if outgoing is not None and outgoing.pulls == 1 and int(chunk.byteLength) > 1:
-            # The first byte alone first (see _Outgoing), the rest of the part next.
-            outgoing.rest = chunk.subarray(1)
+        size = int(chunk.byteLength)
+        if outgoing is not None and outgoing.pulls == 1 and size > 1:
+            # The first bytes alone first (see _Outgoing), the rest of the part next.
+            outgoing.rest = [chunk.subarray(1, 2)] + ([chunk.subarray(2)] if size > 2 else [])
             chunk = chunk.subarray(0, 1)
         controller.enqueue(chunk)
     except JsException:
@@ -352,6 +382,10 @@ def _fail(number: int, controller: Any, error: Any) -> None:
     if outgoing is not None:
         outgoing.client_error = str(getattr(error, "message", None) or error)
     controller.error(error)
+
+
+def _ignore(_reason: Any) -> None:
+    return None
 
 
 def _cancel(number: int, reason: Any) -> None:
