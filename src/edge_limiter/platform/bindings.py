@@ -149,11 +149,11 @@ class FetchOrigin:
 
     A failure is told apart by what the adapter saw, not by the runtime's words (workerd
     says "Network connection lost." alike for a refused connection, a reset after the
-    whole request was sent, and a client's upload that broke off): a body goes to fetch
-    as a stream the adapter serves itself (:class:`_Outgoing`), so it knows whether the
-    client's own stream failed (:class:`ClientBodyError`) and whether fetch ever wrote a
-    byte of the body, which it does only once connected (:class:`OriginConnectError`
-    when it did not). A bodiless request gives no such sign: its failure is an
+    whole request was sent, and a client's upload that broke off): the body goes to fetch
+    watched (:class:`_Outgoing`), so the adapter knows whether the client's own stream
+    failed (:class:`ClientBodyError`) and, for a body in memory, whether fetch took more of
+    it than it takes before it has a connection (:class:`OriginConnectError` when not). A
+    bodiless request, or a streamed body, gives no such sign: its failure is an
     :class:`OriginUnreachableError`, as the request may have arrived.
     """
 
@@ -182,12 +182,15 @@ class FetchOrigin:
             init.headers = js_headers(request.headers)
             if sent is not None:
                 init.body = sent.stream
+                sent.abort = controller
         try:
             answer = await globals_.fetch(target, init)
         except JsException as exc:
             raise _failure(str(exc), sent) from exc
         finally:
             globals_.clearTimeout(timer)
+            if sent is not None and sent.streamed:
+                _outgoing.pop(sent.number, None)
         status = int(answer.status)
         body = JsBody(answer, idle_ms=request.body_idle_ms or request.timeout_ms)
         return Response(status, JsHeaders.of_response(answer, body, status), body, answer)
@@ -208,48 +211,57 @@ def _failure(message: str, sent: _Outgoing | None) -> OriginError:
 
 
 class _Outgoing:
-    """A request body as fetch takes it: a stream served by the adapter, one part per
-    pull (``highWaterMark`` 0), from bytes or from the client's own stream; of a known
-    length, through a ``FixedLengthStream``, so the origin gets a Content-Length (a
-    stream made in JavaScript is otherwise sent chunked).
+    """A request body as fetch takes it, watched by the adapter.
 
-    Measured on workerd: the runtime takes the body's first part at once, before it has
-    a connection (through a ``FixedLengthStream``, which holds one part, the first two),
-    and the next only once the first was written to the connection. The first parts are
-    a single byte each, which fit any socket buffer: once a connection exists, the next
-    pull follows at once. So while no more than those parts were taken and the body's
-    end was not reached, the origin got at most two bytes of the body, never a whole
-    request, and the connection was never made (``connected`` is False). A read of the
-    client's stream that fails is the client's failure (``client_error``).
+    In memory: a stream the adapter serves itself, one part per pull (``highWaterMark``
+    0), through a ``FixedLengthStream`` so the origin gets a Content-Length (a stream made
+    in JavaScript is otherwise sent chunked). Measured on workerd: the runtime takes two
+    parts before it has a connection, and the next only once the first was written to the
+    connection. The first two parts are a single byte each, which fit any socket buffer:
+    once a connection exists, the next pull follows at once. So while no more than two
+    parts were taken and the body's end was not reached, the origin got at most two bytes
+    of the body, never a whole request: the connection was never made (``connected`` is
+    False), and the body can go to another origin.
+
+    The client's own stream (a body too large to keep, or of unknown length): piped by
+    the runtime itself into a ``FixedLengthStream`` (its Content-Length) or an
+    ``IdentityTransformStream`` (chunked), with no Python per part (thousands of small
+    parts would cost seconds). It can be sent only once, so whether a connection was made
+    does not matter and is not asked (``connected``). When the pipe fails, the source is
+    looked at: if it is the client's stream that failed (not fetch that gave the body up),
+    that is the client's failure (``client_error``), and the fetch is ended at once (the
+    runtime would wait for the origin's answer to a body that stopped).
     """
 
     __slots__ = (
+        "abort",
         "before_connect",
         "chunks",
         "client_error",
         "ended",
         "number",
         "pulls",
-        "reader",
-        "rest",
         "stream",
+        "streamed",
     )
 
     def __init__(self, number: int) -> None:
         self.number = number
         self.chunks: list[Any] = []
-        self.reader: Any = None
-        self.rest: list[Any] = []
         self.pulls = 0
-        self.before_connect = 1
+        self.before_connect = 2
         self.ended = False
+        self.streamed = False
         self.client_error: str | None = None
         self.stream: Any = None
+        self.abort: Any = None
+        """The fetch's AbortController (see ``client_error``)."""
 
     @property
     def connected(self) -> bool:
-        """Whether fetch took more of the body than it takes before connecting."""
-        return self.ended or self.pulls > self.before_connect
+        """Whether the request may have reached the origin: fetch took more of the body
+        than it takes before connecting (a streamed body: always, as far as is known)."""
+        return self.streamed or self.ended or self.pulls > self.before_connect
 
     @classmethod
     def of(cls, body: bytes | Body | None, headers: HeaderMap) -> _Outgoing | None:
@@ -274,38 +286,41 @@ class _Outgoing:
             return None
         else:
             raise TypeError(f"cannot send a body of type {type(body).__name__}")
-        if stream is None:
-            if not data:
-                return None
-            length = len(data)
+        if stream is None and not data:
+            return None
         number = next(_numbers)
         if number % _PRUNE_EVERY == 0:
             for old in [n for n in _outgoing if n < number - _PRUNE_AFTER]:
                 del _outgoing[old]
         outgoing = _outgoing[number] = cls(number)
-        if stream is not None:
-            outgoing.reader = stream.getReader()
-        else:
-            outgoing.chunks = [to_js(part) for part in (data[:1], data[1:2], data[2:]) if part]
         calls = _calls()
+        if stream is not None:
+            outgoing.streamed = True
+            sink = (
+                globals_.IdentityTransformStream.new()
+                if length is None
+                else globals_.FixedLengthStream.new(length)
+            )
+            stream.pipeTo(sink.writable).catch(calls.piped.bind(None, number, stream))
+            outgoing.stream = sink.readable
+            return outgoing
+        outgoing.chunks = [to_js(part) for part in (data[:1], data[1:2], data[2:]) if part]
         source = js_object()
         source.pull = calls.pull.bind(None, number)
         source.cancel = calls.cancel.bind(None, number)
         strategy = js_object()
         strategy.highWaterMark = 0
-        outgoing.stream = globals_.ReadableStream.new(source, strategy)
-        if length is not None:
-            fixed = globals_.FixedLengthStream.new(length)
-            # Its failure is fetch's (or the client's, seen in _fail): nothing to add.
-            outgoing.stream.pipeTo(fixed.writable).catch(calls.ignore)
-            outgoing.stream = fixed.readable
-            outgoing.before_connect = 2
+        served = globals_.ReadableStream.new(source, strategy)
+        sink = globals_.FixedLengthStream.new(len(data))
+        # Its failure is fetch's: nothing to add.
+        served.pipeTo(sink.writable).catch(calls.ignore)
+        outgoing.stream = sink.readable
         return outgoing
 
 
-#: The bodies being sent, by number (the stream's callbacks carry it); each leaves when
-#: its stream ends or its fetch fails. Every so many bodies, those begun more than
-#: ``_PRUNE_AFTER`` bodies ago are dropped (a stream the runtime abandoned mid-way).
+#: The bodies being sent, by number (the callbacks carry it); each leaves when its
+#: stream ends or its fetch fails (a client's stream: when its fetch settles). Every so
+#: many bodies, those begun more than ``_PRUNE_AFTER`` bodies ago are dropped.
 _outgoing: dict[int, _Outgoing] = {}
 _numbers = itertools.count()
 _PRUNE_EVERY = 4096
@@ -319,8 +334,8 @@ class _Calls:
     def __init__(self) -> None:
         self.pull = create_proxy(_pull)
         self.cancel = create_proxy(_cancel)
-        self.read = create_proxy(_read)
-        self.fail = create_proxy(_fail)
+        self.piped = create_proxy(_piped)
+        self.client_failed = create_proxy(_client_failed)
         self.ignore = create_proxy(_ignore)
 
 
@@ -334,64 +349,48 @@ def _calls() -> _Calls:
     return _calls_made
 
 
-def _pull(number: int, controller: Any) -> Any:
+def _pull(number: int, controller: Any) -> None:
     outgoing = _outgoing.get(int(number))
     if outgoing is None:  # pruned, or its fetch already failed
         controller.error(globals_.Error.new("the request body is no longer being sent"))
-        return None
+        return
     outgoing.pulls += 1
-    if outgoing.rest:
-        controller.enqueue(outgoing.rest.pop(0))
-        return None
-    if outgoing.reader is None:
-        if outgoing.chunks:
-            controller.enqueue(outgoing.chunks.pop(0))
-        else:
-            outgoing.ended = True
-            _outgoing.pop(outgoing.number, None)
-            controller.close()
-        return None
-    calls = _calls()
-    return outgoing.reader.read().then(
-        calls.read.bind(None, number, controller), calls.fail.bind(None, number, controller)
-    )
+    if outgoing.chunks:
+        controller.enqueue(outgoing.chunks.pop(0))
+    else:
+        outgoing.ended = True
+        _outgoing.pop(outgoing.number, None)
+        controller.close()
 
 
-def _read(number: int, controller: Any, step: Any) -> None:
-    outgoing = _outgoing.get(int(number))
+def _cancel(number: int, _reason: Any) -> None:
+    _outgoing.pop(int(number), None)
+
+
+def _piped(number: int, source: Any, _reason: Any) -> None:
+    """The pipe of a client's stream failed: through the client's stream (it is errored:
+    its ``closed`` rejects) or through fetch giving the body up (the pipe cancelled the
+    client's stream, which is then closed)."""
+    if int(number) not in _outgoing:
+        return  # its fetch settled already
     try:
-        if step.done:
-            if outgoing is not None:
-                outgoing.ended = True
-            _outgoing.pop(int(number), None)
-            controller.close()
-            return
-        chunk = step.value
-        size = int(chunk.byteLength)
-        if outgoing is not None and outgoing.pulls == 1 and size > 1:
-            # The first bytes alone first (see _Outgoing), the rest of the part next.
-            outgoing.rest = [chunk.subarray(1, 2)] + ([chunk.subarray(2)] if size > 2 else [])
-            chunk = chunk.subarray(0, 1)
-        controller.enqueue(chunk)
+        reader = source.getReader()
     except JsException:
-        pass  # fetch gave the stream up (cancelled) while the part was on its way
+        return
+    reader.closed.catch(_calls().client_failed.bind(None, number))
 
 
-def _fail(number: int, controller: Any, error: Any) -> None:
+def _client_failed(number: int, error: Any) -> None:
     outgoing = _outgoing.get(int(number))
-    if outgoing is not None:
-        outgoing.client_error = str(getattr(error, "message", None) or error)
-    controller.error(error)
+    if outgoing is None:
+        return
+    outgoing.client_error = str(getattr(error, "message", None) or error)
+    if outgoing.abort is not None:
+        outgoing.abort.abort(error)
 
 
 def _ignore(_reason: Any) -> None:
     return None
-
-
-def _cancel(number: int, reason: Any) -> None:
-    outgoing = _outgoing.pop(int(number), None)
-    if outgoing is not None and outgoing.reader is not None:
-        outgoing.reader.cancel(reason)
 
 
 _timeout_reason: Any = None
