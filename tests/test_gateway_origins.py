@@ -910,11 +910,13 @@ class StreamingOrigins:
         self.lost: set[str] = set()
         self.hits: list[str] = []
         self.bodies: list[bytes] = []
+        self.resend: list[bool] = []  # each attempt's resend_if_unsent
         self.sent: list[Any] = []  # as FakeOrigin's, for the harness
 
     async def send(self, outgoing: OriginRequest) -> Response:
         host = outgoing.url.split("://", 1)[1].split(".", 1)[0]
         self.hits.append(host)
+        self.resend.append(outgoing.resend_if_unsent)
         body = outgoing.body
         if body is None or isinstance(body, bytes):
             data = body or b""
@@ -1017,14 +1019,19 @@ def test_a_body_that_cannot_be_kept_is_sent_once_and_still_counts() -> None:
 def test_a_body_is_kept_in_memory_only_where_another_origin_could_take_it() -> None:
     # One origin and attempts = 1: nowhere to send it again, so it streams as it came.
     lone = {"lone": {"origins": [{"name": "a", "url": "http://a.test"}], "retry": {"attempts": 1}}}
-    h, _ = two_origins({**POSTS, "pool": "lone"}, lone)
+    h, origins = two_origins({**POSTS, "pool": "lone"}, lone)
     upload = post("small")
     assert h.send(upload).status == 200
     assert upload.body._stream is None and upload.body.data is None  # sent, never read
-    # Two origins: read into memory first (1 MiB at most), so it can go to b.
-    h, _ = two_origins()
+    # Nowhere else to send it: the port need not tell a connection never made.
+    assert origins.resend == [False]
+    # Two origins: read into memory first (1 MiB at most), so it can go to b; the port
+    # is asked to tell a refused connection while another origin is left to try.
+    h, origins = two_origins()
+    origins.refused.add("a")
     upload = post("small")
     assert h.send(upload).status == 200 and upload.body.data == b"hello"
+    assert origins.hits == ["a", "b"] and origins.resend == [True, False]
 
 
 def test_a_resend_of_a_request_that_never_left_is_its_first_delivery() -> None:

@@ -44,6 +44,11 @@ class OriginRequest:
     body_idle_ms: int = 0
     """How long a body the gateway reads may pause between parts before the read fails
     (the route's ``timeout``; 0: ``timeout_ms``)."""
+    resend_if_unsent: bool = False
+    """Whether the gateway sends the request to another origin should this attempt never
+    leave: then the port tells a connection never made (:class:`OriginConnectError`)
+    wherever it can, even at some cost (the platform's watches how far fetch takes a
+    body in memory, which it then writes in parts)."""
 
 
 class OriginError(Exception):

@@ -521,7 +521,13 @@ class Upstream:
                     await services.sleep(delay / 1000)
             try:
                 response, outcome, retry_after_ms, delivery = await self._attempt(
-                    exchange, origin, permit, attempt=number, deadline=deadline, tried=tried
+                    exchange,
+                    origin,
+                    permit,
+                    attempt=number,
+                    deadline=deadline,
+                    tried=tried,
+                    resend_if_unsent=free_left > 0,
                 )
             finally:
                 self._bulkhead(origin).release()
@@ -569,6 +575,7 @@ class Upstream:
         attempt: int,
         deadline: int,
         tried: list[_Tried],
+        resend_if_unsent: bool = False,
     ) -> tuple[Response | None, Outcome, int | None, Delivery]:
         """One call to ``origin``: its response (None on an error), outcome, Retry-After,
         and how far the request went (:class:`Delivery`; from the status when it
@@ -590,6 +597,7 @@ class Upstream:
             timeout_ms,
             request.native,
             exchange.forward.timeout_ms,
+            resend_if_unsent,
         )
         response: Response | None = None
         error: str | None = None

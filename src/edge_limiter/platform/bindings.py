@@ -25,6 +25,7 @@ from .convert import (
     JsHeaders,
     absent,
     globals_,
+    js_body,
     js_headers,
     js_object,
     untouched,
@@ -178,11 +179,15 @@ class FetchOrigin:
         else:
             target = request.url
             init.method = request.method
-            sent = _Outgoing.of(request.body, request.headers)
             init.headers = js_headers(request.headers)
+            sent = _Outgoing.of(request.body, request.headers, request.resend_if_unsent)
             if sent is not None:
                 init.body = sent.stream
                 sent.abort = controller
+            else:
+                body = js_body(request.body)
+                if body is not None:
+                    init.body = body
         try:
             answer = await globals_.fetch(target, init)
         except JsException as exc:
@@ -213,15 +218,19 @@ def _failure(message: str, sent: _Outgoing | None) -> OriginError:
 class _Outgoing:
     """A request body as fetch takes it, watched by the adapter.
 
-    In memory: a stream the adapter serves itself, one part per pull (``highWaterMark``
+    In memory, where the gateway asks (it would send the request to another origin if it
+    never left): a stream the adapter serves itself, one part per pull (``highWaterMark``
     0), through a ``FixedLengthStream`` so the origin gets a Content-Length (a stream made
     in JavaScript is otherwise sent chunked). Measured on workerd: the runtime takes two
-    parts before it has a connection, and the next only once the first was written to the
-    connection. The first two parts are a single byte each, which fit any socket buffer:
-    once a connection exists, the next pull follows at once. So while no more than two
-    parts were taken and the body's end was not reached, the origin got at most two bytes
-    of the body, never a whole request: the connection was never made (``connected`` is
-    False), and the body can go to another origin.
+    parts before it has a connection (fetch one, the ``FixedLengthStream`` one more), and
+    the next only once the first was written to the connection. The first part is a
+    single byte, which fits any socket buffer, the second the rest: once a connection
+    exists, the next pull (the end) follows at once. So while no more than two parts were
+    taken and the end was not reached, the connection was never made (``connected`` is
+    False) and the body can go to another origin. (A body of one byte ends within those
+    two pulls: it is never judged unsent.) Elsewhere a body in memory goes as bytes, in
+    one write: an origin that answers before reading it and closes the connection may
+    make a write after the first fail, and lose its answer.
 
     The client's own stream (a body too large to keep, or of unknown length): piped by
     the runtime itself into a ``FixedLengthStream`` (its Content-Length) or an
@@ -264,9 +273,10 @@ class _Outgoing:
         return self.streamed or self.ended or self.pulls > self.before_connect
 
     @classmethod
-    def of(cls, body: bytes | Body | None, headers: HeaderMap) -> _Outgoing | None:
-        """The stream to send ``body`` as (``None``: no body to send); the length of a
-        client's stream is its Content-Length in ``headers``, if any."""
+    def of(cls, body: bytes | Body | None, headers: HeaderMap, watch: bool) -> _Outgoing | None:
+        """The stream to send ``body`` as: a client's stream always (the length is its
+        Content-Length in ``headers``, if any), a body in memory when ``watch`` (the
+        gateway would send it elsewhere if it never left). ``None``: sent as it is."""
         stream: Any = None
         length: int | None = None
         data = b""
@@ -286,7 +296,7 @@ class _Outgoing:
             return None
         else:
             raise TypeError(f"cannot send a body of type {type(body).__name__}")
-        if stream is None and not data:
+        if stream is None and not (data and watch):
             return None
         number = next(_numbers)
         if number % _PRUNE_EVERY == 0:
@@ -304,7 +314,7 @@ class _Outgoing:
             stream.pipeTo(sink.writable).catch(calls.piped.bind(None, number, stream))
             outgoing.stream = sink.readable
             return outgoing
-        outgoing.chunks = [to_js(part) for part in (data[:1], data[1:2], data[2:]) if part]
+        outgoing.chunks = [to_js(part) for part in (data[:1], data[1:]) if part]
         source = js_object()
         source.pull = calls.pull.bind(None, number)
         source.cancel = calls.cancel.bind(None, number)
