@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from edge_limiter.core.errors import ConfigError
-from edge_limiter.core.http.messages import Headers, Response
+from edge_limiter.core.http.messages import BytesBody, Headers, Response
 from edge_limiter.core.resilience.breaker import BreakerSettings
 from edge_limiter.core.resilience.shared import HealthReport, SyncCall
 from edge_limiter.gateway import (
+    ClientBodyError,
     Gateway,
+    OriginConnectError,
     OriginRequest,
     OriginTimeoutError,
     OriginUnreachableError,
@@ -24,7 +26,7 @@ from edge_limiter.gateway import (
 )
 from edge_limiter.gateway.health import probe_all
 
-from .fakes import FakeOrigin, Harness, StreamedBody, body_json, harness, request
+from .fakes import FETCHED, FakeOrigin, Harness, StreamedBody, body_json, harness, request
 
 POOLS: dict[str, Any] = {
     "api": {
@@ -874,28 +876,254 @@ def test_a_post_with_a_claim_is_sent_again_only_when_the_origin_cannot_have_acte
 
 
 def test_uploads_the_client_abandons_never_open_the_breaker() -> None:
-    # A streamed body that stops (the client went away) fails the attempt as a dead origin
-    # would; with no answer, such an attempt says nothing of the origin.
+    # A streamed body that stops (the client went away) fails the attempt; the port says
+    # so (the platform saw the client's own stream fail), and such an attempt says
+    # nothing of the origin: a 400, never resent, the breaker untouched.
     origins = Origins()
     h = pooled(origins)
 
     async def respond(outgoing: OriginRequest) -> Response:
         if outgoing.body is not None:
-            raise OriginUnreachableError("Network connection lost.")
+            raise ClientBodyError("Network connection lost.")
         return await origins.respond(outgoing)
 
     h.origin.respond = respond
     for _ in range(20):
         upload = from_("DE", "EU", method="PUT", headers={"transfer-encoding": "chunked"})
         upload.body = StreamedBody(b"x" * 10)  # type: ignore[assignment]
-        assert h.send(upload).status == 502
+        answer = h.send(upload)
+        assert answer.status == 400 and body_json(answer)["code"] == "request_body_broken"
+    # Never sent elsewhere: the body is gone.
+    assert [sent.url.split(".")[0] for sent in h.origin.sent] == ["http://eu"] * 20
     assert h.gateway.upstream.breakers.phase("eu", h.clock.now) == "closed"
+    assert h.events("origin_attempt")[-1]["outcome"] == "client_body_failed"
     assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"
-    # A dead origin is still found out by requests that carry no body.
-    origins.down.add("eu")
+
+
+class StreamingOrigins:
+    """Origins by host that refuse connections (the request never left), lose them after
+    the request was sent, or answer 200; a streamed body is consumed by the first send,
+    as the platform's is (a body in memory can be sent again)."""
+
+    def __init__(self) -> None:
+        self.refused: set[str] = set()
+        self.lost: set[str] = set()
+        self.hits: list[str] = []
+        self.bodies: list[bytes] = []
+        self.resend: list[bool] = []  # each attempt's resend_if_unsent
+        self.sent: list[Any] = []  # as FakeOrigin's, for the harness
+
+    async def send(self, outgoing: OriginRequest) -> Response:
+        host = outgoing.url.split("://", 1)[1].split(".", 1)[0]
+        self.hits.append(host)
+        self.resend.append(outgoing.resend_if_unsent)
+        body = outgoing.body
+        if body is None or isinstance(body, bytes):
+            data = body or b""
+        elif isinstance(body, BytesBody):
+            data = body.data
+        else:
+            assert isinstance(body, OnceBody)
+            data = body.send()  # raises when a stream is sent twice
+        if host in self.refused:
+            raise OriginConnectError(f"connection refused by {host}")
+        if host in self.lost:
+            raise OriginUnreachableError("Network connection lost.")
+        self.bodies.append(data)
+        return Response(200, Headers(), f"from {host}".encode(), FETCHED)
+
+
+TWO = {
+    "two": {
+        "breaker": {"failure_rate": 50, "window": 10, "min_calls": 5, "open_for": "1m"},
+        "origins": [{"name": "a", "url": "http://a.test"}, {"name": "b", "url": "http://b.test"}],
+    }
+}
+POSTS = {"name": "posts", "match": {"path": "/v1/*"}, "limits": "1000/hour", "pool": "two"}
+
+
+def two_origins(
+    route: dict[str, Any] | None = None, pools: dict[str, Any] | None = None
+) -> tuple[Harness, StreamingOrigins]:
+    origins = StreamingOrigins()
+    h = harness(
+        route or POSTS,
+        upstream=origins,  # type: ignore[arg-type]
+        origin=None,
+        pools=pools or TWO,
+    )
+    return h, origins
+
+
+def post(kind: str) -> Any:
+    """A POST without an Idempotency-Key: text/plain with a sized streamed body
+    (``small``), ``Content-Length: 0`` (``empty``), or chunked (``chunked``)."""
+    if kind == "empty":
+        return request("/v1/x", "POST", headers={"content-length": "0"})
+    if kind == "chunked":
+        upload = request("/v1/x", "POST", headers={"transfer-encoding": "chunked"})
+    else:
+        upload = request(
+            "/v1/x", "POST", headers={"content-type": "text/plain", "content-length": "5"}
+        )
+    upload.body = OnceBody(b"hello")  # type: ignore[assignment]
+    return upload
+
+
+@pytest.mark.parametrize("kind", ["small", "empty", "chunked"])
+def test_a_dead_origin_opens_its_breaker_on_post_traffic(kind: str) -> None:
+    # The issue's finding: POSTs without a key were sent streamed, and a failure with no
+    # answer and a streamed body counted neither way: 40 of 40 got 502, the breaker stayed
+    # closed. Every failure of the origin counts, whatever the method and body.
+    h, origins = two_origins()
+    origins.lost.add("a")  # no answer, after the request may have arrived
+    statuses = [h.send(post(kind)).status for _ in range(12)]
+    # Not resent (the origin may have acted), but only until the breaker opens after
+    # min_calls (5) failures; every later POST goes to b.
+    assert statuses == [502] * 5 + [200] * 7
+    assert origins.hits == ["a"] * 5 + ["b"] * 7
+    assert h.gateway.upstream.breakers.phase("a", h.clock.now) == "open"
+    lines = [line for line in h.events("origin_attempt") if line["origin"] == "a"]
+    assert lines[-1]["outcome"] == "unreachable" and lines[-1]["breaker"] == "open"
+
+
+@pytest.mark.parametrize("kind", ["small", "empty"])
+def test_a_post_that_never_left_goes_to_the_next_origin(kind: str) -> None:
+    # A refused connection: the request certainly never reached a, so it is sent to b
+    # whatever its method; its body was kept in memory for that (a fallback exists).
+    h, origins = two_origins()
+    origins.refused.add("a")
+    answers = [h.send(post(kind)) for _ in range(12)]
+    assert [a.status for a in answers] == [200] * 12  # no client sees the dead origin
+    assert origins.hits == ["a", "b"] * 5 + ["b"] * 7  # the breaker opened after 5
+    assert origins.bodies == [b"" if kind == "empty" else b"hello"] * 12
+    assert h.gateway.upstream.breakers.phase("a", h.clock.now) == "open"
+    first = next(line for line in h.events("origin_attempt") if line["origin"] == "a")
+    assert first["outcome"] == "unreachable" and first["detail"].startswith("never connected")
+
+
+def test_a_body_that_cannot_be_kept_is_sent_once_and_still_counts() -> None:
+    # Chunked (no length to go by), or above MAX_REPLAY_BODY_BYTES: streamed, so a refused
+    # connection is the client's 502; the breaker counts it all the same.
+    h, origins = two_origins()
+    origins.refused.add("a")
+    large = request("/v1/x", "POST", headers={"content-length": str((1 << 20) + 1)})
+    large.body = OnceBody(b"x" * ((1 << 20) + 1))  # type: ignore[assignment]
+    bodies = [post("chunked") for _ in range(4)] + [large]
+    assert [h.send(b).status for b in bodies] == [502] * 5
+    assert origins.hits == ["a"] * 5
+    assert h.gateway.upstream.breakers.phase("a", h.clock.now) == "open"
+    assert h.send(post("chunked")).status == 200 and origins.hits[-1] == "b"
+
+
+def test_a_body_is_kept_in_memory_only_where_another_origin_could_take_it() -> None:
+    # One origin and attempts = 1: nowhere to send it again, so it streams as it came.
+    lone = {"lone": {"origins": [{"name": "a", "url": "http://a.test"}], "retry": {"attempts": 1}}}
+    h, origins = two_origins({**POSTS, "pool": "lone"}, lone)
+    upload = post("small")
+    assert h.send(upload).status == 200
+    assert upload.body._stream is None and upload.body.data is None  # sent, never read
+    # Nowhere else to send it: the port need not tell a connection never made.
+    assert origins.resend == [False]
+    # Two origins: read into memory first (1 MiB at most), so it can go to b; the port
+    # is asked to tell a refused connection while another origin is left to try.
+    h, origins = two_origins()
+    origins.refused.add("a")
+    upload = post("small")
+    assert h.send(upload).status == 200 and upload.body.data == b"hello"
+    assert origins.hits == ["a", "b"] and origins.resend == [True, False]
+
+
+def test_a_resend_of_a_request_that_never_left_is_its_first_delivery() -> None:
+    # Not one of `attempts` (1 here), no backoff, no retry budget (none here): the
+    # request never left, so no origin saw it. Same deadline, breakers and bulkheads.
+    pools = {"two": {**TWO["two"], "retry": {"attempts": 1}}}
+    h, origins = two_origins(pools=pools)
+    origins.refused.add("a")
+    started = h.clock.now
+    assert h.send(request("/v1/x", "GET")).status == 200
+    assert origins.hits == ["a", "b"] and h.clock.now == started  # no wait
+    # Both refuse: each origin is tried once, then the 502 says so.
+    origins.refused.add("b")
+    origins.hits.clear()
+    failed = h.send(post("small"))
+    assert failed.status == 502 and origins.hits == ["a", "b"]
+    assert [t["origin"] for t in body_json(failed)["tried"]] == ["a", "b"]
+    # A budget of none: still sent on (the budget bounds retries, and this is none).
+    starved = {"two": {**TWO["two"], "retry": {"budget": 0, "min_per_second": 0}}}
+    h, origins = two_origins(pools=starved)
+    origins.refused.add("a")
+    assert [h.send(post("small")).status for _ in range(3)] == [200] * 3
+    assert not h.events("retry_budget_exhausted")
+
+
+def test_a_refused_connection_leaves_the_idempotency_key_free() -> None:
+    # Never sent: the origin cannot have acted, so the key is released for the client's
+    # retry, not kept with the failure as its answer (as after a lost connection).
+    lone = {"lone": {"origins": [{"name": "a", "url": "http://a.test"}]}}
+    pay = {**POSTS, "pool": "lone", "idempotency": {"mode": "required"}}
+    h, origins = two_origins(pay, lone)
+    keyed = [("idempotency-key", "k1"), ("content-type", "text/plain")]
+    origins.refused.add("a")
+    assert h.send(request("/v1/x", "POST", headers=keyed, body=b"{}")).status == 502
+    origins.refused.clear()
+    again = h.send(request("/v1/x", "POST", headers=keyed, body=b"{}"))
+    assert again.status == 200 and origins.bodies == [b"{}"]  # forwarded, not replayed
+    # A lost connection: the origin may have acted; the failure is the key's answer.
+    keyed = [("idempotency-key", "k2"), ("content-type", "text/plain")]
+    origins.lost.add("a")
+    assert h.send(request("/v1/x", "POST", headers=keyed, body=b"{}")).status == 502
+    origins.lost.clear()
+    replayed = h.send(request("/v1/x", "POST", headers=keyed, body=b"{}"))
+    assert replayed.status == 502 and len(origins.bodies) == 1
+
+
+@pytest.mark.parametrize(("status", "resent"), [(521, True), (523, True), (522, False)])
+def test_the_edges_own_failure_answers_count_and_a_refused_one_is_resent(
+    status: int, resent: bool
+) -> None:
+    # Cloudflare answers 52x in the origin's stead: a failure of the origin whatever
+    # failure_statuses says (by default 502-504); 521 and 523 say it was never reached.
+    seen: list[str] = []
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        host = outgoing.url.split("://", 1)[1].split(".", 1)[0]
+        seen.append(host)
+        return Response(status if host == "a" else 201, Headers(), b"edge")
+
+    h = harness(POSTS, upstream=FakeOrigin(respond=respond), origin=None, pools=TWO)
+    answers = [h.send(post("small")).status for _ in range(6)]
+    if resent:
+        assert answers == [201] * 6 and seen == ["a", "b"] * 5 + ["b"]
+    else:
+        assert answers == [status] * 5 + [201] and seen == ["a"] * 5 + ["b"]
+    assert h.gateway.upstream.breakers.phase("a", h.clock.now) == "open"
+
+
+def test_an_attempt_cut_short_gives_its_trial_permit_back() -> None:
+    # A platform error (or the request cancelled as its client left) decides nothing
+    # about the origin, but its half-open trial permit comes back at once: kept, the
+    # breaker would refuse every call until trial_timeout (30 s by default).
+    origins = Origins()
+    origins.status["eu"] = 503
+    h = pooled(origins)
     for _ in range(4):
         h.send(from_("DE", "EU"))
-    assert h.gateway.upstream.breakers.phase("eu", h.clock.now) == "open"
+    h.clock.advance(10_000)  # open_for: the next call is a trial
+    broken = True
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        if broken:
+            raise RuntimeError("a platform error")
+        return await origins.respond(outgoing)
+
+    h.origin.respond = respond
+    with pytest.raises(RuntimeError):  # the Worker's entry answers it with a 500
+        h.send(from_("DE", "EU"))
+    assert h.gateway.upstream.breakers.copies["eu"].state.issued == 0
+    broken = False
+    origins.status.clear()
+    assert h.send(from_("DE", "EU")).headers.get("x-origin") == "eu"  # a trial at once
 
 
 def test_a_504_says_the_timeout_that_ran_out_at_each_origin() -> None:

@@ -21,8 +21,10 @@ an hour's limit gives::
 Origins answer ``200`` with a small JSON echo unless ``origin`` says otherwise: a function
 of the :class:`OriginCall` that returns a status, a ``(status, headers, body)`` tuple, a
 :class:`Reply` (which may come ``after`` a while: later than the attempt's timeout is a
-timeout) or ``None`` (the echo), or raises :class:`OriginTimeoutError` /
-:class:`OriginUnreachableError`.
+timeout) or ``None`` (the echo), or raises :class:`OriginTimeoutError`,
+:class:`OriginUnreachableError` (no answer, the request may have arrived),
+:class:`OriginConnectError` (no connection was made: the request never left) or
+:class:`ClientBodyError` (the client's upload broke off).
 
 This module is not part of the deployed Worker (the build leaves it out).
 """
@@ -58,13 +60,22 @@ from .core.resilience.shared import (
     encode_shared,
     state_to_json,
 )
-from .gateway import Gateway, OriginRequest, OriginTimeoutError, OriginUnreachableError, Services
+from .gateway import (
+    ClientBodyError,
+    Gateway,
+    OriginConnectError,
+    OriginRequest,
+    OriginTimeoutError,
+    OriginUnreachableError,
+    Services,
+)
 
 __all__ = [
     "DEFAULT_IP",
     "EPOCH_MS",
     "Answer",
     "AtOnce",
+    "ClientBodyError",
     "Deferred",
     "Fields",
     "InstantSleep",
@@ -75,6 +86,7 @@ __all__ = [
     "MemoryKV",
     "MemoryStore",
     "OriginCall",
+    "OriginConnectError",
     "OriginTimeoutError",
     "OriginUnreachableError",
     "Reply",

@@ -432,6 +432,17 @@ def test_classify_without_a_slow_threshold_never_says_slow() -> None:
     assert classify(200, None, 10**9, SMALL) is S
 
 
+@pytest.mark.parametrize("status", [520, 521, 522, 523, 524, 525, 526])
+def test_the_edges_answers_for_a_failed_origin_are_failures_whatever_the_pool_lists(
+    status: int,
+) -> None:
+    # Cloudflare answers these in the origin's stead (refused, unreachable, TLS, ...): a
+    # failure as a connection error is, though failure_statuses names only the origin's.
+    only_500 = replace(SMALL, failure_statuses=(500,))
+    assert classify(status, None, 10, only_500) is F
+    assert classify(527, None, 10, only_500) is S  # not the edge's
+
+
 # --- settings -----------------------------------------------------------------------------
 
 

@@ -17,7 +17,16 @@ from edge_limiter.core.resilience.budget import (
     decode_budget,
     encode_budget,
 )
-from edge_limiter.core.resilience.retry import RetrySettings, is_idempotent, parse_retry
+from edge_limiter.core.resilience.retry import (
+    Delivery,
+    RetrySettings,
+    counts_on_breaker,
+    delivery_of,
+    is_idempotent,
+    may_resend,
+    parse_retry,
+    resend_is_free,
+)
 from edge_limiter.core.validation import Problems
 
 EPOCH_MS = 1_700_000_000_000  # a whole second, so bucket boundaries are easy to read
@@ -287,3 +296,45 @@ def test_parse_retry_problems(raw: object, where: str, fragment: str) -> None:
 )
 def test_is_idempotent(method: str, claim: bool, retry: bool) -> None:
     assert is_idempotent(method, claim) is retry
+
+
+@pytest.mark.parametrize(
+    ("method", "claim", "status", "delivery", "resent"),
+    [
+        # Never left: any method may go again, with or without a claim.
+        ("POST", False, None, Delivery.NOT_SENT, True),
+        ("PATCH", False, None, Delivery.NOT_SENT, True),
+        ("POST", True, None, Delivery.NOT_SENT, True),
+        ("POST", False, 521, Delivery.SENT, True),  # the edge: refused
+        ("POST", False, 523, Delivery.SENT, True),  # the edge: unreachable
+        ("POST", False, 522, Delivery.SENT, False),  # may have been taken: not certain
+        # May have arrived: only an idempotent method, or a claim the origin did not act on.
+        ("POST", False, None, Delivery.SENT, False),
+        ("POST", False, 502, Delivery.SENT, False),
+        ("GET", False, None, Delivery.SENT, True),
+        ("POST", True, None, Delivery.SENT, False),
+        ("POST", True, 503, Delivery.SENT, True),
+        # The client's body broke off: gone, never sent again.
+        ("GET", False, None, Delivery.CLIENT_FAILED, False),
+        ("PUT", True, None, Delivery.CLIENT_FAILED, False),
+    ],
+)
+def test_may_resend(
+    method: str, claim: bool, status: int | None, delivery: Delivery, resent: bool
+) -> None:
+    assert may_resend(method, claim, status, delivery) is resent
+
+
+def test_only_the_clients_failure_counts_neither_way_and_only_a_request_never_sent_is_free() -> (
+    None
+):
+    assert [counts_on_breaker(d) for d in Delivery] == [True, True, False]
+    assert [resend_is_free(d) for d in Delivery] == [True, False, False]
+    assert [delivery_of(s) for s in (None, 200, 502, 521, 522, 526)] == [
+        Delivery.SENT,
+        Delivery.SENT,
+        Delivery.SENT,
+        Delivery.NOT_SENT,
+        Delivery.SENT,
+        Delivery.NOT_SENT,
+    ]

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -28,8 +29,10 @@ from .conftest import fresh_ip, track
 pytestmark = pytest.mark.e2e
 
 NAMES = ("eu", "us", "ap", "fo-eu", "fo-us", "st-eu", "st-us", "hc-a", "hc-b", "p-a", "p-b")
-NAMES += ("tiny", "lone", "slow", "drip")
+NAMES += ("tiny", "lone", "slow", "drip", "pb-a", "pb-b", "pe-a", "pe-b", "rs-b", "cb")
 BREAKER = {"failure_rate": 50, "window": 4, "min_calls": 4, "open_for": "3s"}
+#: The issue's breaker (POST traffic against a killed origin).
+ISSUE_BREAKER = {"failure_rate": 50, "window": 10, "min_calls": 5, "open_for": "1m"}
 RETRY = {"attempts": 3, "base": "10ms", "cap": "50ms"}
 
 
@@ -52,6 +55,12 @@ POOLS: dict[str, Any] = {
     # Its own timeout bounds the wait for an answer's head; a body the gateway reads may
     # pause for the route's timeout (3 s here) between parts.
     "drip": [{"name": "drip", "url": "", "timeout": "300ms"}],
+    # POST traffic against an origin killed (its port refuses) and one that resets the
+    # connection once it has the request; a client whose upload breaks off.
+    "pb": [region("pb-a", "EU", 0), region("pb-b", "NA", 1)],
+    "pe": [region("pe-a", "EU", 0), region("pe-b", "NA", 1)],
+    "rs": [region("rs-b", "NA", 1)],  # rs-a (a ResetOrigin) comes first: see pool_config
+    "cb": [{"name": "cb", "url": ""}],
 }
 
 
@@ -76,6 +85,51 @@ ODD_ANSWERS: dict[str, bytes] = {
     "cookies": b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n"
     b"Content-Length: 2\r\n\r\nok",
 }
+
+
+class ResetOrigin:
+    """A raw socket server that reads a whole request (head and Content-Length body),
+    then resets the connection without a byte of answer: the request arrived."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.requests = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._reset, args=(conn,), daemon=True).start()
+
+    def _reset(self, conn: socket.socket) -> None:
+        received = b""
+        while b"\r\n\r\n" not in received:
+            chunk = conn.recv(65536)
+            if not chunk:
+                conn.close()
+                return
+            received += chunk
+        head, _, body = received.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        while len(body) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        self.requests += 1
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # RST
+
+    def stop(self) -> None:
+        self.sock.close()
 
 
 class OddOrigin:
@@ -169,12 +223,17 @@ def websocket_echo(base: str, path: str, ip: str) -> tuple[bytes, bytes]:
         return status, rest[2 : 2 + rest[1]]
 
 
-def pool_config(origins: dict[str, DemoOrigin], odd_url: str) -> dict[str, Any]:
+def pool_config(origins: dict[str, DemoOrigin], odd_url: str, reset_url: str) -> dict[str, Any]:
     pools = {}
     for pool, members in POOLS.items():
         listed = [{**member, "url": origins[member["name"]].url} for member in members]
         pools[pool] = {"breaker": BREAKER, "retry": RETRY, "origins": listed}
     pools["tiny"]["retry"] = {"attempts": 1}
+    pools["rs"]["origins"].insert(0, region("rs-a", "EU", 0, url=reset_url))
+    for name in ("pb", "pe", "rs", "cb"):
+        pools[name]["breaker"] = ISSUE_BREAKER
+    # One origin, sent once: the client's body streams to it as it comes.
+    pools["cb"]["retry"] = {"attempts": 1}
     # Never tripped: each odd answer is judged alone.
     odd = {"name": "odd", "url": odd_url}
     pools["odd"] = {"breaker": {"window": 1000, "min_calls": 1000}, "origins": [odd]}
@@ -208,6 +267,10 @@ def pool_config(origins: dict[str, DemoOrigin], odd_url: str) -> dict[str, Any]:
             route("oddc", "odd", cache={"ttl": "1m"}),
             route("oddi", "odd", idempotency={"mode": "optional"}),
             route("wsl", "odd", limits="2/minute"),
+            route("pb", "pb"),
+            route("pe", "pe"),
+            route("rs", "rs"),
+            route("cb", "cb", timeout="500ms"),
         ],
     }
 
@@ -233,16 +296,27 @@ def odd() -> Iterator[OddOrigin]:
 
 
 @pytest.fixture(scope="module")
+def resetting() -> Iterator[ResetOrigin]:
+    server = ResetOrigin()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
 def pools_gateway(
     worker_dir: Path,
     origins: dict[str, DemoOrigin],
     odd: OddOrigin,
+    resetting: ResetOrigin,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[LocalGateway]:
+    config = pool_config(origins, odd.url, resetting.url)
     gw = LocalGateway(
         worker_dir,
         # GATEWAY_KEY stands in for a secret (`wrangler secret put`): both are env text.
-        {"EDGE_LIMITER": pool_config(origins, odd.url), "GATEWAY_KEY": GATEWAY_KEY},
+        {"EDGE_LIMITER": config, "GATEWAY_KEY": GATEWAY_KEY},
         persist_dir=tmp_path_factory.mktemp("pools"),
         replicas=2,
         trigger_handlers=True,
@@ -501,3 +575,107 @@ def test_a_body_read_to_store_it_may_pause_for_the_routes_timeout(
     assert late.status_code == 504 and late.json()["code"] == "origin_timeout"
     assert {tried["timeout_ms"] for tried in late.json()["tried"]} == {300}  # each attempt
     assert time.monotonic() - started < 2.5  # three attempts, within the route's 3 s
+
+
+def attempts_at(gateway: LocalGateway, origin: str) -> list[dict[str, Any]]:
+    """The gateway's origin_attempt log lines for ``origin`` (failures and retries)."""
+    lines = []
+    for line in gateway.stderr_tail(2_000).splitlines():
+        start = line.find("{")
+        if '"event":"origin_attempt"' in line and start >= 0:
+            record = json.loads(line[start:])
+            if record["origin"] == origin:
+                lines.append(record)
+    return lines
+
+
+def test_post_traffic_against_a_killed_origin_opens_its_breaker_and_no_client_sees_it(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    # The issue: POSTs without a key against a pool whose first origin was killed got
+    # 502 every time, and the breaker stayed closed. A refused connection never sent the
+    # request: each POST goes to pb-b at once, and pb-a's breaker opens after min_calls.
+    origins["pb-a"].stop()  # its port refuses from now on
+    plain = {"content-type": "text/plain"}
+    answers = [
+        get(pools_gateway.url, "/pb/x", "DE", "EU", method="POST", content=b"hello", headers=plain)
+        for _ in range(20)
+    ]
+    assert [a.status_code for a in answers] == [200] * 20  # no client-visible failure
+    assert {a.headers["x-origin"] for a in answers} == {"pb-b"}
+    assert hits(origins["pb-b"], "/pb/") == 20
+    echo = answers[0].json()  # sent whole, with its length (the body was kept in memory)
+    assert echo["method"] == "POST" and echo["body_bytes"] == 5
+    assert echo["headers"]["content-length"] == "5"
+    assert "transfer-encoding" not in echo["headers"]
+    # Tried min_calls (5) times, then skipped: its breaker is open.
+    assert pools_gateway.saw('"origin":"pb-a","attempt":1,"outcome":"unreachable"')
+    tried = attempts_at(pools_gateway, "pb-a")
+    assert len(tried) == 5, tried
+    # How workerd's fetch failure was read: no byte of the body was ever taken (the
+    # runtime says only "Network connection lost." for every such failure).
+    assert all(t["detail"].startswith("never connected") for t in tried), tried
+    assert tried[-1]["breaker"] == "open"
+
+
+def test_bodiless_posts_against_a_killed_origin_fail_at_most_min_calls_times(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    # Content-Length: 0: no body whose sending shows the connection was never made, so
+    # the failure may have reached the origin and is not resent; but it counts, and
+    # after min_calls (5) failures every POST goes to pe-b.
+    origins["pe-a"].stop()
+    empty = {"content-length": "0"}
+    answers = [
+        get(pools_gateway.url, "/pe/x", "DE", "EU", method="POST", content=b"", headers=empty)
+        for _ in range(20)
+    ]
+    statuses = [a.status_code for a in answers]
+    assert statuses == [502] * 5 + [200] * 15, statuses
+    assert {a.headers["x-origin"] for a in answers[5:]} == {"pe-b"}
+    assert attempts_at(pools_gateway, "pe-a")[-1]["breaker"] == "open"
+
+
+def test_an_origin_that_resets_after_taking_the_request_counts_and_is_not_resent(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin], resetting: ResetOrigin
+) -> None:
+    # The runtime's words are the same as for a refused connection; here the body was
+    # taken, so the request may have arrived: a POST without a key is not sent again.
+    before = resetting.requests
+    plain = {"content-type": "text/plain"}
+    answers = [
+        get(pools_gateway.url, "/rs/x", "DE", "EU", method="POST", content=b"hello", headers=plain)
+        for _ in range(10)
+    ]
+    assert [a.status_code for a in answers] == [502] * 5 + [200] * 5
+    assert resetting.requests - before == 5  # each arrived whole
+    assert {a.headers["x-origin"] for a in answers[5:]} == {"rs-b"}
+    tried = attempts_at(pools_gateway, "rs-a")
+    assert [t["outcome"] for t in tried] == ["unreachable"] * 5
+    assert all(t["detail"].startswith("unreachable") for t in tried), tried
+    assert tried[-1]["breaker"] == "open"
+
+
+def test_uploads_that_break_off_count_neither_way(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    # A client that promises 100 bytes, sends 10 and goes away: the origin waits for the
+    # rest until the timeout; the client's failure, not the origin's.
+    host, port = pools_gateway.url.removeprefix("http://").split(":")
+    for _ in range(7):  # more than min_calls (5)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                b"POST /cb/x HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: text/plain\r\n"
+                b"CF-Connecting-IP: " + fresh_ip().encode() + b"\r\n"
+                b"Content-Length: 100\r\n\r\n0123456789"
+            )
+            time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while len(attempts_at(pools_gateway, "cb")) < 7:
+        assert time.monotonic() < deadline, pools_gateway.stderr_tail(40)
+        time.sleep(0.2)
+    tried = attempts_at(pools_gateway, "cb")
+    assert [t["outcome"] for t in tried] == ["client_body_failed"] * 7
+    assert {t["breaker"] for t in tried} == {"closed"}
+    served = get(pools_gateway.url, "/cb/x")
+    assert served.status_code == 200 and served.headers["x-origin"] == "cb"

@@ -6,8 +6,10 @@ from .exchange import Exchange, Handler, Stage, log_line, problem_response
 from .pipeline import Gateway
 from .ports import (
     Background,
+    ClientBodyError,
     Clock,
     Origin,
+    OriginConnectError,
     OriginError,
     OriginRequest,
     OriginTimeoutError,
@@ -18,11 +20,13 @@ from .ports import (
 
 __all__ = [
     "Background",
+    "ClientBodyError",
     "Clock",
     "Exchange",
     "Gateway",
     "Handler",
     "Origin",
+    "OriginConnectError",
     "OriginError",
     "OriginRequest",
     "OriginTimeoutError",

@@ -44,6 +44,11 @@ class OriginRequest:
     body_idle_ms: int = 0
     """How long a body the gateway reads may pause between parts before the read fails
     (the route's ``timeout``; 0: ``timeout_ms``)."""
+    resend_if_unsent: bool = False
+    """Whether the gateway sends the request to another origin should this attempt never
+    leave: then the port tells a connection never made (:class:`OriginConnectError`)
+    wherever it can, even at some cost (the platform's watches how far fetch takes a
+    body in memory, which it then writes in parts)."""
 
 
 class OriginError(Exception):
@@ -55,15 +60,36 @@ class OriginTimeoutError(OriginError):
 
 
 class OriginUnreachableError(OriginError):
-    """The origin could not be reached (DNS, connection refused or reset, TLS, ...)."""
+    """The origin failed with no answer after the request may have reached it (a
+    connection reset or closed, DNS, TLS, ... when the port cannot tell that the
+    connection was never established)."""
+
+
+class OriginConnectError(OriginUnreachableError):
+    """The connection to the origin was never established (refused, DNS, TLS, a connect
+    timeout): the request certainly never left, so it may go to another origin whatever
+    its method. ``timed_out``: the attempt's timeout ran out while connecting."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class ClientBodyError(OriginError):
+    """The client's body broke off while it was being sent to the origin (an upload that
+    ended early): the attempt failed through the client, which says nothing about the
+    origin."""
 
 
 class Origin(Protocol):
     """Sends requests to origins."""
 
     async def send(self, request: OriginRequest) -> Response:
-        """The origin's response; raises :class:`OriginTimeoutError` (no response within
-        ``request.timeout_ms``: the port enforces it) or :class:`OriginUnreachableError`."""
+        """The origin's response. Raises :class:`OriginTimeoutError` (no response within
+        ``request.timeout_ms``: the port enforces it), :class:`OriginConnectError` (no
+        connection was ever made: only when the port knows it for certain),
+        :class:`OriginUnreachableError` (any other failure with no answer) or
+        :class:`ClientBodyError` (the request's own body failed while it was sent)."""
         ...
 
 

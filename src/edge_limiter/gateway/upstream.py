@@ -9,10 +9,14 @@ For each request:
    skipped, never queued for;
 3. a failure (timeout, connection error, a failure status such as 502/503/504, or a 429
    where the pool says ``pause_on_429``, which parks the origin until its ``Retry-After``)
-   is recorded on the breaker, and an
+   is recorded on the breaker whatever the method and however the body was sent (only an
+   upload the client broke off counts neither way), and an
    idempotent request (GET, HEAD, OPTIONS, PUT, DELETE, or one holding an Idempotency-Key
    claim) is retried on the next origin in the order after a full-jitter backoff,
-   within the route's deadline and the pool's retry budget; a POST without a claim never is;
+   within the route's deadline and the pool's retry budget; a POST without a claim never
+   is, unless the attempt certainly never left (no connection was made): then any request
+   whose body can be sent again goes to the next origin at once (see
+   :func:`~edge_limiter.core.resilience.retry.resend_is_free`);
 4. when every attempt failed: the last origin's own answer, or 502/503/504 saying which
    origins were tried and why (breaker-open answers carry ``Retry-After``).
 
@@ -57,13 +61,23 @@ from ..core.resilience.breaker import (
 )
 from ..core.resilience.budget import RetryBudget, RetryBudgetState
 from ..core.resilience.bulkhead import Bulkhead
-from ..core.resilience.retry import RetrySettings, is_idempotent, may_resend
+from ..core.resilience.retry import (
+    Delivery,
+    RetrySettings,
+    counts_on_breaker,
+    delivery_of,
+    is_idempotent,
+    may_resend,
+    resend_is_free,
+)
 from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, adopt, state_from_json
 from ..core.routing.geo import ClientLocation, order_origins
 from ..core.routing.origins import Origin, Pool
 from .exchange import Exchange, problem_response
 from .ports import (
     Background,
+    ClientBodyError,
+    OriginConnectError,
     OriginRequest,
     OriginTimeoutError,
     OriginUnreachableError,
@@ -99,8 +113,12 @@ DROPPED_FIELDS = frozenset(
 )
 #: The scheme field every forwarded request carries (see ``Upstream.__call__``).
 PROTO_FIELD = FORWARDED_HOST_FIELDS[1]
-#: A request body is kept in memory for retries up to this size (its Content-Length);
-#: a larger one, or one of unknown length (chunked), is sent once, streamed.
+#: A request body is kept in memory, so that it can be sent again, up to this size (its
+#: Content-Length): for retries (an idempotent request, ``attempts`` above 1), and on a
+#: pool with another origin to fall back to, for any method (a request that never left,
+#: its connection refused, goes to the next origin). A larger one, or one of unknown
+#: length (chunked), is sent once, streamed: if its connection is refused, the client
+#: gets the 502 (and the origin's breaker still counts the failure).
 MAX_REPLAY_BODY_BYTES = 1 << 20
 
 
@@ -443,16 +461,20 @@ class Upstream:
         order = self._order(pool, exchange)
         start = clock.now_ms()
         deadline = start + forward.timeout_ms
+        claim = exchange.idempotency_token is not None
+        idempotent = is_idempotent(request.method, claim)
         try:
-            retryable = (
-                retry.attempts > 1
-                and is_idempotent(request.method, exchange.idempotency_token is not None)
-                and (request.body is None or await _replayable(request))
-            )
+            # Kept in memory (up to MAX_REPLAY_BODY_BYTES) only where it may be sent
+            # again: a retry of an idempotent request, or, on a pool with another origin,
+            # a resend of any request that never left. Elsewhere it streams as it comes.
+            if (idempotent and retry.attempts > 1) or len(order) > 1:
+                replayable = await _replayable(request)
+            else:
+                replayable = _in_memory(request)
         except BodyReadError:
             return problem_response(problems.request_body_broken())
         budget_key = (pool.name, retry)
-        if retryable:
+        if replayable and retry.attempts > 1:
             self.budgets[budget_key] = self._budget(retry).note_request(
                 self.budgets.get(budget_key, RetryBudgetState()), start
             )
@@ -462,10 +484,16 @@ class Upstream:
         # one, after the next origin in the order failed too, still waits for it).
         asked_until: dict[str, int] = {}
         position = 0
-        attempts = retry.attempts if retryable else 1
-        for attempt in range(attempts):
+        attempts = retry.attempts if replayable else 1
+        counted = 0  # attempts made that count towards ``attempts``
+        # Resends of a request that never left, each to another origin: its first
+        # delivery, not a retry (no backoff, no budget, not one of ``attempts``).
+        free_left = len(order) - 1 if replayable else 0
+        free = False
+        number = 0  # every attempt, for the log
+        while True:
             now = clock.now_ms()
-            if attempt and not self._may_retry(exchange, retry, now):
+            if counted and not free and not self._may_retry(exchange, retry, now):
                 services.log({"event": "retry_budget_exhausted", "route": exchange.route_name})
                 break
             chosen = await self._choose(
@@ -475,12 +503,16 @@ class Upstream:
                 break
             position, origin, permit = chosen
             position += 1  # the next attempt prefers the next origin in the order
-            if attempt:
+            if free:
+                if now >= deadline:
+                    self._give_back(origin, pool, permit)
+                    break
+            elif counted:
                 # Full jitter; an origin's Retry-After only holds for that same origin.
                 until = asked_until.get(origin.name)
                 wait_for = max(0, until - now) if until is not None else None
                 delay = retry_delay_ms(
-                    attempt - 1, retry.base_ms, retry.cap_ms, services.random, wait_for
+                    counted - 1, retry.base_ms, retry.cap_ms, services.random, wait_for
                 )
                 if now + delay >= deadline:
                     self._give_back(origin, pool, permit)
@@ -488,11 +520,18 @@ class Upstream:
                 if delay > 0:
                     await services.sleep(delay / 1000)
             try:
-                response, outcome, retry_after_ms = await self._attempt(
-                    exchange, origin, permit, attempt=attempt, deadline=deadline, tried=tried
+                response, outcome, retry_after_ms, delivery = await self._attempt(
+                    exchange,
+                    origin,
+                    permit,
+                    attempt=number,
+                    deadline=deadline,
+                    tried=tried,
+                    resend_if_unsent=free_left > 0,
                 )
             finally:
                 self._bulkhead(origin).release()
+            number += 1
             if response is not None and (
                 outcome in (Outcome.SUCCESS, Outcome.SLOW)
                 or (outcome is Outcome.OVERLOAD and not pool.breaker.pause_on_429)
@@ -500,16 +539,26 @@ class Upstream:
                 # A 429 is the origin's answer to this client unless the pool says it
                 # means the whole origin is overloaded: passed on, never retried.
                 return response
+            if delivery is Delivery.CLIENT_FAILED:
+                # The client's upload broke off: its body is gone, and the failure is
+                # its own (a 400, never an origin's 502).
+                return problem_response(problems.request_body_broken())
             if response is not None:
                 last = response
             if retry_after_ms:
                 asked_until[origin.name] = clock.now_ms() + retry_after_ms
             if tried[-1].outcome == "interim_answer":
                 break  # the origin answered (and acted): sending it again would act again
-            if attempt + 1 < attempts and not may_resend(
+            free = resend_is_free(delivery) and free_left > 0
+            if free:
+                free_left -= 1
+                continue
+            counted += 1
+            if counted >= attempts or not may_resend(
                 request.method,
-                exchange.idempotency_token is not None,
+                claim,
                 response.status if response is not None else None,
+                delivery,
             ):
                 break  # the origin may have acted: not sent again (see may_resend)
         exchange.origin_failed = True
@@ -526,8 +575,11 @@ class Upstream:
         attempt: int,
         deadline: int,
         tried: list[_Tried],
-    ) -> tuple[Response | None, Outcome, int | None]:
-        """One call to ``origin``: its response (None on an error), outcome, Retry-After."""
+        resend_if_unsent: bool = False,
+    ) -> tuple[Response | None, Outcome, int | None, Delivery]:
+        """One call to ``origin``: its response (None on an error), outcome, Retry-After,
+        and how far the request went (:class:`Delivery`; from the status when it
+        answered)."""
         services = self.services
         clock = services.clock
         pool = exchange.forward.pool
@@ -545,19 +597,38 @@ class Upstream:
             timeout_ms,
             request.native,
             exchange.forward.timeout_ms,
+            resend_if_unsent,
         )
         response: Response | None = None
         error: str | None = None
         interim = False
         unusable = False
+        delivery = Delivery.SENT
+        timed_out = False
         try:
             # The origin port enforces the timeout (the platform aborts the fetch, which
             # also closes the connection): no timer of the gateway's own per request.
             response = await services.origin.send(outgoing)
+        except OriginConnectError as exc:
+            delivery = Delivery.NOT_SENT
+            timed_out = exc.timed_out
+            said = "connect timeout" if timed_out else "never connected"
+            error = f"{said}: {exc}"[:200]
         except (OriginTimeoutError, TimeoutError):
             error = "timeout"
+            timed_out = True
         except OriginUnreachableError as exc:
             error = f"unreachable: {exc}"[:200]
+        except ClientBodyError as exc:
+            delivery = Delivery.CLIENT_FAILED
+            error = f"client body: {exc}"[:200]
+        except BaseException:
+            # Anything else (a platform error, the request cancelled as its client went
+            # away) decides nothing about the origin, but a half-open trial permit must
+            # go back now, not at trial_timeout: the breaker would refuse every call
+            # until then.
+            self.breakers.give_back(origin.name, pool.breaker, permit)
+            raise
         if response is not None and not 200 <= response.status <= 599 and response.status != 101:
             # An interim answer (100 Continue, 102, 103 Early Hints) handed back as if it
             # were the final one (local workerd's fetch does this), or a status HTTP does
@@ -572,9 +643,13 @@ class Upstream:
             error = f"{said}: {_not_final(response.status)} came instead of an answer"
             response = None
         ended = clock.now_ms()
-        if response is None:
+        if response is None and delivery is not Delivery.NOT_SENT:
+            # It may have reached the origin (a refused connection never did): the origin
+            # may have acted on it (idempotency keeps the failure as the key's answer).
             exchange.sent_unanswered = True
         status = response.status if response is not None else None
+        if response is not None:
+            delivery = delivery_of(status)
         outcome = classify(status, error, ended - started, pool.breaker)
         retry_after_ms: int | None = None
         overloaded_until = 0
@@ -594,16 +669,11 @@ class Upstream:
             if overload:
                 pause = min(retry_after_ms or 1_000, MAX_RETRY_AFTER_MS)
                 overloaded_until = ended + pause
-        if interim or (
-            response is None
-            and request.body is not None
-            and not isinstance(request.body, BytesBody)
-        ):
-            # The client's body was streamed to the origin as it came: a client that stops
-            # sending (or sends slowly) fails the attempt just as a dead origin would. No
-            # answer with such a body says nothing about the origin, so it counts neither
-            # way: clients aborting uploads must not open the breaker for everyone.
-            # (Bodiless requests, buffered bodies and health probes still judge it.)
+        if interim or not counts_on_breaker(delivery):
+            # The origin answered (an interim answer: it is up), or the client's own
+            # upload broke off: neither says the origin failed, so neither counts (clients
+            # aborting uploads must not open the breaker for everyone). Every other
+            # failure counts, whatever the method and however the body was sent.
             self.breakers.give_back(origin.name, pool.breaker, permit)
         else:
             self.breakers.record(
@@ -615,8 +685,10 @@ class Upstream:
                 overloaded_until=overloaded_until,
             )
         self.breakers.sync_soon(origin.name, pool.breaker, ended, exchange.background)
-        kind = "timeout" if error == "timeout" else ("unreachable" if error else outcome.value)
-        if interim:
+        kind = "timeout" if timed_out else ("unreachable" if error else outcome.value)
+        if delivery is Delivery.CLIENT_FAILED:
+            kind = "client_body_failed"
+        elif interim:
             kind = "interim_answer"
         elif unusable:
             kind = "bad_answer"  # it answered: "unreachable" would send operators astray
@@ -634,7 +706,7 @@ class Upstream:
                 latency_ms=ended - started,
                 error=error,
             )
-        return response, outcome, retry_after_ms
+        return response, outcome, retry_after_ms, delivery
 
     def _log_attempt(
         self,
@@ -694,6 +766,12 @@ def _not_final(status: int) -> str:
     if 100 <= status < 200:
         return f"an interim {status} answer"
     return f"status {status} (final statuses are 200 to 599)"
+
+
+def _in_memory(request: Request) -> bool:
+    """Whether the request can be sent again as it is: no body, or one already in memory."""
+    body = request.body
+    return body is None or isinstance(body, BytesBody) or getattr(body, "data", None) is not None
 
 
 async def _replayable(request: Request) -> bool:

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable
 from typing import Any
 
-from pyodide.ffi import JsException, to_js
+from pyodide.ffi import JsException, create_proxy, to_js
 
 from ..core.control import CONTROL_OBJECT
-from ..core.http.messages import Response
-from ..gateway.ports import OriginRequest, OriginTimeoutError, OriginUnreachableError
+from ..core.http.messages import Body, BytesBody, HeaderMap, Response
+from ..gateway.ports import (
+    ClientBodyError,
+    OriginConnectError,
+    OriginError,
+    OriginRequest,
+    OriginTimeoutError,
+    OriginUnreachableError,
+)
 from .convert import (
     JsBody,
     JsHeaders,
@@ -138,7 +146,17 @@ class WaitUntil:
 
 
 class FetchOrigin:
-    """Sends origin requests with the runtime's ``fetch``; redirects are passed through."""
+    """Sends origin requests with the runtime's ``fetch``; redirects are passed through.
+
+    A failure is told apart by what the adapter saw, not by the runtime's words (workerd
+    says "Network connection lost." alike for a refused connection, a reset after the
+    whole request was sent, and a client's upload that broke off): the body goes to fetch
+    watched (:class:`_Outgoing`), so the adapter knows whether the client's own stream
+    failed (:class:`ClientBodyError`) and, for a body in memory, whether fetch took more of
+    it than it takes before it has a connection (:class:`OriginConnectError` when not). A
+    bodiless request, or a streamed body, gives no such sign: its failure is an
+    :class:`OriginUnreachableError`, as the request may have arrived.
+    """
 
     async def send(self, request: OriginRequest) -> Response:
         # The timeout bounds the wait for the answer's status and fields: the fetch is
@@ -154,27 +172,235 @@ class FetchOrigin:
             controller.abort.bind(controller, _timed_out()), request.timeout_ms
         )
         native = request.native
-        if untouched(request.headers, request.body, native):
-            # Method, headers and body stream go on as they came: one call, no copies.
+        sent: _Outgoing | None = None
+        if request.body is None and untouched(request.headers, None, native):
+            # Method and headers go on as they came: one call, no copies.
             target = globals_.Request.new(request.url, native)
         else:
             target = request.url
             init.method = request.method
             init.headers = js_headers(request.headers)
-            body = js_body(request.body)
-            if body is not None:
-                init.body = body
+            sent = _Outgoing.of(request.body, request.headers, request.resend_if_unsent)
+            if sent is not None:
+                init.body = sent.stream
+                sent.abort = controller
+            else:
+                body = js_body(request.body)
+                if body is not None:
+                    init.body = body
         try:
             answer = await globals_.fetch(target, init)
         except JsException as exc:
-            if "TimeoutError" in str(exc) or "timed out" in str(exc).lower():
-                raise OriginTimeoutError(str(exc)) from exc
-            raise OriginUnreachableError(_short(str(exc))) from exc
+            raise _failure(str(exc), sent) from exc
         finally:
             globals_.clearTimeout(timer)
+            if sent is not None and sent.streamed:
+                _outgoing.pop(sent.number, None)
         status = int(answer.status)
         body = JsBody(answer, idle_ms=request.body_idle_ms or request.timeout_ms)
         return Response(status, JsHeaders.of_response(answer, body, status), body, answer)
+
+
+def _failure(message: str, sent: _Outgoing | None) -> OriginError:
+    """The port's error for a fetch that failed with ``message`` after taking ``sent``."""
+    timed_out = "TimeoutError" in message or "timed out" in message.lower()
+    if sent is not None:
+        _outgoing.pop(sent.number, None)
+        if sent.client_error is not None:
+            return ClientBodyError(_short(sent.client_error))
+        if not sent.connected:
+            return OriginConnectError(_short(message), timed_out=timed_out)
+    if timed_out:
+        return OriginTimeoutError(message)
+    return OriginUnreachableError(_short(message))
+
+
+class _Outgoing:
+    """A request body as fetch takes it, watched by the adapter.
+
+    In memory, where the gateway asks (it would send the request to another origin if it
+    never left): a stream the adapter serves itself, one part per pull (``highWaterMark``
+    0), through a ``FixedLengthStream`` so the origin gets a Content-Length (a stream made
+    in JavaScript is otherwise sent chunked). Measured on workerd: the runtime takes two
+    parts before it has a connection (fetch one, the ``FixedLengthStream`` one more), and
+    the next only once the first was written to the connection. The first part is a
+    single byte, which fits any socket buffer, the second the rest: once a connection
+    exists, the next pull (the end) follows at once. So while no more than two parts were
+    taken and the end was not reached, the connection was never made (``connected`` is
+    False) and the body can go to another origin. (A body of one byte ends within those
+    two pulls: it is never judged unsent.) Elsewhere a body in memory goes as bytes, in
+    one write: an origin that answers before reading it and closes the connection may
+    make a write after the first fail, and lose its answer.
+
+    The client's own stream (a body too large to keep, or of unknown length): piped by
+    the runtime itself into a ``FixedLengthStream`` (its Content-Length) or an
+    ``IdentityTransformStream`` (chunked), with no Python per part (thousands of small
+    parts would cost seconds). It can be sent only once, so whether a connection was made
+    does not matter and is not asked (``connected``). When the pipe fails, the source is
+    looked at: if it is the client's stream that failed (not fetch that gave the body up),
+    that is the client's failure (``client_error``), and the fetch is ended at once (the
+    runtime would wait for the origin's answer to a body that stopped).
+    """
+
+    __slots__ = (
+        "abort",
+        "before_connect",
+        "chunks",
+        "client_error",
+        "ended",
+        "number",
+        "pulls",
+        "stream",
+        "streamed",
+    )
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.chunks: list[Any] = []
+        self.pulls = 0
+        self.before_connect = 2
+        self.ended = False
+        self.streamed = False
+        self.client_error: str | None = None
+        self.stream: Any = None
+        self.abort: Any = None
+        """The fetch's AbortController (see ``client_error``)."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether the request may have reached the origin: fetch took more of the body
+        than it takes before connecting (a streamed body: always, as far as is known)."""
+        return self.streamed or self.ended or self.pulls > self.before_connect
+
+    @classmethod
+    def of(cls, body: bytes | Body | None, headers: HeaderMap, watch: bool) -> _Outgoing | None:
+        """The stream to send ``body`` as: a client's stream always (the length is its
+        Content-Length in ``headers``, if any), a body in memory when ``watch`` (the
+        gateway would send it elsewhere if it never left). ``None``: sent as it is."""
+        stream: Any = None
+        length: int | None = None
+        data = b""
+        if isinstance(body, JsBody) and body.data is None:
+            stream = body.stream
+            if absent(stream):
+                return None
+            declared = headers.get("content-length")
+            length = int(declared) if declared is not None and declared.isdigit() else None
+            if length == 0:
+                return None
+        elif isinstance(body, JsBody | BytesBody):
+            data = body.data or b""
+        elif isinstance(body, bytes):
+            data = body
+        elif body is None:
+            return None
+        else:
+            raise TypeError(f"cannot send a body of type {type(body).__name__}")
+        if stream is None and not (data and watch):
+            return None
+        number = next(_numbers)
+        if number % _PRUNE_EVERY == 0:
+            for old in [n for n in _outgoing if n < number - _PRUNE_AFTER]:
+                del _outgoing[old]
+        outgoing = _outgoing[number] = cls(number)
+        calls = _calls()
+        if stream is not None:
+            outgoing.streamed = True
+            sink = (
+                globals_.IdentityTransformStream.new()
+                if length is None
+                else globals_.FixedLengthStream.new(length)
+            )
+            stream.pipeTo(sink.writable).catch(calls.piped.bind(None, number, stream))
+            outgoing.stream = sink.readable
+            return outgoing
+        outgoing.chunks = [to_js(part) for part in (data[:1], data[1:]) if part]
+        source = js_object()
+        source.pull = calls.pull.bind(None, number)
+        source.cancel = calls.cancel.bind(None, number)
+        strategy = js_object()
+        strategy.highWaterMark = 0
+        served = globals_.ReadableStream.new(source, strategy)
+        sink = globals_.FixedLengthStream.new(len(data))
+        # Its failure is fetch's: nothing to add.
+        served.pipeTo(sink.writable).catch(calls.ignore)
+        outgoing.stream = sink.readable
+        return outgoing
+
+
+#: The bodies being sent, by number (the callbacks carry it); each leaves when its
+#: stream ends or its fetch fails (a client's stream: when its fetch settles). Every so
+#: many bodies, those begun more than ``_PRUNE_AFTER`` bodies ago are dropped.
+_outgoing: dict[int, _Outgoing] = {}
+_numbers = itertools.count()
+_PRUNE_EVERY = 4096
+_PRUNE_AFTER = 65_536
+
+
+class _Calls:
+    """The stream callbacks, one proxy each for the isolate (bound to a body's number
+    per stream, in JavaScript: no proxy per request to free)."""
+
+    def __init__(self) -> None:
+        self.pull = create_proxy(_pull)
+        self.cancel = create_proxy(_cancel)
+        self.piped = create_proxy(_piped)
+        self.client_failed = create_proxy(_client_failed)
+        self.ignore = create_proxy(_ignore)
+
+
+_calls_made: _Calls | None = None
+
+
+def _calls() -> _Calls:
+    global _calls_made  # noqa: PLW0603 - made once, on first use
+    if _calls_made is None:
+        _calls_made = _Calls()
+    return _calls_made
+
+
+def _pull(number: int, controller: Any) -> None:
+    outgoing = _outgoing.get(int(number))
+    if outgoing is None:  # pruned, or its fetch already failed
+        controller.error(globals_.Error.new("the request body is no longer being sent"))
+        return
+    outgoing.pulls += 1
+    if outgoing.chunks:
+        controller.enqueue(outgoing.chunks.pop(0))
+    else:
+        outgoing.ended = True
+        _outgoing.pop(outgoing.number, None)
+        controller.close()
+
+
+def _cancel(number: int, _reason: Any) -> None:
+    _outgoing.pop(int(number), None)
+
+
+def _piped(number: int, source: Any, _reason: Any) -> None:
+    """The pipe of a client's stream failed: through the client's stream (it is errored:
+    its ``closed`` rejects) or through fetch giving the body up (the pipe cancelled the
+    client's stream, which is then closed)."""
+    if int(number) not in _outgoing:
+        return  # its fetch settled already
+    try:
+        reader = source.getReader()
+    except JsException:
+        return
+    reader.closed.catch(_calls().client_failed.bind(None, number))
+
+
+def _client_failed(number: int, error: Any) -> None:
+    outgoing = _outgoing.get(int(number))
+    if outgoing is None:
+        return
+    outgoing.client_error = str(getattr(error, "message", None) or error)
+    if outgoing.abort is not None:
+        outgoing.abort.abort(error)
+
+
+def _ignore(_reason: Any) -> None:
+    return None
 
 
 _timeout_reason: Any = None

@@ -63,6 +63,11 @@ DEFAULT_HALF_OPEN_CALLS = 3
 DEFAULT_SUCCESS_THRESHOLD = 2
 DEFAULT_TRIAL_TIMEOUT_MS = 30_000
 DEFAULT_FAILURE_STATUSES = (502, 503, 504)
+#: What Cloudflare's edge answers in the origin's stead when the origin failed (520 an
+#: empty or unknown answer, 521 refused, 522 connection timed out, 523 unreachable, 524 no
+#: answer in time, 525 and 526 TLS): the origin's failure, whatever ``failure_statuses``
+#: (which judges the origin's own answers) says, as a connection error would be.
+EDGE_FAILURE_STATUSES = frozenset(range(520, 527))
 
 MAX_WINDOW = 1_000
 MAX_HALF_OPEN_CALLS = 100
@@ -359,14 +364,15 @@ def classify(
     """What a call came to: ``error`` is a timeout or connection error, ``status`` the answer.
 
     No answer at all (an error, or neither an error nor a status) is a failure, as is a
-    status in ``failure_statuses``; 429 is an overload; anything else is a success, or
-    :attr:`Outcome.SLOW` when it took longer than ``slow_call_ms``.
+    status in ``failure_statuses`` or :data:`EDGE_FAILURE_STATUSES`; 429 is an overload;
+    anything else is a success, or :attr:`Outcome.SLOW` when it took longer than
+    ``slow_call_ms``.
     """
     if error is not None or status is None:
         return Outcome.FAILURE
     if status == OVERLOAD_STATUS:
         return Outcome.OVERLOAD
-    if status in settings.failure_statuses:
+    if status in settings.failure_statuses or status in EDGE_FAILURE_STATUSES:
         return Outcome.FAILURE
     if settings.slow_call_ms is not None and duration_ms > settings.slow_call_ms:
         return Outcome.SLOW

@@ -4,12 +4,14 @@ Only a request that is safe to send twice is retried: one whose method is idempo
 (RFC 9110 section 9.2.2), or one that holds an ``Idempotency-Key`` claim, which makes the
 gateway answer a duplicate from its record instead of running it again. A POST or PATCH
 without a claim is never retried: the first attempt may have taken effect even though its
-answer was lost.
+answer was lost. Except when it certainly never left: an attempt whose connection was never
+established (:attr:`Delivery.NOT_SENT`) may go to another origin whatever the method.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from math import isfinite
 
 from ..durations import format_duration
@@ -136,6 +138,50 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
     return RetrySettings(attempts, base, cap, float(ratio), min_per_second, window)
 
 
+class Delivery(StrEnum):
+    """How far the request of an attempt that got no usable answer went."""
+
+    NOT_SENT = "not_sent"
+    """The connection to the origin was never established (refused, DNS, TLS, connect
+    timeout): no byte of the request reached it. It failed, and it cannot have acted."""
+    SENT = "sent"
+    """The request may have reached the origin (a timeout, a connection lost after it
+    was sent, a failure answer): it failed, and it may have acted."""
+    CLIENT_FAILED = "client_failed"
+    """The client's own body broke off while it was being sent (an upload that ended
+    early): says nothing about the origin."""
+
+
+def counts_on_breaker(delivery: Delivery) -> bool:
+    """Whether a failed attempt counts against the origin's breaker: every failure of the
+    origin does, whatever the method and however the body was sent; only a failure the
+    client caused (its body broke off) counts neither way, or clients aborting uploads
+    would open the breaker for everyone."""
+    return delivery is not Delivery.CLIENT_FAILED
+
+
+def resend_is_free(delivery: Delivery) -> bool:
+    """Whether sending the request again after this attempt is its first delivery rather
+    than a retry: it never left (:attr:`Delivery.NOT_SENT`), so no origin saw it and no
+    load was added. Such a resend needs no backoff, spends no retry budget and is not one
+    of ``attempts``; the gateway sends it to the next origin of the pool (each at most
+    once), within the same deadline, breakers and bulkheads."""
+    return delivery is Delivery.NOT_SENT
+
+
+#: Statuses Cloudflare's edge answers with when it never got a connection to the origin
+#: (521 refused, 523 unreachable, 525 TLS handshake failed, 526 invalid certificate): the
+#: request never reached it. (522, a connection timed out, is also given when the origin
+#: took the request but did not acknowledge it in time: not certain, so not here.)
+NEVER_CONNECTED = frozenset({521, 523, 525, 526})
+
+
+def delivery_of(status: int | None) -> Delivery:
+    """How far a request went whose attempt ended with ``status`` (``None``: no answer
+    at all, judged as possibly sent)."""
+    return Delivery.NOT_SENT if status in NEVER_CONNECTED else Delivery.SENT
+
+
 #: Answers that say the origin did not act on the request (RFC 9110: 503 the server is
 #: unable to handle it now, 408 it did not get it in time, 425 it would not risk a replay,
 #: 429 it refused it; and Cloudflare's 521, 522, 523, 525, 526: the origin was never
@@ -143,19 +189,32 @@ def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
 NOT_ACTED = frozenset({408, 425, 429, 503, 521, 522, 523, 525, 526})
 
 
-def may_resend(method: str, holds_idempotency_claim: bool, status: int | None) -> bool:
+def may_resend(
+    method: str,
+    holds_idempotency_claim: bool,
+    status: int | None,
+    delivery: Delivery = Delivery.SENT,
+) -> bool:
     """Whether a request whose attempt just failed (with ``status``, ``None`` when no
-    answer came) may go to an origin again.
+    answer came; ``delivery``: how far it went) may go to an origin again.
 
-    A request holding an Idempotency-Key claim (a POST, a PATCH, or a PUT or DELETE the
+    One that never left (:attr:`Delivery.NOT_SENT`, or a :data:`NEVER_CONNECTED` status)
+    may, whatever its method: no origin can have acted on it. One whose client's body
+    broke off may not: that body is gone. A request holding an Idempotency-Key claim (a POST, a PATCH, or a PUT or DELETE the
     route protects) is sent again only when the origin says it did not act on it
     (:data:`NOT_ACTED`); one without, when its method is idempotent.
     After a timeout, a 500, 502 or 504 the origin may have carried it out, and another
     origin (another region, with records of its own) would carry it out again; so may one
     that dropped the connection with no answer: the runtime says "Network connection
     lost" alike for a connection refused and for one reset after the whole request
-    arrived. The gateway's claim makes the client's own retry safe, not a second send.
+    arrived, so a refused connection is told apart by other means (the platform adapter
+    sees whether fetch ever took the body: :attr:`Delivery.NOT_SENT`). The gateway's
+    claim makes the client's own retry safe, not a second send.
     """
+    if delivery is Delivery.CLIENT_FAILED:
+        return False
+    if delivery is Delivery.NOT_SENT or delivery_of(status) is Delivery.NOT_SENT:
+        return True
     if holds_idempotency_claim:
         # The client asked for exactly once, whatever the method (a PUT or DELETE it
         # protects too): sent again only when the origin says it did not act.
