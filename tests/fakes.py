@@ -131,17 +131,25 @@ _connection: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
 class Connection:
     """A client's connection, as workerd treats a request whose client goes away
     (``gone``): from then on, once no work the request handed to ``waitUntil`` is left
-    running, nothing the request awaits from the platform ever completes (its handler is
-    never resumed, and no ``finally`` of it runs); while such work runs, the request's
-    I/O goes on (the runtime keeps the request for it). It is the request's background
-    too: deferred work starts at once, as on the platform."""
+    running (nor a hold of it), nothing the request awaits from the platform ever
+    completes (its handler is never resumed, and no ``finally`` of it runs); while such
+    work runs, the request's I/O goes on (the runtime keeps the request for it). It is
+    the request's background too: deferred work starts at once, as on the platform."""
 
     def __init__(self) -> None:
         self.gone = False
         self.kept: list[asyncio.Future[Any]] = []
+        self.closing = False
+        """The event loop cancelled a wait that never ends (it is closing): from then on
+        every call fails at once, so that the dropped request ends."""
 
     def defer(self, work: Awaitable[Any]) -> None:
         self.kept.append(asyncio.ensure_future(work))
+
+    def hold(self) -> Callable[[], None]:
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.kept.append(held)
+        return lambda: held.set_result(None)
 
     @property
     def dropped(self) -> bool:
@@ -151,8 +159,17 @@ class Connection:
 
     async def passable(self) -> None:
         """Returns once the request's I/O may go on: never, once it was dropped."""
+        task = asyncio.current_task()
+        # A cancellation asyncio.wait_for swallowed (3.11) still counts.
+        if self.closing or (task is not None and task.cancelling()):
+            self.closing = True
+            raise asyncio.CancelledError
         if self.dropped:
-            await asyncio.Event().wait()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.closing = True
+                raise
 
     async def run(self) -> None:
         """Wait for the deferred work (and the work it deferred)."""

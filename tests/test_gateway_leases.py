@@ -228,6 +228,9 @@ class AtOnce:
     def defer(self, work: Any) -> None:
         self.tasks.append(asyncio.ensure_future(work))
 
+    def hold(self) -> Any:
+        return lambda: None
+
     async def run(self) -> None:
         while self.tasks:
             await self.tasks.pop(0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -18,6 +17,10 @@ from .ports import Background
 T = TypeVar("T")
 
 
+def _nothing() -> None:
+    """Releases nothing."""
+
+
 class _NoBackground:
     """Runs nothing after the response (for callers without ``waitUntil``)."""
 
@@ -25,6 +28,9 @@ class _NoBackground:
         close = getattr(work, "close", None)
         if close is not None:
             close()  # a coroutine that will never run: close it instead of leaking it
+
+    def hold(self) -> Callable[[], None]:
+        return _nothing
 
 
 @dataclass(slots=True)
@@ -63,24 +69,23 @@ class Exchange:
     async def finish(self, work: Coroutine[Any, Any, T]) -> T:
         """``work``'s result, with ``work`` carried to its end even if the client goes away.
 
-        The platform drops a request whose client disconnects: its handler is never
-        resumed, so no ``finally`` of it runs and nothing it awaited completes for it.
-        Work that others rely on (an answer other requests wait for, a bulkhead slot or
-        a claim to give back, a lease others draw on) therefore runs as a task handed to
-        the runtime (``waitUntil``, which keeps the request's I/O going until the task
-        ends), and the request awaits that task: shielded, so a request cancelled
-        instead leaves it running too. Inside such work, this awaits ``work`` as it is.
+        The platform drops a request whose client disconnects once no work it handed to
+        the runtime (``waitUntil``) is pending: nothing the request awaits completes then,
+        so its handler is never resumed and no ``finally`` of it runs. Work that others
+        rely on (an answer other requests wait for, a bulkhead slot or a claim to give
+        back, a lease others draw on) therefore holds the request until it ends
+        (:meth:`Background.hold`): no task of its own, no extra turn of the event loop.
+        Inside such work, or in deferred work, this just awaits ``work``.
         """
         if self.finishing:
             return await work
-        task = asyncio.ensure_future(work)
+        release = self.background.hold()
         self.finishing = True
-        self.background.defer(task)
         try:
-            return await asyncio.shield(task)
+            return await work
         finally:
-            if task.done():  # else the request was cancelled while the task goes on
-                self.finishing = False
+            self.finishing = False
+            release()
 
     @property
     def route_name(self) -> str | None:

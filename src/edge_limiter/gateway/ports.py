@@ -132,9 +132,13 @@ class Background(Protocol):
     """Work that may finish after the response is sent (``ctx.waitUntil``)."""
 
     def defer(self, work: Awaitable[Any]) -> None:
-        """Keep ``work`` running after the response, and after its client went away: a
-        coroutine, or a task already running that the request awaits too (see
-        :meth:`~edge_limiter.gateway.exchange.Exchange.finish`)."""
+        """Keep ``work`` running after the response (and after its client went away)."""
+        ...
+
+    def hold(self) -> Callable[[], None]:
+        """Keep the request going until the returned function is called, even if its
+        client goes away meanwhile: the runtime then completes what the request awaits
+        and resumes it, as for deferred work, instead of dropping it."""
         ...
 
 
