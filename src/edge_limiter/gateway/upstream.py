@@ -456,13 +456,29 @@ class Upstream:
             self.budgets[budget_key] = self._budget(retry).note_request(
                 self.budgets.get(budget_key, RetryBudgetState()), start
             )
+        # Each attempt holds a bulkhead slot (and maybe the breaker's half-open trial)
+        # until its answer is judged: carried to its end even if the client goes away
+        # meanwhile (the platform then never resumes this request, and a slot not given
+        # back would be lost for the isolate's life).
+        return await exchange.finish(
+            self._attempts(exchange, order, deadline, retry.attempts if retryable else 1)
+        )
+
+    async def _attempts(
+        self, exchange: Exchange, order: tuple[Origin, ...], deadline: int, attempts: int
+    ) -> Response:
+        """Up to ``attempts`` attempts at the origins in ``order``: the first answer to
+        pass on, or the failure's (see the module docstring)."""
+        services = self.services
+        clock = services.clock
+        pool, retry = exchange.forward.pool, exchange.forward.retry
+        request = exchange.request
         tried: list[_Tried] = []
         last: Response | None = None
         # Origins that answered with a Retry-After: until when (an attempt going back to
         # one, after the next origin in the order failed too, still waits for it).
         asked_until: dict[str, int] = {}
         position = 0
-        attempts = retry.attempts if retryable else 1
         for attempt in range(attempts):
             now = clock.now_ms()
             if attempt and not self._may_retry(exchange, retry, now):
