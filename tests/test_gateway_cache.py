@@ -709,6 +709,36 @@ def test_a_successful_unsafe_request_invalidates_the_stored_get(method: str) -> 
     assert len(h.events("cache_invalidated")) == 1
 
 
+def test_a_write_whose_client_goes_away_still_invalidates_the_stored_get() -> None:
+    # The writer's client goes away while the origin acts on its DELETE (the platform
+    # drops such a request, unless it holds it): the stored GET is still removed. Before,
+    # every reader got the old copy until it expired.
+    deleting = asyncio.Event()
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        if outgoing.method == "DELETE":
+            await deleting.wait()
+        return Response(200, Headers(), outgoing.method.encode())
+
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=respond))
+    h.send(request("/v1/catalog/a"))
+    assert h.send(request("/v1/catalog/a")).headers.get("x-cache") == "HIT"
+
+    async def scenario() -> Response:
+        _, connection = h.connect(request("/v1/catalog/a", "DELETE"))
+        while len(h.origin.sent) < 2:
+            await asyncio.sleep(0)
+        connection.gone = True
+        deleting.set()
+        for _ in range(20):  # the origin's answer arrives
+            await asyncio.sleep(0)
+        await connection.run()
+        return await h.gateway.handle(request("/v1/catalog/a"), h.background)
+
+    assert asyncio.run(scenario()).headers.get("x-cache") == "MISS"
+    assert len(h.events("cache_invalidated")) == 1
+
+
 def test_a_write_invalidates_every_variant_of_the_uri() -> None:
     varying = FakeOrigin(respond=answering(headers=[("vary", "Accept-Language")]))
     h = harness(GETS_ONLY, WRITES, upstream=varying)

@@ -107,6 +107,25 @@ def test_a_successful_delete_makes_the_next_get_a_miss(
     assert origin_gets(origin, path) == 3  # GET, DELETE, GET
 
 
+def test_a_delete_whose_client_goes_away_still_removes_the_stored_get(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # The writer resets its connection 0.3 s into the origin's 1 s answer: the request goes
+    # on without it (waitUntil) and removes the stored GET. Before, the platform dropped
+    # it and every reader got the old copy until it expired.
+    path = unique("/herd")
+    get(gateway, path)
+    until_hit(gateway, path)
+    fields = {"cf-connecting-ip": fresh_ip(), "x-demo-delay": "1000"}
+    leave_midway(gateway.url, path, method="DELETE", headers=fields, after=0.3)
+    deadline = time.monotonic() + 10
+    while not any(method == "DELETE" and seen == path for method, seen in origin.hits):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.2)  # the origin answers it
+    assert get(gateway, path).headers["x-cache"] == "MISS"
+
+
 def test_a_hit_answers_a_matching_etag_with_a_304(
     gateway: LocalGateway, origin: DemoOrigin
 ) -> None:
