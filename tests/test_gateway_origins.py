@@ -509,6 +509,24 @@ def test_a_client_that_goes_away_gives_its_bulkhead_slot_and_outcome_back() -> N
     assert h.gateway.upstream.breakers.copies["solo"].state.recent == "sssss"
 
 
+def test_a_sync_whose_work_was_cut_off_does_not_stop_the_next() -> None:
+    # The platform ends work deferred after a response 30 s later, and then it never
+    # finishes: a breaker sync cut off must not keep the copy from ever syncing again.
+    origins = Origins()
+    h = pooled(origins)
+    h.send(from_("DE", "EU"))  # the copy, new, is refreshed before it decides
+    assert h.breakers.calls == ["eu"]
+    h.clock.advance(1_100)
+    h.send(from_("DE", "EU"), flush=False)  # reports after the response; dropped
+    h.background.discard()
+    h.clock.advance(20_000)
+    h.send(from_("DE", "EU"))  # the sync taken as still under way
+    assert h.breakers.calls == ["eu"]
+    h.clock.advance(20_000)
+    h.send(from_("DE", "EU"))  # over 35 s later: refreshed before it decides
+    assert h.breakers.calls.count("eu") >= 2
+
+
 def test_every_origin_open_is_a_503_with_retry_after_naming_them() -> None:
     origins = Origins()
     origins.status.update({"eu": 503, "us": 503, "ap": 503})

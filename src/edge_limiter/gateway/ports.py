@@ -128,6 +128,12 @@ class Clock(Protocol):
         ...
 
 
+#: Work deferred after a response (``waitUntil``) still running after this long is taken
+#: as cut off: the platform ends it 30 s after the response, and then it never finishes
+#: (no ``finally`` of it runs), so a mark it would clear is cleared by this bound instead.
+DEFERRED_GIVEN_UP_MS = 35_000
+
+
 class Background(Protocol):
     """Work that may finish after the response is sent (``ctx.waitUntil``)."""
 

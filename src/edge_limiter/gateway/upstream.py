@@ -63,6 +63,7 @@ from ..core.routing.geo import ClientLocation, order_origins
 from ..core.routing.origins import Origin, Pool
 from .exchange import Exchange, problem_response
 from .ports import (
+    DEFERRED_GIVEN_UP_MS,
     Background,
     OriginRequest,
     OriginTimeoutError,
@@ -112,11 +113,17 @@ class _Copy:
     pending: list[Report] = field(default_factory=list)
     synced_at: int = -SYNC_EVERY_MS
     syncing: bool = False
+    """A sync began at ``synced_at`` and has not ended (see :meth:`busy`)."""
     settings: BreakerSettings | None = None
     """The pool's breaker settings, from the last call decided (to replay reports)."""
     urgent: bool = False
     """The copy changed phase (tripped open, or closed again): report it at once, not
     within the second, since no request may come to carry the report later."""
+
+    def busy(self, now: int) -> bool:
+        """Whether a sync is under way: one begun :data:`DEFERRED_GIVEN_UP_MS` ago was cut
+        off with the work it ran in, and no longer keeps the copy from syncing."""
+        return self.syncing and now - self.synced_at < DEFERRED_GIVEN_UP_MS
 
 
 class BreakerBoard:
@@ -188,7 +195,7 @@ class BreakerBoard:
         if self.services.breakers is None:
             return
         copy = self._copy(origin)
-        if copy.syncing or (not copy.urgent and now - copy.synced_at < SYNC_EVERY_MS):
+        if copy.busy(now) or (not copy.urgent and now - copy.synced_at < SYNC_EVERY_MS):
             return
         copy.syncing = True
         copy.synced_at = now
@@ -201,7 +208,7 @@ class BreakerBoard:
         if self.services.breakers is None:
             return
         copy = self._copy(origin)
-        if copy.syncing:
+        if copy.busy(now):
             return
         state = copy.state
         waking = (
