@@ -64,7 +64,7 @@ class Exchange:
     passes it on rather than count it twice."""
     finishing: bool = False
     """Whether the code running now is already work the runtime carries to its end (see
-    :meth:`finish`, or work deferred after the response): it needs no task of its own."""
+    :meth:`finish`, or work deferred after the response): it needs no hold of its own."""
 
     async def finish(self, work: Coroutine[Any, Any, T]) -> T:
         """``work``'s result, with ``work`` carried to its end even if the client goes away.

@@ -465,8 +465,8 @@ class Upstream:
             )
         # Each attempt holds a bulkhead slot (and maybe the breaker's half-open trial)
         # until its answer is judged: carried to its end even if the client goes away
-        # meanwhile (the platform then never resumes this request, and a slot not given
-        # back would be lost for the isolate's life).
+        # meanwhile (the platform would drop the request: a slot never given back is lost
+        # for the isolate's life, an outcome never recorded never opens the breaker).
         return await exchange.finish(
             self._attempts(exchange, order, deadline, retry.attempts if retryable else 1)
         )
