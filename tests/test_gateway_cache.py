@@ -736,6 +736,36 @@ def test_a_successful_unsafe_request_invalidates_the_stored_get(method: str) -> 
     assert len(h.events("cache_invalidated")) == 1
 
 
+def test_a_write_whose_client_goes_away_still_invalidates_the_stored_get() -> None:
+    # The writer's client goes away while the origin acts on its DELETE (the platform
+    # drops such a request, unless it holds it): the stored GET is still removed. Before,
+    # every reader got the old copy until it expired.
+    deleting = asyncio.Event()
+
+    async def respond(outgoing: OriginRequest) -> Response:
+        if outgoing.method == "DELETE":
+            await deleting.wait()
+        return Response(200, Headers(), outgoing.method.encode())
+
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=respond))
+    h.send(request("/v1/catalog/a"))
+    assert h.send(request("/v1/catalog/a")).headers.get("x-cache") == "HIT"
+
+    async def scenario() -> Response:
+        _, connection = h.connect(request("/v1/catalog/a", "DELETE"))
+        while len(h.origin.sent) < 2:
+            await asyncio.sleep(0)
+        connection.gone = True
+        deleting.set()
+        for _ in range(20):  # the origin's answer arrives
+            await asyncio.sleep(0)
+        await connection.run()
+        return await h.gateway.handle(request("/v1/catalog/a"), h.background)
+
+    assert asyncio.run(scenario()).headers.get("x-cache") == "MISS"
+    assert len(h.events("cache_invalidated")) == 1
+
+
 def test_a_write_invalidates_every_variant_of_the_uri() -> None:
     varying = FakeOrigin(respond=answering(headers=[("vary", "Accept-Language")]))
     h = harness(GETS_ONLY, WRITES, upstream=varying)
@@ -921,6 +951,43 @@ def test_concurrent_misses_of_one_uri_ask_the_origin_once() -> None:
     # Those that waited were answered as hits: no quota taken.
     assert "x-ratelimit-remaining" not in answers[1].headers
     assert answers[0].headers.get("x-ratelimit-remaining") == "4"
+
+
+def test_the_waiting_get_the_answer_when_the_fetching_client_goes_away() -> None:
+    # The client whose request fetches the answer goes away while the origin works on it
+    # (the platform drops such a request, unless it holds it): the fetch and the store go
+    # on, the waiting requests get the answer once the origin gives it, and the origin is
+    # asked once.
+    gate, origin = gated([("content-type", "text/plain")])
+    h = cached(origin)
+    hot = request("/v1/catalog/left")
+
+    async def run() -> tuple[list[Any], int]:
+        _, connection = h.connect(hot)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(h.origin.sent) == 1
+        connection.gone = True
+        started = h.clock.now
+        waiting = asyncio.ensure_future(h.concurrently(*[request("/v1/catalog/left")] * 5))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        gate.set()
+        answers = await waiting
+        waited = h.clock.now - started
+        await connection.run()
+        await h.background.run()
+        return answers, waited
+
+    answers, waited = asyncio.run(run())
+    assert len(h.origin.sent) == 1
+    assert [a.headers.get("x-cache") for a in answers] == ["HIT"] * 5
+    assert {a.body for a in answers} == {b"answer 1"}
+    assert waited < 2_000  # their polls' worth, not the route's timeout (30 s)
+    # The answer was written to KV too, as for a client that stayed.
+    h.clock.advance(LINGER_MS + 1)
+    assert h.send(request("/v1/catalog/left")).headers.get("x-cache") == "HIT"
+    assert len(h.origin.sent) == 1
 
 
 def test_only_requests_for_the_same_answer_wait_for_it() -> None:

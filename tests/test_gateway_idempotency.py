@@ -284,6 +284,30 @@ def test_many_concurrent_duplicates_reach_the_origin_once() -> None:
     assert h.send(post()).body == b"answer 1"
 
 
+def test_a_holder_whose_client_goes_away_completes_the_record() -> None:
+    # The client holding the claim goes away while the origin works on its request (the
+    # platform drops such a request, unless it holds it): the answer is still recorded,
+    # so the retry is replayed it at once (before: 409 for the lock's whole time, then
+    # forwarded a second time although the origin had acted).
+    gate = Gate()
+    h = paying(FakeOrigin(respond=gate.respond))
+
+    async def scenario() -> Response:
+        _, connection = h.connect(post())
+        while gate.count == 0:
+            await asyncio.sleep(0)
+        connection.gone = True
+        gate.released.set()
+        for _ in range(20):  # the origin's answer arrives
+            await asyncio.sleep(0)
+        await connection.run()
+        return await h.gateway.handle(post(), h.background)
+
+    retry = asyncio.run(scenario())
+    assert retry.status == 201 and retry.headers.get("idempotent-replayed") == "true"
+    assert gate.count == 1 and len(h.origin.sent) == 1
+
+
 def test_a_rate_limited_request_keeps_no_claim() -> None:
     h = harness({**PAYMENTS, "limits": "1/minute"}, upstream=FakeOrigin(respond=answering(201)))
     assert h.send(post("first")).status == 201

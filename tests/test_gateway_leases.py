@@ -206,6 +206,59 @@ def test_concurrent_requests_stay_exact() -> None:
     assert statuses.count(200) == 30 and statuses.count(429) == 50
 
 
+class GatedStore(MemoryStore):
+    """The key's object, answering once the test opens the gate (when one is set)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.gate: asyncio.Event | None = None
+        self.held = 0
+
+    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+        if self.gate is not None:
+            self.held += 1
+            await self.gate.wait()
+        return await super().call(name, payload)
+
+
+def test_a_lease_asked_for_by_a_client_that_goes_away_still_serves_the_next() -> None:
+    # The client whose request asks for the key's first lease goes away while the call
+    # is out (the platform drops such a request, unless it holds it): the lease still
+    # arrives and serves the next requests. Before, the call never ended for the isolate:
+    # the holding counted a sized request out for ever, so every later request that found
+    # no units made a call of its own for one unit, and no lease was ever sized again.
+    clock = FakeClock()
+    store = GatedStore(clock)
+    h = harness(route("600/minute", "token_bucket"), store=store, clock=clock)
+    store.gate = asyncio.Event()
+
+    async def scenario() -> tuple[list[int], int]:
+        _, connection = h.connect(request())
+        while store.held == 0:
+            await asyncio.sleep(0)
+        connection.gone = True
+        assert store.gate is not None
+        store.gate.set()
+        for _ in range(20):  # the object's answer arrives
+            await asyncio.sleep(0)
+        await connection.run()
+        store.gate = None
+        # Later requests, while the dropped one is still never resumed.
+        called = len(store.calls)
+        statuses = []
+        for _ in range(30):
+            statuses.append((await h.gateway.handle(request(), h.background)).status)
+            await h.background.run()
+            h.clock.advance(10)
+        return statuses, len(store.calls) - called
+
+    statuses, calls = asyncio.run(scenario())
+    assert statuses == [200] * 30
+    # Leases sized to the rate, and refreshed ahead, as for a client that stayed (7 calls;
+    # before: 14, each request that found no units asking for one unit).
+    assert calls <= 8
+
+
 def test_cost_is_taken_from_the_lease() -> None:
     (h,) = isolates(1, route("10/minute", "fixed_window", cost=3))
     statuses = [h.send(request()).status for _ in range(5)]
@@ -230,6 +283,9 @@ class AtOnce:
 
     def defer(self, work: Any) -> None:
         self.tasks.append(asyncio.ensure_future(work))
+
+    def hold(self) -> Any:
+        return lambda: None
 
     async def run(self) -> None:
         while self.tasks:

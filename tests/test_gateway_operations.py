@@ -157,6 +157,26 @@ def test_overrides_change_limits_live_and_exempt_keys() -> None:
     assert "x-ratelimit-limit" not in exempt[-1].headers
 
 
+def test_a_reload_whose_work_was_cut_off_does_not_stop_the_next() -> None:
+    # The platform ends work deferred after a response 30 s later, and then it never
+    # finishes: a reload cut off must not keep the list from ever reloading again.
+    h = harness(ROUTE, overrides={"refresh": "10s"})
+    h.send(call("a"))  # the first load
+    h.clock.advance(10_000)
+    h.send(call("b"), flush=False)  # starts a reload, which the runtime then drops
+    h.background.discard()
+    assert h.control.calls.count("overrides") == 1
+    put_override(h, route="*", key="e", exempt=True, reason="cut off")
+    h.clock.advance(20_000)
+    h.send(call("c"))  # the reload taken as still under way
+    assert h.control.calls.count("overrides") == 2  # (the put)
+    h.clock.advance(20_000)
+    h.send(call("d"))  # over 35 s later: reloaded after this one
+    assert h.control.calls.count("overrides") == 3
+    exempt = h.send(call("e"))
+    assert exempt.headers.get("x-edgelimiter-reason") == "exempt"
+
+
 def test_allowed_requests_are_logged_at_the_sample_rate_with_near_limit() -> None:
     h = harness(
         {**ROUTE, "limits": "10/minute"}, logging={"sample_allowed": 1.0, "near_limit": 0.8}

@@ -477,6 +477,58 @@ def test_the_bulkhead_sends_excess_to_the_next_origin_or_answers_503_at_once() -
     assert len(busy) == 2 and busy[0]["origins"] == {"solo": "bulkhead_full"}
 
 
+def test_a_client_that_goes_away_gives_its_bulkhead_slot_and_outcome_back() -> None:
+    # Both slots taken by requests whose clients go away while the origin works on them:
+    # the platform drops such requests unless they hold it, so their attempts end, give
+    # the slots back and are judged by the breaker (before: both slots were lost for the
+    # isolate's life, and every later request was refused at once, "origin_busy").
+    origins = Origins()
+    origins.hold = asyncio.Event()
+    pools = {"one": {"origins": [{"name": "solo", "url": "http://solo.test", "max_in_flight": 2}]}}
+    h = pooled(origins, {**ROUTE, "pool": "one"}, pools=pools)
+
+    async def scenario() -> list[Response]:
+        connections = [h.connect(request())[1] for _ in range(2)]
+        while len(origins.hits) < 2:
+            await asyncio.sleep(0)
+        for connection in connections:
+            connection.gone = True
+        assert origins.hold is not None
+        origins.hold.set()
+        for _ in range(20):  # the origin's answers arrive
+            await asyncio.sleep(0)
+        for connection in connections:
+            await connection.run()
+        origins.hold = None
+        # Later requests, while the dropped ones are still never resumed.
+        return [await h.gateway.handle(request(), h.background) for _ in range(3)]
+
+    assert [a.status for a in asyncio.run(scenario())] == [200] * 3
+    h.flush()
+    assert h.gateway.upstream.bulkheads["solo"].in_flight == 0
+    assert h.events("origin_busy") == []
+    # Judged: two successes before the three later requests' (no window, the default 10).
+    assert h.gateway.upstream.breakers.copies["solo"].state.recent == "sssss"
+
+
+def test_a_sync_whose_work_was_cut_off_does_not_stop_the_next() -> None:
+    # The platform ends work deferred after a response 30 s later, and then it never
+    # finishes: a breaker sync cut off must not keep the copy from ever syncing again.
+    origins = Origins()
+    h = pooled(origins)
+    h.send(from_("DE", "EU"))  # the copy, new, is refreshed before it decides
+    assert h.breakers.calls == ["eu"]
+    h.clock.advance(1_100)
+    h.send(from_("DE", "EU"), flush=False)  # reports after the response; dropped
+    h.background.discard()
+    h.clock.advance(20_000)
+    h.send(from_("DE", "EU"))  # the sync taken as still under way
+    assert h.breakers.calls == ["eu"]
+    h.clock.advance(20_000)
+    h.send(from_("DE", "EU"))  # over 35 s later: refreshed before it decides
+    assert h.breakers.calls.count("eu") >= 2
+
+
 def test_every_origin_open_is_a_503_with_retry_after_naming_them() -> None:
     origins = Origins()
     origins.status.update({"eu": 503, "us": 503, "ap": 503})

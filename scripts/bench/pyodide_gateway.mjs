@@ -19,6 +19,17 @@ const option = (name, fallback) => {
   return index === -1 ? fallback : process.argv[index + 1];
 };
 
+// workerd's JavaScript has Promise.withResolvers (a request's hold uses it); Node 20's has not.
+Promise.withResolvers ??= function withResolvers() {
+  let resolve;
+  let reject;
+  const promise = new Promise((ok, fail) => {
+    resolve = ok;
+    reject = fail;
+  });
+  return { promise, resolve, reject };
+};
+
 // The origin: answers at once, as a fast keep-alive origin would.
 globalThis.fetch = async () =>
   new Response("ok", { status: 200, headers: { "content-type": "text/plain" } });

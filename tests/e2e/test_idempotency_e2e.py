@@ -13,7 +13,7 @@ import pytest
 from demo_origin import DemoOrigin
 from local_gateway import LocalGateway
 
-from .conftest import fresh_ip
+from .conftest import fresh_ip, leave_midway
 
 pytestmark = pytest.mark.e2e
 
@@ -63,6 +63,25 @@ def test_100_concurrent_posts_with_one_key_reach_the_origin_once(
         retry = post(gateway, path, key, ip, b"pay 10")
         assert retry.status_code == 200 and retry.json() == first
         assert retry.headers["idempotent-replayed"] == "true"
+    assert hits_to(origin, path) == 1
+
+
+def test_a_holder_whose_client_goes_away_still_records_the_answer(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # The client holding the claim goes away while the origin works on its request (1 s):
+    # the request goes on without it (waitUntil) and records the answer, so the retry is
+    # replayed it. Before, the platform dropped the request: the retry got 409 for the
+    # lock's whole time (60 s on this route), and then went to the origin a second time.
+    key, ip = str(uuid.uuid4()), fresh_ip()
+    path = f"/pay/{key[:8]}"
+    fields = {"cf-connecting-ip": ip, "idempotency-key": key, "x-demo-delay": "1000"}
+    leave_midway(gateway.url, path, method="POST", headers=fields, body=b"pay 10", after=0.3)
+    deadline = time.monotonic() + 10
+    while (retry := post(gateway, path, key, ip, b"pay 10")).status_code == 409:
+        assert time.monotonic() < deadline, retry.text
+        time.sleep(0.2)
+    assert retry.status_code == 200 and retry.headers.get("idempotent-replayed") == "true"
     assert hits_to(origin, path) == 1
 
 

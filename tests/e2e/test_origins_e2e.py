@@ -24,7 +24,7 @@ import pytest
 from demo_origin import DemoOrigin
 from local_gateway import LocalGateway
 
-from .conftest import fresh_ip, track
+from .conftest import fresh_ip, leave_midway, track
 
 pytestmark = pytest.mark.e2e
 
@@ -519,6 +519,37 @@ def test_the_bulkhead_caps_requests_in_flight(
     assert tiny.max_in_flight <= 2
     assert sorted(status for status, _ in results) == [200, 200, 503, 503, 503, 503]
     assert all(seconds < 0.8 for status, seconds in results if status == 503)  # at once
+
+
+def test_clients_that_go_away_give_their_bulkhead_slots_back(
+    pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
+) -> None:
+    # Two clients take both of tiny's slots and go away while it works on their requests.
+    # The attempts are carried to their end (waitUntil) and give the slots back; before,
+    # the platform never resumed those requests, and every later request to tiny in that
+    # isolate was refused at once (503 origin_busy) for the isolate's life.
+    tiny = origins["tiny"]
+    tiny.delay_ms = 1_000
+    leaving = [
+        threading.Thread(
+            target=leave_midway,
+            args=(pools_gateway.url, f"/tiny/gone-{n}"),
+            kwargs={"headers": {"cf-connecting-ip": fresh_ip()}, "after": 0.3},
+        )
+        for n in range(2)
+    ]
+    for thread in leaving:
+        thread.start()
+    for thread in leaving:
+        thread.join()
+    deadline = time.monotonic() + 10
+    while hits(tiny, "/tiny/gone-") < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.0)  # tiny answers them
+    tiny.delay_ms = 0
+    statuses = [get(pools_gateway.url, "/tiny/after").status_code for _ in range(3)]
+    assert statuses == [200] * 3
 
 
 def test_stale_if_error_serves_the_cached_copy(

@@ -295,3 +295,45 @@ def test_discard_removes_the_named_fields_present_and_copies_only_then() -> None
     assert len(result["original"]) == 5
     assert result["copied"] is True
     assert result["untouched_copied"] is False  # nothing to remove: nothing copied
+
+
+def test_a_hold_keeps_what_it_hands_the_runtime_pending_until_released() -> None:
+    # Exchange.finish holds a request with a promise handed to ctx.waitUntil: pending
+    # until the work's end releases it, whichever way it is made (Promise.withResolvers,
+    # which workerd has and Node 20 has not, or a Python future).
+    result = run(
+        """
+        import asyncio, json
+        import js
+        from pyodide.ffi import create_proxy
+        from edge_limiter.platform import bindings
+
+        js.eval(
+            "Promise.withResolvers ??= function () { let resolve, reject;"
+            " const promise = new Promise((a, b) => { resolve = a; reject = b; });"
+            " return { promise, resolve, reject }; }"
+        )
+
+        async def settled(awaitable):
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(awaitable)), 0.05)
+            except TimeoutError:
+                return False
+            return True
+
+        async def main():
+            out = {}
+            for resolvers in (True, False):
+                bindings._with_resolvers = resolvers
+                handed = []
+                ctx = js.Object.new()
+                ctx.waitUntil = create_proxy(handed.append)
+                release = bindings.WaitUntil(ctx).hold()
+                held = handed[0]
+                before = await settled(held)
+                release()
+                out[str(resolvers)] = [len(handed), before, await settled(held)]
+            return json.dumps(out)
+        """
+    )
+    assert result == {"True": [1, False, True], "False": [1, False, True]}

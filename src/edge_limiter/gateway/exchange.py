@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..core.config import Forwarding, Route
 from ..core.http import problems
@@ -13,6 +13,12 @@ from ..core.http.fields import gateway_fields
 from ..core.http.messages import Headers, Request, Response
 from ..core.http.problems import PROBLEM_JSON, Problem
 from .ports import Background
+
+T = TypeVar("T")
+
+
+def _nothing() -> None:
+    """Releases nothing."""
 
 
 class _NoBackground:
@@ -22,6 +28,9 @@ class _NoBackground:
         close = getattr(work, "close", None)
         if close is not None:
             close()  # a coroutine that will never run: close it instead of leaking it
+
+    def hold(self) -> Callable[[], None]:
+        return _nothing
 
 
 @dataclass(slots=True)
@@ -53,6 +62,30 @@ class Exchange:
     """Whether the request was already counted by an earlier stage (the stale copy a
     refresh replaces was served as a hit that ``count_hits`` counted): the rate limit
     passes it on rather than count it twice."""
+    finishing: bool = False
+    """Whether the code running now is already work the runtime carries to its end (see
+    :meth:`finish`, or work deferred after the response): it needs no hold of its own."""
+
+    async def finish(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work``'s result, with ``work`` carried to its end even if the client goes away.
+
+        The platform drops a request whose client disconnects once no work it handed to
+        the runtime (``waitUntil``) is pending: nothing the request awaits completes then,
+        so its handler is never resumed and no ``finally`` of it runs. Work that others
+        rely on (an answer other requests wait for, a bulkhead slot or a claim to give
+        back, a lease others draw on) therefore holds the request until it ends
+        (:meth:`Background.hold`): no task of its own, no extra turn of the event loop.
+        Inside such work, or in deferred work, this just awaits ``work``.
+        """
+        if self.finishing:
+            return await work
+        release = self.background.hold()
+        self.finishing = True
+        try:
+            return await work
+        finally:
+            self.finishing = False
+            release()
 
     @property
     def route_name(self) -> str | None:

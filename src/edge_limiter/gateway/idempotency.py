@@ -8,7 +8,8 @@ For the methods a route names (POST and PATCH by default), a request carrying an
 2. else claims the key in the key's Durable Object (the source of truth): a completed
    record is replayed (``Idempotent-Replayed: true``), a claim in flight is a 409 with
    ``Retry-After``, a different request under the same key is a 422;
-3. holding the claim, goes through the rate limit and to the origin. A request that is
+3. holding the claim, goes through the rate limit and to the origin (to the end, and the
+   record completed, even if its client goes away meanwhile). A request that is
    not forwarded (rate limited, or the origin failed before answering), or answered with a
    status saying it was not processed (408, 425, the origin's own 429), releases the claim,
    so its retry is forwarded; so does a 5xx unless the route stores them;
@@ -153,6 +154,17 @@ class Idempotency:
         edge = await self._edge_replay(name, print_, exchange.now_ms)
         if edge is not None:
             return edge
+        # The claim, the request and the record's completion (or the claim's release) are
+        # carried to their end even if the client goes away meanwhile (the platform would
+        # drop the request): else the key stays locked for the lock's whole time, its
+        # retries get 409, and then one is forwarded again although the origin acted.
+        return await exchange.finish(self._claimed(exchange, call_next, name, print_))
+
+    async def _claimed(
+        self, exchange: Exchange, call_next: Handler, name: str, print_: str
+    ) -> Response:
+        """Claim the key, and holding the claim, forward the request and record its answer."""
+        settings = self.settings
         # The object's clock starts the lock no earlier than this (for _Holding).
         claimed_at = self.services.clock.now_ms()
         try:

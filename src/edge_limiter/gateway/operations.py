@@ -13,7 +13,7 @@ from ..core.decision import Decision
 from ..core.denycache import DenyCache
 from ..core.overrides import ALL_ROUTES, Override, OverrideTable, decode_overrides
 from ..core.stats import StatsBatch
-from .ports import Background, Services
+from .ports import DEFERRED_GIVEN_UP_MS, Background, Services
 
 #: How often an isolate sends its counters to the Control object, at most.
 STATS_FLUSH_MS = 1_000
@@ -33,6 +33,7 @@ class Operating:
         self.overrides = OverrideTable()
         self.overrides_loaded_at: int | None = None
         self._loading = False
+        self._loading_since = 0
         self._orphans_reported: set[str] = set()
         self.stats = StatsBatch()
         self._stats_flushed_at = 0
@@ -62,15 +63,22 @@ class Operating:
                 await asyncio.wait_for(self.reload_overrides(now), FIRST_LOAD_TIMEOUT_S)
             except TimeoutError:
                 self.overrides_loaded_at = now  # try again later, in the background
-        elif now - self.overrides_loaded_at >= refresh and not self._loading:
+        elif now - self.overrides_loaded_at >= refresh and not self._reloading(now):
             self._loading = True
+            self._loading_since = now
             background.defer(self.reload_overrides(now))
         return self.overrides.find(route, key, now)
+
+    def _reloading(self, now: int) -> bool:
+        """Whether a reload is under way: one begun :data:`DEFERRED_GIVEN_UP_MS` ago was
+        cut off with the work it ran in, and no longer keeps the list from reloading."""
+        return self._loading and now - self._loading_since < DEFERRED_GIVEN_UP_MS
 
     async def reload_overrides(self, now: int) -> None:
         control = self.services.control
         assert control is not None
         self._loading = True
+        self._loading_since = now
         try:
             text = await control.overrides('{"op":"list"}')
             listed = json.loads(text)["overrides"]

@@ -221,11 +221,12 @@ class Gateway:
                 )
             )
         matched = self.config.match(request.method, host, path)
+        handler: Handler
         if matched is None:
             if self.config.forward is None:
                 return problem_response(problems.not_found(request.method, path))
             exchange = self._exchange(request, path, host, self.config.forward, background)
-            response = await self._unmatched(exchange)
+            handler = self._unmatched
         else:
             route, params = matched
             exchange = self._exchange(request, path, host, route.forward, background)
@@ -240,16 +241,23 @@ class Gateway:
                 # request; it is not the request. Counted, it would take a unit per call
                 # and, denied, fail the browser's check, so the page never sees the 429
                 # its real request would get. A route listing OPTIONS counts them.
-                response = await self._unmatched(exchange)
+                handler = self._unmatched
             else:
-                response = await self._routes[route.name](exchange)
-        if (
-            self.caches
-            and request.method not in SAFE_METHODS
-            and 200 <= response.status < 400
-            and exchange.reached_origin
-        ):
-            await self._invalidate(request, path, host, background)
+                handler = self._routes[route.name]
+        if self.caches and request.method not in SAFE_METHODS:
+            # The cached GET a write changed is removed even if the writer's client goes
+            # away before the answer (else every reader gets the old copy until it expires).
+            return await exchange.finish(self._write(handler, exchange, host, background))
+        return await handler(exchange)
+
+    async def _write(
+        self, handler: Handler, exchange: Exchange, host: str, background: Background | None
+    ) -> Response:
+        """An unsafe request, and once it succeeded at the origin, the invalidation of the
+        cached GET answer for its URI."""
+        response = await handler(exchange)
+        if 200 <= response.status < 400 and exchange.reached_origin:
+            await self._invalidate(exchange.request, exchange.path, host, background)
         return response
 
     async def _invalidate(

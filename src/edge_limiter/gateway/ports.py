@@ -154,11 +154,23 @@ class Clock(Protocol):
         ...
 
 
+#: Work deferred after a response (``waitUntil``) still running after this long is taken
+#: as cut off: the platform ends it 30 s after the response, and then it never finishes
+#: (no ``finally`` of it runs), so a mark it would clear is cleared by this bound instead.
+DEFERRED_GIVEN_UP_MS = 35_000
+
+
 class Background(Protocol):
     """Work that may finish after the response is sent (``ctx.waitUntil``)."""
 
     def defer(self, work: Awaitable[Any]) -> None:
-        """Keep ``work`` running after the response."""
+        """Keep ``work`` running after the response (and after its client went away)."""
+        ...
+
+    def hold(self) -> Callable[[], None]:
+        """Keep the request going until the returned function is called, even if its
+        client goes away meanwhile: the runtime then completes what the request awaits
+        and resumes it, as for deferred work, instead of dropping it."""
         ...
 
 

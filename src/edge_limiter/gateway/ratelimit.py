@@ -382,7 +382,10 @@ class RateLimit:
             return self._deny(exchange, decisions, digest, 0, override, cached=True)
         started = clock.now_ms()
         try:
-            lease = await self._ask(holding, name, check, started, cost)
+            # Answered even if the client goes away meanwhile: the holding counts the call
+            # as out until then (a sized one stops the others from sizing or refreshing),
+            # and the lease it brings serves the next requests.
+            lease = await exchange.finish(self._ask(holding, name, check, started, cost))
         except (Exception, asyncio.CancelledError) as exc:
             return self._store_failed(exc, exchange, digest)
         finished = clock.now_ms()

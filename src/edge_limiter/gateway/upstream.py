@@ -75,6 +75,7 @@ from ..core.routing.geo import ClientLocation, order_origins
 from ..core.routing.origins import Origin, Pool
 from .exchange import Exchange, problem_response
 from .ports import (
+    DEFERRED_GIVEN_UP_MS,
     Background,
     ClientBodyError,
     OriginConnectError,
@@ -130,11 +131,17 @@ class _Copy:
     pending: list[Report] = field(default_factory=list)
     synced_at: int = -SYNC_EVERY_MS
     syncing: bool = False
+    """A sync began at ``synced_at`` and has not ended (see :meth:`busy`)."""
     settings: BreakerSettings | None = None
     """The pool's breaker settings, from the last call decided (to replay reports)."""
     urgent: bool = False
     """The copy changed phase (tripped open, or closed again): report it at once, not
     within the second, since no request may come to carry the report later."""
+
+    def busy(self, now: int) -> bool:
+        """Whether a sync is under way: one begun :data:`DEFERRED_GIVEN_UP_MS` ago was cut
+        off with the work it ran in, and no longer keeps the copy from syncing."""
+        return self.syncing and now - self.synced_at < DEFERRED_GIVEN_UP_MS
 
 
 class BreakerBoard:
@@ -206,7 +213,7 @@ class BreakerBoard:
         if self.services.breakers is None:
             return
         copy = self._copy(origin)
-        if copy.syncing or (not copy.urgent and now - copy.synced_at < SYNC_EVERY_MS):
+        if copy.busy(now) or (not copy.urgent and now - copy.synced_at < SYNC_EVERY_MS):
             return
         copy.syncing = True
         copy.synced_at = now
@@ -219,7 +226,7 @@ class BreakerBoard:
         if self.services.breakers is None:
             return
         copy = self._copy(origin)
-        if copy.syncing:
+        if copy.busy(now):
             return
         state = copy.state
         waking = (
@@ -478,6 +485,24 @@ class Upstream:
             self.budgets[budget_key] = self._budget(retry).note_request(
                 self.budgets.get(budget_key, RetryBudgetState()), start
             )
+        # Each attempt holds a bulkhead slot (and maybe the breaker's half-open trial)
+        # until its answer is judged: carried to its end even if the client goes away
+        # meanwhile (the platform would drop the request: a slot never given back is lost
+        # for the isolate's life, an outcome never recorded never opens the breaker).
+        return await exchange.finish(self._attempts(exchange, order, deadline, replayable))
+
+    async def _attempts(
+        self, exchange: Exchange, order: tuple[Origin, ...], deadline: int, replayable: bool
+    ) -> Response:
+        """The attempts at the origins in ``order`` (up to the route's ``attempts`` when
+        the request can be sent again, ``replayable``; one otherwise, and resends of one
+        that never left): the first answer to pass on, or the failure's (see the module
+        docstring)."""
+        services = self.services
+        clock = services.clock
+        pool, retry = exchange.forward.pool, exchange.forward.retry
+        request = exchange.request
+        claim = exchange.idempotency_token is not None
         tried: list[_Tried] = []
         last: Response | None = None
         # Origins that answered with a Retry-After: until when (an attempt going back to

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyodide.ffi import JsException, create_proxy, to_js
@@ -143,6 +143,19 @@ class WaitUntil:
 
     def defer(self, work: Awaitable[Any]) -> None:
         self.ctx.waitUntil(asyncio.ensure_future(work))
+
+    def hold(self) -> Callable[[], None]:
+        # A JavaScript promise the runtime waits for, resolved by the returned function:
+        # a few calls into JavaScript (a Python future would cross as a proxy the runtime
+        # calls back into Python through, about three times the cost).
+        if _has_with_resolvers():
+            held = globals_.Promise.withResolvers()
+            self.ctx.waitUntil(held.promise)
+            resolve: Callable[[], None] = held.resolve
+            return resolve
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ctx.waitUntil(future)
+        return lambda: future.set_result(None)
 
 
 class FetchOrigin:
@@ -401,6 +414,18 @@ def _client_failed(number: int, error: Any) -> None:
 
 def _ignore(_reason: Any) -> None:
     return None
+
+
+_with_resolvers: bool | None = None
+
+
+def _has_with_resolvers() -> bool:
+    """Whether the runtime's JavaScript has ``Promise.withResolvers`` (workerd's has; an
+    older engine, such as Node 20's that the benchmarks run Pyodide in, has not)."""
+    global _with_resolvers  # noqa: PLW0603 - looked up once, on first use
+    if _with_resolvers is None:
+        _with_resolvers = hasattr(globals_.Promise, "withResolvers")
+    return _with_resolvers
 
 
 _timeout_reason: Any = None
