@@ -12,7 +12,7 @@ from edge_limiter.core.caching.settings import CacheSettings
 from edge_limiter.core.caching.targeted import parse_dictionary, targeted_directives
 
 NOW = 1_700_000_000_000
-ROUTE = CacheSettings(ttl_ms=3_600_000, stale_if_error_ms=600_000)
+ROUTE = CacheSettings(ttl_ms=3_600_000, default_ttl_ms=3_600_000)
 
 
 def decide(headers: dict[str, str]) -> tuple[bool, StoreReason, int]:
@@ -98,7 +98,7 @@ def test_a_targeted_field_replaces_cache_control_expires_and_pragma() -> None:
         StoreReason.PRIVATE
     )
     assert decide({"cdn-cache-control": "no-cache"})[1] == StoreReason.NO_CACHE
-    # Expires no longer counts (the route's ttl applies), nor does a stale one.
+    # Expires no longer counts (the route's default_ttl applies), nor does a stale one.
     expired = {"expires": "Thu, 01 Jan 1970 00:00:00 GMT", "cdn-cache-control": "public"}
     assert decide(expired) == (True, StoreReason.STORED, 3600)
     # A value of the wrong type reads as 0: stale at once, not stored.
