@@ -13,6 +13,7 @@ from edge_limiter.core.caching.policy import (
     Store,
     StoreReason,
     body_fits,
+    freshened_entry,
     kv_expiration_ttl,
     lookup_decision,
     manifest_entry,
@@ -449,3 +450,27 @@ def test_a_client_max_age_and_min_fresh_count_only_where_clients_may_skip_the_ca
         entry, NOW + 51_000
     )
     assert Lookup(True, True, LookupReason.CACHEABLE).accepts(entry, NOW + 59_000)
+
+
+def test_a_304_renews_a_stale_copy_judged_anew_from_its_fields() -> None:
+    first = decide({"cache-control": "max-age=60", "etag": '"a"', "x-test": "A"}, cache=RFC)
+    entry = response_entry(
+        first,
+        200,
+        [("Cache-Control", "max-age=60"), ("ETag", '"a"'), ("X-Test", "A")],
+        b"body",
+        NOW,
+    )
+    later = NOW + 120_000
+    renewed, decision = freshened_entry(
+        entry, [("Cache-Control", "max-age=3600"), ("X-Test", "B")], RFC, later
+    )
+    assert decision.store and renewed.fresh_until == later + 3_600_000
+    assert renewed.body == b"body" and renewed.stored_at == later
+    assert dict(renewed.headers) == {"Cache-Control": "max-age=3600", "ETag": '"a"', "X-Test": "B"}
+    # A 304 that now says no-store: served renewed this once, not kept.
+    once, refused = freshened_entry(entry, [("Cache-Control", "no-store")], RFC, later)
+    assert not refused.store and once.body == b"body" and once.fresh_until == later
+    # ... or that varies on other fields than the copy's.
+    _, varied = freshened_entry(entry, [("Vary", "Accept")], RFC, later)
+    assert not varied.store and varied.reason == StoreReason.VARY_CHANGED

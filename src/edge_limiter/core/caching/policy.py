@@ -25,7 +25,7 @@ from enum import StrEnum
 from ..http.dates import http_date_ms
 from ..keys import CALLER_FIELDS
 from .cache_control import CacheControl, delta_seconds, parse_cache_control
-from .conditional import needs_origin
+from .conditional import freshened_fields, needs_origin
 from .entry import Entry, age_seconds, is_fresh, storable_fields, vary_manifest
 from .fields import (
     Fields,
@@ -176,6 +176,8 @@ class StoreReason(StrEnum):
     NO_CACHE = "no_cache"
     """``no-cache`` (or a bare ``Pragma: no-cache``) with no validator: every reuse would
     have to ask the origin for the whole answer again."""
+    VARY_CHANGED = "vary_changed"
+    """A ``304`` said the answer varies on other fields than the stored copy's."""
     NO_FRESHNESS = "no_freshness"
     """No explicit lifetime, and a status that is not heuristically cacheable."""
     SET_COOKIE = "set_cookie"
@@ -360,6 +362,41 @@ def response_entry(
         revalidate_until=store.revalidate_until,
         keep_until=store.keep_until,
     )
+
+
+def freshened_entry(
+    entry: Entry,
+    answer_fields: Fields,
+    settings: CacheSettings,
+    now_ms: int,
+    *,
+    caller_fields: Iterable[str] = CALLER_FIELDS,
+) -> tuple[Entry, Store]:
+    """A stored answer renewed by the origin's ``304`` (RFC 9111 section 4.3.4): its fields
+    updated from the ``304`` (:func:`~.conditional.freshened_fields`), its freshness
+    judged anew from them as of ``now_ms``. The entry is what the client gets; the
+    decision says whether (and how long) it is stored again: a ``304`` may say
+    ``no-store`` now, or vary otherwise, and then the renewed copy is served once and
+    not kept."""
+    fields = freshened_fields(entry.headers, answer_fields)
+    decision = store_decision(
+        entry.status, fields, len(entry.body), settings, now_ms, caller_fields=caller_fields
+    )
+    if decision.store and decision.vary != entry.vary:
+        decision = Store(False, StoreReason.VARY_CHANGED)
+    if not decision.store:
+        renewed = replace(
+            entry,
+            headers=storable_fields(fields),
+            stored_at=now_ms,
+            fresh_until=now_ms,
+            stale_until=now_ms,
+            revalidate_until=0,
+            keep_until=0,
+            initial_age_s=0,
+        )
+        return renewed, decision
+    return response_entry(decision, entry.status, fields, entry.body, now_ms), decision
 
 
 def manifest_entry(store: Store, now_ms: int, generation: str = "") -> Entry:
