@@ -7,6 +7,8 @@ injected clock; the origin records what reached it and answers as a test tells i
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import json
 import random
 from collections.abc import Awaitable, Callable
@@ -120,6 +122,68 @@ def hanging(_: OriginRequest) -> Awaitable[Response]:
     return wait()
 
 
+#: The client connection of the request running now, when a test gave it one.
+_connection: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
+    "connection", default=None
+)
+
+
+class Connection:
+    """A client's connection, as workerd treats a request whose client goes away
+    (``gone``): from then on, once no work the request handed to ``waitUntil`` is left
+    running, nothing the request awaits from the platform ever completes (its handler is
+    never resumed, and no ``finally`` of it runs); while such work runs, the request's
+    I/O goes on (the runtime keeps the request for it). It is the request's background
+    too: deferred work starts at once, as on the platform."""
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.kept: list[asyncio.Future[Any]] = []
+
+    def defer(self, work: Awaitable[Any]) -> None:
+        self.kept.append(asyncio.ensure_future(work))
+
+    @property
+    def dropped(self) -> bool:
+        """Whether the platform dropped the request: its client went away, and no work
+        it handed to ``waitUntil`` is left running."""
+        return self.gone and all(task.done() for task in self.kept)
+
+    async def passable(self) -> None:
+        """Returns once the request's I/O may go on: never, once it was dropped."""
+        if self.dropped:
+            await asyncio.Event().wait()
+
+    async def run(self) -> None:
+        """Wait for the deferred work (and the work it deferred)."""
+        while not all(task.done() for task in self.kept):
+            await asyncio.gather(*self.kept, return_exceptions=True)
+
+
+class OnPlatform:
+    """A port whose calls are the platform's I/O: for a request whose connection was
+    dropped (:class:`Connection`) they never complete (nor do those under way then)."""
+
+    def __init__(self, port: Any) -> None:
+        self.port = port
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.port, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            connection = _connection.get()
+            if connection is None:
+                return await attr(*args, **kwargs)
+            await connection.passable()
+            result = await attr(*args, **kwargs)
+            await connection.passable()
+            return result
+
+        return call
+
+
 @dataclass
 class Harness:
     """A gateway over fakes, with what it logged and what it left for after the response."""
@@ -146,6 +210,15 @@ class Harness:
     def flush(self) -> int:
         """Run the deferred work (KV writes): what happens after responses are sent."""
         return asyncio.run(self.background.run())
+
+    def connect(self, request: Request) -> tuple[asyncio.Task[Response], Connection]:
+        """``request`` from a client that may go away (``connection.gone = True``), started
+        (in a running event loop): the task handling it, and its connection."""
+        connection = Connection()
+        context = contextvars.copy_context()
+        context.run(_connection.set, connection)
+        handling = self.gateway.handle(request, connection)
+        return asyncio.get_running_loop().create_task(handling, context=context), connection
 
     async def concurrently(self, *requests: Request) -> list[Response]:
         return list(
@@ -182,15 +255,16 @@ def harness(
     breakers = breakers if breakers is not None else MemoryBreakers()
     sleep = FakeSleep(clock)
     control = control if control is not None else MemoryControl(clock)
+    # Every port's calls are the platform's I/O (see Connection).
     services = Services(
-        store=store,
-        origin=upstream,
+        store=OnPlatform(store),
+        origin=OnPlatform(upstream),
         clock=clock,
         log=logs.append,
-        cache=kv,
-        idempotency=records,
-        breakers=breakers,
-        control=control,
+        cache=OnPlatform(kv),
+        idempotency=OnPlatform(records),
+        breakers=OnPlatform(breakers),
+        control=OnPlatform(control),
         admin_token=admin_token,
         secret=(secrets or {}).get,
         random=random.Random(7).random,

@@ -923,6 +923,47 @@ def test_concurrent_misses_of_one_uri_ask_the_origin_once() -> None:
     assert answers[0].headers.get("x-ratelimit-remaining") == "4"
 
 
+@pytest.mark.parametrize("leaving", ["disconnects", "is_cancelled"])
+def test_the_waiting_get_the_answer_when_the_fetching_client_goes_away(leaving: str) -> None:
+    # The client whose request fetches the answer goes away while the origin works on it
+    # (the platform then never resumes that request; CPython would cancel it): the fetch
+    # and the store go on, the waiting requests get the answer once the origin gives it,
+    # and the origin is asked once.
+    gate, origin = gated([("content-type", "text/plain")])
+    h = cached(origin)
+    hot = request("/v1/catalog/left")
+
+    async def run() -> tuple[list[Any], int]:
+        leading, connection = h.connect(hot)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(h.origin.sent) == 1
+        if leaving == "disconnects":
+            connection.gone = True
+        else:
+            leading.cancel()
+        started = h.clock.now
+        waiting = asyncio.ensure_future(h.concurrently(*[request("/v1/catalog/left")] * 5))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        gate.set()
+        answers = await waiting
+        waited = h.clock.now - started
+        await connection.run()
+        await h.background.run()
+        return answers, waited
+
+    answers, waited = asyncio.run(run())
+    assert len(h.origin.sent) == 1
+    assert [a.headers.get("x-cache") for a in answers] == ["HIT"] * 5
+    assert {a.body for a in answers} == {b"answer 1"}
+    assert waited < 2_000  # their polls' worth, not the route's timeout (30 s)
+    # The answer was written to KV too, as for a client that stayed.
+    h.clock.advance(LINGER_MS + 1)
+    assert h.send(request("/v1/catalog/left")).headers.get("x-cache") == "HIT"
+    assert len(h.origin.sent) == 1
+
+
 def test_only_requests_for_the_same_answer_wait_for_it() -> None:
     gate, origin = gated([("vary", "accept-language")])
     h = cached(origin)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
+import struct
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,30 @@ def fresh_ip() -> str:
     """A client address no other test uses (TEST-NET-3 and a documentation IPv6 range)."""
     n = next(_addresses)
     return f"203.0.{n // 250}.{n % 250 + 1}"
+
+
+def leave_midway(
+    base_url: str,
+    path: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    body: bytes = b"",
+    after: float = 0.5,
+) -> None:
+    """Send a request from a client that goes away ``after`` seconds later, before its
+    answer: it resets its connection (SO_LINGER 0). Local workerd notices a reset at
+    once, as Cloudflare's edge notices any client going away; a plain close it notices
+    only when it writes the answer."""
+    host, port = base_url.split("://", 1)[1].rstrip("/").rsplit(":", 1)
+    fields = {"host": f"{host}:{port}", **(headers or {})}
+    if body or method not in ("GET", "HEAD"):
+        fields["content-length"] = str(len(body))
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    with socket.create_connection((host, int(port))) as conn:
+        conn.sendall(head.encode() + b"\r\n" + body)
+        time.sleep(after)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 def route(name: str, path: str, limits: str | list[Any], **fields: Any) -> dict[str, Any]:
@@ -141,6 +168,8 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             ),
             # The KV response cache.
             route("cached", "/cached/*", "3/hour", algorithm="sliding_log", cache={"ttl": "5m"}),
+            # Misses of a slow origin whose clients go away (a timeout far from its answer).
+            route("cached-herd", "/herd/*", "1000/hour", timeout="3s", cache={"ttl": "5m"}),
             route(
                 "cached-counted",
                 "/counted/*",

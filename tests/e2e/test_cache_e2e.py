@@ -4,6 +4,7 @@ response, so a test waits for the hit with a deadline)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from urllib.parse import quote
@@ -15,7 +16,7 @@ from local_gateway import LocalGateway
 
 from edge_limiter.gateway.cache import LINGER_MS
 
-from .conftest import fresh_ip
+from .conftest import fresh_ip, leave_midway
 
 pytestmark = pytest.mark.e2e
 
@@ -229,6 +230,48 @@ def test_concurrent_misses_ask_the_origin_once(gateway: LocalGateway, origin: De
     assert [a.status_code for a in answers] == [200] * 6
     assert sorted(a.headers["x-cache"] for a in answers) == ["HIT"] * 5 + ["MISS"]
     assert len({a.content for a in answers}) == 1
+    assert origin_gets(origin, path) == 1
+
+
+def test_a_client_that_goes_away_still_fetches_the_answer_others_wait_for(
+    gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    # The origin answers after 1.5 s; the client whose miss fetches it goes away at 0.5 s,
+    # and five more ask at 0.7 s. The fetch and the store go on without that client
+    # (waitUntil): the five get the answer when the origin gives it, from one origin call.
+    # (Without that, the platform dropped the request: the five waited out the route's
+    # timeout, 3 s, and then each asked the origin.)
+    path = unique("/herd")
+    delay = {"x-demo-delay": "1500"}
+    sent = time.monotonic()
+    leaving = threading.Thread(
+        target=leave_midway,
+        args=(gateway.url, path),
+        kwargs={"headers": {"cf-connecting-ip": fresh_ip(), **delay}, "after": 0.5},
+    )
+    leaving.start()
+    time.sleep(0.7)
+
+    async def run() -> list[tuple[httpx.Response, float]]:
+        async with httpx.AsyncClient(timeout=30) as client:
+
+            async def one() -> tuple[httpx.Response, float]:
+                answer = await client.get(
+                    gateway.url + path, headers={"cf-connecting-ip": fresh_ip(), **delay}
+                )
+                return answer, time.monotonic() - sent
+
+            return list(await asyncio.gather(*(one() for _ in range(5))))
+
+    answers = asyncio.run(run())
+    leaving.join()
+    assert [a.headers["x-cache"] for a, _ in answers] == ["HIT"] * 5
+    assert len({a.content for a, _ in answers}) == 1
+    assert all(at < 2.5 for _, at in answers), [round(at, 2) for _, at in answers]
+    assert origin_gets(origin, path) == 1
+    # Written to KV as well: a hit once the copy held in memory is gone.
+    time.sleep(LINGER_MS / 1000 + 0.2)
+    assert get(gateway, path).headers["x-cache"] == "HIT"
     assert origin_gets(origin, path) == 1
 
 

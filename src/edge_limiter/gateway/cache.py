@@ -8,7 +8,8 @@ UPDATING``, and a fresh one fetched after the response). On a miss the request
 goes on; if the origin's response may be stored, it is written to KV after the response
 is sent (``waitUntil``), never on the request's critical path; other misses of the same
 entry meanwhile wait for that answer in the isolate instead of asking the origin again
-(request collapsing). KV failures are misses, logged, never errors for the client. The
+(request collapsing), and get it as soon as the origin gives it, even if the client whose
+request fetches it went away meanwhile (that fetch is carried on with ``waitUntil``). KV failures are misses, logged, never errors for the client. The
 rules (keys, Cache-Control, Vary, lifetimes) are the pure :mod:`edge_limiter.core.caching`.
 """
 
@@ -216,6 +217,42 @@ class Cache:
             exchange.now_ms = now = self.services.clock.now_ms()
         if storing:
             leader = self._lead(key, base, request_fields, now, exchange.forward.timeout_ms)
+        miss = self._miss(
+            exchange,
+            call_next,
+            key,
+            base=base,
+            request_fields=request_fields,
+            validators=validators,
+            generation=generation,
+            storing=storing,
+            stale=stale,
+            leader=leader,
+        )
+        if leader is None:
+            return await miss
+        # Others wait for this answer: it is fetched and stored even if this request's
+        # client goes away meanwhile (then the platform never resumes this request).
+        return await exchange.finish(miss)
+
+    async def _miss(
+        self,
+        exchange: Exchange,
+        call_next: Handler,
+        key: str,
+        *,
+        base: str,
+        request_fields: list[tuple[str, str]],
+        validators: list[tuple[str, str]],
+        generation: str | None,
+        storing: bool,
+        stale: Entry | None,
+        leader: _Leader | None,
+    ) -> Response:
+        """The origin's answer to a miss, stored when it may be; as ``leader``, the answer
+        the requests for ``key`` meanwhile wait for."""
+        request = exchange.request
+        now = exchange.now_ms
         stored: Entry | None = None
         try:
             if storing and validators:
@@ -453,11 +490,13 @@ class Cache:
                 exchange.request.headers.delete(name)
             # With count_hits the client's UPDATING answer was counted: that count covers
             # this request to the origin (one unit per client request, as the headers said).
+            # Deferred work already: the runtime carries it to its end (``finishing``).
             again = replace(
                 exchange,
                 reached_origin=False,
                 origin_failed=False,
                 counted=self.settings.count_hits,
+                finishing=True,
             )
             asked_at = self.services.clock.now_ms()
             response = await call_next(again)

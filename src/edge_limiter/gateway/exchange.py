@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..core.config import Forwarding, Route
 from ..core.http import problems
@@ -13,6 +14,8 @@ from ..core.http.fields import gateway_fields
 from ..core.http.messages import Headers, Request, Response
 from ..core.http.problems import PROBLEM_JSON, Problem
 from .ports import Background
+
+T = TypeVar("T")
 
 
 class _NoBackground:
@@ -53,6 +56,31 @@ class Exchange:
     """Whether the request was already counted by an earlier stage (the stale copy a
     refresh replaces was served as a hit that ``count_hits`` counted): the rate limit
     passes it on rather than count it twice."""
+    finishing: bool = False
+    """Whether the code running now is already work the runtime carries to its end (see
+    :meth:`finish`, or work deferred after the response): it needs no task of its own."""
+
+    async def finish(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work``'s result, with ``work`` carried to its end even if the client goes away.
+
+        The platform drops a request whose client disconnects: its handler is never
+        resumed, so no ``finally`` of it runs and nothing it awaited completes for it.
+        Work that others rely on (an answer other requests wait for, a bulkhead slot or
+        a claim to give back, a lease others draw on) therefore runs as a task handed to
+        the runtime (``waitUntil``, which keeps the request's I/O going until the task
+        ends), and the request awaits that task: shielded, so a request cancelled
+        instead leaves it running too. Inside such work, this awaits ``work`` as it is.
+        """
+        if self.finishing:
+            return await work
+        task = asyncio.ensure_future(work)
+        self.finishing = True
+        self.background.defer(task)
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():  # else the request was cancelled while the task goes on
+                self.finishing = False
 
     @property
     def route_name(self) -> str | None:

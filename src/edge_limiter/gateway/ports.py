@@ -132,7 +132,9 @@ class Background(Protocol):
     """Work that may finish after the response is sent (``ctx.waitUntil``)."""
 
     def defer(self, work: Awaitable[Any]) -> None:
-        """Keep ``work`` running after the response."""
+        """Keep ``work`` running after the response, and after its client went away: a
+        coroutine, or a task already running that the request awaits too (see
+        :meth:`~edge_limiter.gateway.exchange.Exchange.finish`)."""
         ...
 
 
