@@ -165,3 +165,24 @@ def test_a_list_is_told_from_what_is_not_one() -> None:
         assert is_list(value), value
     for value in ("", " ", "garbage((", '"x";q=1, ', '"open', "a;B=1", "a b"):
         assert not is_list(value), value
+
+
+def test_surrogate_control_decides_after_the_rfc_9213_fields() -> None:
+    assert decide({"cache-control": "max-age=1", "surrogate-control": "MaX-aGe=600"}) == (
+        True,
+        StoreReason.STORED,
+        600,
+    )
+    assert decide({"cache-control": "max-age=600", "surrogate-control": "no-store"})[1] == (
+        StoreReason.NO_STORE
+    )
+    assert decide({"cache-control": "max-age=600", "surrogate-control": "no-store-remote"})[1] == (
+        StoreReason.NO_STORE
+    )
+    # Aimed at another surrogate: Cache-Control decides.
+    assert decide({"cache-control": "max-age=60", "surrogate-control": "max-age=600;edge2"})[2] == (
+        60
+    )
+    # A CDN-Cache-Control comes first.
+    both = {"cdn-cache-control": "max-age=30", "surrogate-control": "max-age=600"}
+    assert decide(both)[2] == 30

@@ -147,12 +147,14 @@ NOT_UPDATED = frozenset(
 
 def revalidation_fields(stored_fields: Fields) -> list[tuple[str, str]]:
     """The validators a conditional request for a stored answer carries: its ``ETag`` as
-    ``If-None-Match``, its ``Last-Modified`` (one valid date) as ``If-Modified-Since``;
-    none when it has neither (it cannot be revalidated)."""
+    ``If-None-Match`` (as written), its ``Last-Modified`` (one valid date) as
+    ``If-Modified-Since``; none when it has neither (it cannot be revalidated)."""
     out: list[tuple[str, str]] = []
-    etag = field_value(stored_fields, "etag")
-    if etag is not None and entity_tags(etag) not in (None, ("*",)):
-        out.append(("If-None-Match", etag.strip(" \t")))
+    etag = (field_value(stored_fields, "etag") or "").strip(" \t")
+    if etag and etag != "*":
+        # As the origin wrote it, quotes or not: an origin that sends an unquoted tag
+        # (not RFC 9110's syntax) recognises its own.
+        out.append(("If-None-Match", etag))
     modified = field_values(stored_fields, "last-modified")
     if len(modified) == 1 and http_date_ms(modified[0].strip(" \t"), 0) is not None:
         out.append(("If-Modified-Since", modified[0].strip(" \t")))

@@ -38,12 +38,33 @@ from .fields import (
 )
 from .keys import CACHEABLE_METHODS, normalize_vary
 from .limits import KV_MIN_EXPIRATION_TTL_S, MAX_STORED_FIELD_BYTES
-from .settings import MAX_STALE_IF_ERROR_MS, MAX_STALE_WHILE_REVALIDATE_MS, CacheSettings
+from .settings import (
+    DEFAULT_TTL_STATUSES,
+    MAX_STALE_IF_ERROR_MS,
+    MAX_STALE_WHILE_REVALIDATE_MS,
+    UNSTORABLE_STATUSES,
+    CacheSettings,
+)
 from .targeted import targeted_directives
 
 #: RFC 9110 section 15.1: the statuses a cache may store and reuse with heuristic
 #: freshness (a lifetime of its own choosing) when the origin gives no explicit one.
 HEURISTIC_STATUSES = frozenset({200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501})
+#: RFC 9110 section 15: the statuses whose caching rules this cache knows (for
+#: ``must-understand``, RFC 9111 section 5.2.2.3).
+UNDERSTOOD_STATUSES = frozenset(
+    (
+        *range(200, 207),
+        *range(300, 305),
+        307,
+        308,
+        *range(400, 418),
+        421,
+        422,
+        426,
+        *range(500, 506),
+    )
+)
 #: The heuristic lifetime is the time since Last-Modified divided by this (a tenth, as
 #: RFC 9111 section 4.2.2 suggests and browsers, Squid and Varnish take) ...
 HEURISTIC_DIVISOR = 10
@@ -96,6 +117,10 @@ class Lookup:
     decide (``allow_client_no_cache``); ``None``: any fresh copy."""
     min_fresh_s: int | None = None
     """How long a copy must stay fresh for the client (its ``min-fresh``), likewise."""
+    renew: bool = False
+    """The client asked the cache not to answer without asking the origin (``no-cache``,
+    where the route lets clients decide): the stored copy is not served as it is, but a
+    conditional request may renew it (RFC 9111 section 5.2.1.4)."""
 
     @property
     def bypass(self) -> bool:
@@ -142,7 +167,8 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
         pragma = field_value(request_headers, "pragma")
         wants_fresh = any(item.lower() == "no-cache" for item in list_items(pragma))
     if wants_fresh and settings.allow_client_no_cache:
-        return Lookup(False, not head and not no_store, LookupReason.CLIENT_NO_CACHE, only)
+        writes = not head and not no_store
+        return Lookup(False, writes, LookupReason.CLIENT_NO_CACHE, only, renew=writes)
     if no_store:
         return Lookup(True, False, LookupReason.CLIENT_NO_STORE, only)
     if head:
@@ -210,6 +236,8 @@ class Store:
     """The body's length is not known yet: store only if :func:`body_fits`."""
     revalidate_until: int = 0
     """The end of the stale-while-revalidate window (0: none)."""
+    omitted: frozenset[str] = frozenset()
+    """Fields (lower case) the stored copy leaves out: ``private="..."``, ``no-cache="..."``."""
     keep_until: int = 0
     """Until when a copy with a validator is kept to be revalidated (0: no validator)."""
 
@@ -229,7 +257,9 @@ def store_decision(
     decides, or the answer says the body must be measured first. An entry kept per
     rate-limit key also varies on ``caller_fields`` (the gateway's ``caller_fields``).
     """
-    if status not in settings.statuses:
+    if status < 200 or status in UNSTORABLE_STATUSES:
+        return Store(False, StoreReason.STATUS)
+    if settings.statuses is not None and status not in settings.statuses:
         return Store(False, StoreReason.STATUS)
     if is_stream(response_headers):
         return Store(False, StoreReason.STREAM)
@@ -242,11 +272,23 @@ def store_decision(
         cache_control = field_value(response_headers, "cache-control")
         directives = parse_cache_control(cache_control)
         legacy = cache_control is None
-    if directives.no_store:
+    if directives.has("must-understand"):
+        # RFC 9111 section 5.2.2.3: stored only where the status is one this cache knows
+        # the caching rules of, and then whatever no-store says (it is there for caches
+        # that do not know must-understand).
+        if status not in UNDERSTOOD_STATUSES:
+            return Store(False, StoreReason.STATUS)
+    elif directives.no_store:
         return Store(False, StoreReason.NO_STORE)
-    if directives.private:
+    # The qualified forms name fields a shared cache must not keep (private="a", RFC 9111
+    # section 5.2.2.7) or hand out without asking the origin (no-cache="a", 5.2.2.4):
+    # the rest of the answer is kept, and reused, without them.
+    private = _qualified(directives, "private")
+    if private is not None and not private:
         return Store(False, StoreReason.PRIVATE)
-    if field_values(response_headers, "set-cookie"):
+    no_cache = _qualified(directives, "no-cache")
+    omitted = frozenset((private or frozenset()) | (no_cache or frozenset()))
+    if field_values(response_headers, "set-cookie") and "set-cookie" not in omitted:
         return Store(False, StoreReason.SET_COOKIE)
 
     vary_items = list_items(field_value(response_headers, "vary"))
@@ -257,7 +299,7 @@ def store_decision(
 
     # no-cache (in any form; a bare Pragma: no-cache where Cache-Control is absent) lets
     # a copy be stored but never reused without asking the origin: stale from the start.
-    must_ask = directives.no_cache or (legacy and _pragma_no_cache(response_headers))
+    must_ask = no_cache == frozenset() or (legacy and _pragma_no_cache(response_headers))
     explicit_headers = response_headers if targeted is None else ()
     date_ms = _date_ms(response_headers, now_ms)
     lifetime_ms = _explicit_lifetime_ms(directives, explicit_headers, date_ms, now_ms)
@@ -266,13 +308,16 @@ def store_decision(
             # RFC 9111 section 3: without explicit freshness only the statuses defined as
             # heuristically cacheable may be stored (a passing 503 is no answer to keep).
             return Store(False, StoreReason.NO_FRESHNESS)
-        lifetime_ms = settings.default_ttl_ms or _heuristic_lifetime_ms(
-            response_headers, date_ms, now_ms
-        )
+        given = settings.statuses if settings.statuses is not None else DEFAULT_TTL_STATUSES
+        if settings.default_ttl_ms and status in given:
+            lifetime_ms = settings.default_ttl_ms
+        else:
+            lifetime_ms = _heuristic_lifetime_ms(response_headers, date_ms, now_ms)
     # The copy's age when it arrives: the origin's Age, or how old its Date says it is
-    # (RFC 9111 section 4.2.3), whichever is more.
-    age_s = max(_age(response_headers), max(0, now_ms - date_ms) // 1000)
-    left_ms = min(settings.ttl_ms, lifetime_ms - age_s * 1000)
+    # (RFC 9111 section 4.2.3), whichever is more; an Age that cannot be read, stale.
+    age = _age(response_headers)
+    age_s = max(age if age is not None else 0, max(0, now_ms - date_ms) // 1000)
+    left_ms = min(settings.ttl_ms, lifetime_ms - age_s * 1000) if age is not None else 0
     if must_ask:
         left_ms = min(left_ms, 0)
     validated = has_validator(response_headers)
@@ -305,6 +350,7 @@ def store_decision(
         stale_until=fresh_until + stale_ms,
         revalidate_until=fresh_until + revalidate_ms if revalidate_ms > 0 else 0,
         keep_until=now_ms + settings.ttl_ms if validated else 0,
+        omitted=omitted,
         initial_age_s=age_s,
         # An entry per rate-limit key is one client's only if the key is the client's
         # identity; clients sharing a key (one address behind a NAT, all lacking the key's
@@ -352,7 +398,11 @@ def response_entry(
         raise ValueError(f"the response is not to be stored ({store.reason})")
     return Entry(
         status=status,
-        headers=storable_fields(response_headers),
+        headers=tuple(
+            (name, value)
+            for name, value in storable_fields(response_headers)
+            if name.lower() not in store.omitted
+        ),
         body=body,
         stored_at=now_ms,
         fresh_until=store.fresh_until,
@@ -434,14 +484,38 @@ def _stale_window_ms(
     return max(route_ms, min(origin_s * 1000, MAX_ORIGIN_STALE_MS))
 
 
+def _qualified(directives: CacheControl, name: str) -> frozenset[str] | None:
+    """The field names a ``private`` or ``no-cache`` directive lists (lower case): ``None``
+    when absent, empty when any of its occurrences lists none (the whole answer)."""
+    found = [value for key, value in directives.directives if key == name]
+    if not found:
+        return None
+    values = [value for value in found if value and value.strip(" \t,")]
+    if len(values) != len(found):
+        return frozenset()
+    return frozenset(
+        item.strip(" \t").lower()
+        for value in values
+        for item in value.split(",")
+        if item.strip(" \t")
+    )
+
+
 def _pragma_no_cache(headers: Fields) -> bool:
     return any(item.lower() == "no-cache" for item in list_items(field_value(headers, "pragma")))
 
 
-def _age(headers: Fields) -> int:
-    """The origin's ``Age`` in seconds: its first member, or 0 when invalid (RFC 9111 5.1)."""
-    items = list_items(field_value(headers, "age"))
-    return delta_seconds(items[0]) if items else 0
+def _age(headers: Fields) -> int | None:
+    """The origin's ``Age`` in seconds (0 when absent); ``None`` when it is not one valid
+    delta-seconds (a list, a second line, a sign, a fraction, a parameter): how old the
+    copy is cannot be known, and a shared cache takes the safe reading, stale."""
+    values = field_values(headers, "age")
+    if not values:
+        return 0
+    text = values[0].strip(" \t")
+    if len(values) != 1 or not text.isascii() or not text.isdigit():
+        return None
+    return delta_seconds(text)
 
 
 def _date_ms(headers: Fields, now_ms: int) -> int:

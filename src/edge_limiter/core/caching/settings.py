@@ -27,9 +27,11 @@ from .limits import KV_MIN_EXPIRATION_TTL_S, MAX_BODY_BYTES, MIB
 
 SCOPES = ("public", "key")
 DEFAULT_MAX_BYTES = 1 * MIB
-#: RFC 9110 section 15.1's cacheable-by-default statuses less 404, 405, 410, 414 and 501:
-#: an error is only cached when a route asks for it.
-DEFAULT_STATUSES = (200, 203, 204, 300, 301, 308)
+#: The statuses an answer without an explicit lifetime gets the route's ``default_ttl`` for,
+#: unless the route lists ``statuses``: RFC 9110 section 15.1's cacheable-by-default
+#: statuses less 404, 405, 410, 414 and 501 (an error the origin says nothing about is
+#: only kept that long when a route asks for it).
+DEFAULT_TTL_STATUSES = (200, 203, 204, 300, 301, 308)
 #: 206 answers one Range request and 304 a conditional one; neither is a whole response.
 UNSTORABLE_STATUSES = (206, 304)
 MIN_TTL_MS = 1_000
@@ -73,8 +75,10 @@ class CacheSettings:
     """Query parameter names left out of the key (``("*",)``: the whole query)."""
     max_bytes: int = DEFAULT_MAX_BYTES
     """The largest body stored."""
-    statuses: tuple[int, ...] = DEFAULT_STATUSES
-    """The status codes that may be stored."""
+    statuses: tuple[int, ...] | None = None
+    """The status codes that may be stored (``None``: any the origin gives a lifetime, as
+    RFC 9111 lets a shared cache; and those :data:`DEFAULT_TTL_STATUSES` get
+    ``default_ttl``). Listed, only those, and ``default_ttl`` applies to them."""
     count_hits: bool = False
     """Whether a cache hit consumes rate-limit quota."""
     allow_client_no_cache: bool = False
@@ -213,13 +217,13 @@ def _ignore_query(value: object, where: str, problems: Problems) -> tuple[str, .
     return tuple(sorted(names))
 
 
-def _statuses(value: object, where: str, problems: Problems) -> tuple[int, ...]:
-    """A non-empty list of storable status codes, or the defaults when absent."""
+def _statuses(value: object, where: str, problems: Problems) -> tuple[int, ...] | None:
+    """A non-empty list of storable status codes, or ``None`` when absent."""
     if value is None:
-        return DEFAULT_STATUSES
+        return None
     if not isinstance(value, list) or not value:
         problems.add(where, f"must be a non-empty list of status codes, got {shown(value)}")
-        return DEFAULT_STATUSES
+        return None
     statuses: set[int] = set()
     for index, status in enumerate(value):
         if not is_int(status) or not 200 <= status <= 599:
@@ -233,4 +237,4 @@ def _statuses(value: object, where: str, problems: Problems) -> tuple[int, ...]:
             )
         else:
             statuses.add(status)
-    return tuple(sorted(statuses)) if statuses else DEFAULT_STATUSES
+    return tuple(sorted(statuses)) if statuses else None
