@@ -64,13 +64,13 @@ NAME = "edge-limiter"
 #: How long the suite's client may take (about 20 s here: see the doc).
 CLIENT_TIMEOUT_S = 600.0
 
-#: The route's cache (issue 37's setup): what the suite's origin answers may be stored for up to
-#: a year, its error statuses included; a client's no-cache is honoured; no stale window of the
-#: route's own.
+#: The route's cache, as RFC 9111 has a shared cache: what the origin gives a lifetime (any
+#: status) is kept as long as it says, up to a year; no lifetime of the operator's own for
+#: answers that give none (no default_ttl); a client's no-cache is honoured; no stale window
+#: beyond what the origin's own directives allow.
 ROUTE_CACHE: dict[str, Any] = {
     "ttl": "365d",
     "scope": "public",
-    "statuses": [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501],
     "allow_client_no_cache": True,
     "stale_while_revalidate": "0s",
     "stale_if_error": "0s",

@@ -28,7 +28,12 @@ BEARER = f"Bearer {TOKEN}"
 OWN = "https://api.test"
 ROUTES: list[dict[str, Any]] = [
     {"name": "api", "match": {"path": "/v1/*"}, "limits": "2/hour", "key": "header:x-api-key"},
-    {"name": "cached", "match": {"path": "/c/*"}, "limits": "100/hour", "cache": {"ttl": "5m"}},
+    {
+        "name": "cached",
+        "match": {"path": "/c/*"},
+        "limits": "100/hour",
+        "cache": {"ttl": "5m", "default_ttl": "5m"},
+    },
 ]
 CACHED_URL = "https://api.test/c/x"
 

@@ -21,7 +21,7 @@ CATALOG: dict[str, Any] = {
     "match": {"path": "/v1/catalog/*"},
     "limits": "5/minute",
     "algorithm": "sliding_log",
-    "cache": {"ttl": "5m"},
+    "cache": {"ttl": "5m", "default_ttl": "5m"},
 }
 
 
@@ -415,7 +415,11 @@ def test_a_max_age_shorter_than_the_ttl_is_enforced_by_the_entry() -> None:
 
 def test_per_key_scope_never_serves_one_client_to_another() -> None:
     h = harness(
-        {**CATALOG, "key": "header:x-api-key", "cache": {"ttl": "5m", "scope": "key"}},
+        {
+            **CATALOG,
+            "key": "header:x-api-key",
+            "cache": {"ttl": "5m", "default_ttl": "5m", "scope": "key"},
+        },
         upstream=FakeOrigin(respond=answering()),
     )
     alice = h.send(request("/v1/catalog/me", headers={"x-api-key": "alice"}))
@@ -429,7 +433,7 @@ def test_per_key_scope_never_serves_one_client_to_another() -> None:
 def test_per_key_scope_keeps_apart_the_clients_that_share_a_key() -> None:
     # One address behind a NAT on a key = "ip" route: one rate-limit key, several users.
     h = harness(
-        {**CATALOG, "cache": {"ttl": "5m", "scope": "key"}},
+        {**CATALOG, "cache": {"ttl": "5m", "default_ttl": "5m", "scope": "key"}},
         upstream=FakeOrigin(respond=answering()),
     )
 
@@ -463,7 +467,7 @@ def test_per_key_scope_keeps_apart_callers_by_every_header_a_route_keys_on() -> 
     # counts by address: two callers behind one NAT never share an entry.
     keyed = {"name": "keyed", "match": {"path": "/v1/keyed"}, "limits": "5/minute"}
     h = harness(
-        {**CATALOG, "cache": {"ttl": "5m", "scope": "key"}},
+        {**CATALOG, "cache": {"ttl": "5m", "default_ttl": "5m", "scope": "key"}},
         {**keyed, "key": "header:x-api-key"},
         upstream=FakeOrigin(respond=answering()),
     )
@@ -766,6 +770,27 @@ def test_a_write_whose_client_goes_away_still_invalidates_the_stored_get() -> No
     assert len(h.events("cache_invalidated")) == 1
 
 
+@pytest.mark.parametrize("field", ["location", "content-location"])
+def test_a_write_invalidates_the_uris_its_answer_names_on_the_same_host(field: str) -> None:
+    async def respond(req: OriginRequest) -> Response:
+        if req.method == "GET":
+            return Response(200, Headers([("cache-control", "max-age=600")]), req.url.encode())
+        named = [
+            (field, "/v1/catalog/b?page=2"),  # relative: this host
+            (field, "https://elsewhere.test/v1/catalog/c"),  # another host: never
+        ]
+        return Response(201, Headers(named[:1] if req.url.endswith("/a") else named[1:]))
+
+    h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=respond))
+    for path, query in (("/v1/catalog/b", "page=2"), ("/v1/catalog/c", "")):
+        h.send(request(path, query=query))
+        assert h.send(request(path, query=query)).headers.get("x-cache") == "HIT"
+    assert h.send(request("/v1/catalog/a", "POST", body=b"{}")).status == 201
+    assert h.send(request("/v1/catalog/b", query="page=2")).headers.get("x-cache") == "MISS"
+    assert h.send(request("/v1/catalog/x", "POST", body=b"{}")).status == 201
+    assert h.send(request("/v1/catalog/c")).headers.get("x-cache") == "HIT"
+
+
 def test_a_write_invalidates_every_variant_of_the_uri() -> None:
     varying = FakeOrigin(respond=answering(headers=[("vary", "Accept-Language")]))
     h = harness(GETS_ONLY, WRITES, upstream=varying)
@@ -805,7 +830,7 @@ def test_a_failed_or_unforwarded_write_leaves_the_stored_get() -> None:
 
 
 def test_a_write_invalidates_only_the_writers_copy_on_a_route_cached_per_key() -> None:
-    keyed = {**GETS_ONLY, "cache": {"ttl": "5m", "scope": "key"}}
+    keyed = {**GETS_ONLY, "cache": {"ttl": "5m", "default_ttl": "5m", "scope": "key"}}
     h = harness(keyed, WRITES, upstream=FakeOrigin(respond=answering()))
     for ip in ("198.51.100.1", "198.51.100.2"):
         h.send(request("/v1/catalog/a", ip=ip))
@@ -1283,7 +1308,7 @@ def test_a_stale_copy_standing_in_answers_the_clients_validators() -> None:
 
 def test_a_304_on_a_miss_keeps_the_origins_cors_decision() -> None:
     h = harness(
-        {**CATALOG, "cache": {"ttl": "5m"}},
+        {**CATALOG, "cache": {"ttl": "5m", "default_ttl": "5m"}},
         upstream=FakeOrigin(respond=answering(headers=TAGGED)),
         cors={"allow_origins": ["https://app.test"]},
     )
@@ -1310,3 +1335,211 @@ def test_a_client_max_age_takes_no_stale_copy() -> None:
     h.clock.advance(2_000)
     plain = h.send(request("/v1/catalog/u"))
     assert plain.headers.get("x-cache") == "UPDATING"
+
+
+# --- RFC 9111: freshness from the origin, revalidation, the origin's stale windows -----
+
+LAST_MODIFIED = "Wed, 01 Jan 2020 00:00:00 GMT"
+
+
+class Validating:
+    """An origin whose answer carries ``fields`` (an ETag, a Last-Modified), and that
+    answers a conditional request matching it with a 304 carrying ``renewed``."""
+
+    def __init__(
+        self,
+        fields: list[tuple[str, str]],
+        renewed: list[tuple[str, str]] | None = None,
+        status: int = 200,
+    ) -> None:
+        self.fields = fields
+        self.renewed = renewed if renewed is not None else [("cache-control", "max-age=60")]
+        self.status = status
+        self.full = 0
+
+    async def respond(self, request: OriginRequest) -> Response:
+        etag = dict(self.fields).get("etag")
+        modified = dict(self.fields).get("last-modified")
+        asked_tag = request.headers.get("if-none-match")
+        asked_since = request.headers.get("if-modified-since")
+        if (etag and asked_tag == etag) or (not etag and modified and asked_since == modified):
+            return Response(304, Headers(list(self.renewed)), None)
+        self.full += 1
+        return Response(self.status, Headers(list(self.fields)), f"full {self.full}".encode())
+
+
+def rfc(origin: Validating, **cache: Any) -> Any:
+    """A route cached as RFC 9111 has it: no default_ttl, the origin decides."""
+    route = {**CATALOG, "limits": "100/minute", "cache": {"ttl": "1h", **cache}}
+    return harness(route, upstream=FakeOrigin(respond=origin.respond))
+
+
+@pytest.mark.parametrize(
+    ("fields", "asked"),
+    [
+        ([("etag", '"v1"'), ("cache-control", "max-age=10")], ("if-none-match", '"v1"')),
+        (
+            [("last-modified", LAST_MODIFIED), ("cache-control", "max-age=10")],
+            ("if-modified-since", LAST_MODIFIED),
+        ),
+    ],
+)
+def test_a_stale_copy_is_revalidated_and_a_304_renews_it(
+    fields: list[tuple[str, str]], asked: tuple[str, str]
+) -> None:
+    origin = Validating(
+        [*fields, ("x-test", "A")], [("cache-control", "max-age=60"), ("x-test", "B")]
+    )
+    h = rfc(origin)
+    assert h.send(request("/v1/catalog/r")).headers.get("x-cache") == "MISS"
+    h.clock.advance(11_000)
+    renewed = h.send(request("/v1/catalog/r"))
+    assert renewed.status == 200 and renewed.body == b"full 1"
+    assert renewed.headers.get("x-cache") == "REVALIDATED"
+    assert renewed.headers.get("x-test") == "B"  # the 304's fields replace the stored ones
+    assert renewed.headers.get("x-ratelimit-remaining") == "98"  # a request to the origin
+    conditional = h.origin.sent[-1]
+    assert dict(conditional.headers).get(asked[0]) == asked[1]
+    assert origin.full == 1 and len(h.origin.sent) == 2
+    # Renewed for the 304's max-age: a hit, and the origin is not asked.
+    h.clock.advance(59_000)
+    again = h.send(request("/v1/catalog/r"))
+    assert again.headers.get("x-cache") == "HIT" and again.headers.get("x-test") == "B"
+    assert len(h.origin.sent) == 2
+
+
+def test_a_client_holding_the_copy_gets_a_304_after_the_revalidation() -> None:
+    h = rfc(Validating([("etag", '"v1"'), ("cache-control", "max-age=10")]))
+    h.send(request("/v1/catalog/c"))
+    h.clock.advance(11_000)
+    answer = h.send(request("/v1/catalog/c", headers={"if-none-match": '"v1"'}))
+    assert answer.status == 304 and answer.headers.get("x-cache") == "REVALIDATED"
+    assert answer.body is None
+
+
+def test_a_304_about_another_copy_is_not_served_the_request_goes_again_counted_once() -> None:
+    origin = Validating([("etag", '"v1"'), ("cache-control", "max-age=10")], [("etag", '"v2"')])
+    h = rfc(origin)
+    h.send(request("/v1/catalog/o"))
+    h.clock.advance(11_000)
+    answer = h.send(request("/v1/catalog/o"))
+    assert answer.status == 200 and answer.body == b"full 2"
+    assert answer.headers.get("x-cache") == "MISS"
+    assert answer.headers.get("x-ratelimit-remaining") == "98"
+    assert len(h.origin.sent) == 3 and "if-none-match" not in dict(h.origin.sent[-1].headers)
+
+
+def test_no_cache_answers_are_kept_and_revalidated_every_time() -> None:
+    origin = Validating([("etag", '"n"'), ("cache-control", "no-cache")], [])
+    h = rfc(origin)
+    h.send(request("/v1/catalog/n"))
+    for _ in range(3):
+        answer = h.send(request("/v1/catalog/n"))
+        assert answer.headers.get("x-cache") == "REVALIDATED" and answer.body == b"full 1"
+    assert origin.full == 1 and len(h.origin.sent) == 4
+
+
+def test_an_answer_without_freshness_or_validator_is_not_kept() -> None:
+    h = rfc(Validating([("content-type", "text/plain")]))
+    for _ in range(2):
+        assert h.send(request("/v1/catalog/none")).headers.get("x-cache") == "MISS"
+    assert len(h.origin.sent) == 2
+
+
+def test_heuristic_freshness_only_for_heuristically_cacheable_statuses() -> None:
+    # The Date is when the answer is made; Last-Modified ten days before it.
+    fields = [("last-modified", LAST_MODIFIED)]
+    ok = rfc(Validating(fields))
+    ok.send(request("/v1/catalog/h"))
+    assert ok.send(request("/v1/catalog/h")).headers.get("x-cache") == "HIT"
+    failing = rfc(Validating(fields, status=503), statuses=[200, 503])
+    failing.send(request("/v1/catalog/h"))
+    assert failing.send(request("/v1/catalog/h")).headers.get("x-cache") == "MISS"
+
+
+def test_the_origins_own_stale_if_error_is_honoured_with_no_window_on_the_route() -> None:
+    state = {"up": True}
+
+    async def respond(_: OriginRequest) -> Response:
+        if state["up"]:
+            fields = [("cache-control", "max-age=1, stale-if-error=60")]
+            return Response(200, Headers(fields), b"kept")
+        return Response(503, Headers(), b"down")
+
+    h = harness({**CATALOG, "cache": {"ttl": "1h"}}, upstream=FakeOrigin(respond=respond))
+    h.send(request("/v1/catalog/s"))
+    state["up"] = False
+    h.clock.advance(2_000)
+    stale = h.send(request("/v1/catalog/s"))
+    assert stale.status == 200 and stale.body == b"kept"
+    assert stale.headers.get("x-cache") == "STALE"
+    h.clock.advance(60_000)
+    assert h.send(request("/v1/catalog/s")).status == 503
+
+
+def test_must_revalidate_forbids_a_stale_copy_even_where_the_route_allows_one() -> None:
+    state = {"up": True}
+
+    async def respond(_: OriginRequest) -> Response:
+        if state["up"]:
+            return Response(200, Headers([("cache-control", "max-age=1, must-revalidate")]), b"x")
+        return Response(503, Headers(), b"down")
+
+    h = harness(
+        {**CATALOG, "cache": {"ttl": "1h", "stale_if_error": "10m"}},
+        upstream=FakeOrigin(respond=respond),
+    )
+    h.send(request("/v1/catalog/m"))
+    state["up"] = False
+    h.clock.advance(2_000)
+    assert h.send(request("/v1/catalog/m")).status == 503
+
+
+def test_a_stale_while_revalidate_refresh_is_conditional() -> None:
+    origin = Validating(
+        [("etag", '"w"'), ("cache-control", "max-age=10, stale-while-revalidate=60")],
+        [("cache-control", "max-age=100")],
+    )
+    h = rfc(origin)
+    h.send(request("/v1/catalog/w"))
+    h.clock.advance(11_000)
+    served = h.send(request("/v1/catalog/w"))
+    assert served.headers.get("x-cache") == "UPDATING"
+    h.flush()
+    assert dict(h.origin.sent[-1].headers).get("if-none-match") == '"w"'
+    assert origin.full == 1
+    h.clock.advance(50_000)  # renewed for 100 s by the 304
+    assert h.send(request("/v1/catalog/w")).headers.get("x-cache") == "HIT"
+
+
+def test_concurrent_requests_for_a_stale_copy_revalidate_once() -> None:
+    gate = asyncio.Event()
+    origin = Validating([("etag", '"g"'), ("cache-control", "max-age=10")])
+
+    async def respond(req: OriginRequest) -> Response:
+        if req.headers.get("if-none-match"):
+            await gate.wait()
+        return await origin.respond(req)
+
+    h = harness(
+        {**CATALOG, "limits": "100/minute", "cache": {"ttl": "1h"}},
+        upstream=FakeOrigin(respond=respond),
+    )
+    h.send(request("/v1/catalog/g"))
+    h.clock.advance(11_000)
+    stale = [request("/v1/catalog/g") for _ in range(5)]  # five clients' own requests
+    answers, asked = asyncio.run(together(h, gate, *stale))
+    assert asked == 1 and {a.body for a in answers} == {b"full 1"}
+    assert sorted(a.headers.get("x-cache") for a in answers) == ["HIT"] * 4 + ["REVALIDATED"]
+    conditional = [s for s in h.origin.sent if dict(s.headers).get("if-none-match")]
+    assert len(conditional) == 1 and origin.full == 1
+
+
+def test_a_clients_no_cache_renews_the_stored_copy_by_asking_the_origin() -> None:
+    origin = Validating([("etag", '"r"'), ("cache-control", "max-age=600")])
+    h = rfc(origin, allow_client_no_cache=True)
+    h.send(request("/v1/catalog/reload"))
+    reload = h.send(request("/v1/catalog/reload", headers={"cache-control": "no-cache"}))
+    assert reload.headers.get("x-cache") == "REVALIDATED" and reload.body == b"full 1"
+    assert dict(h.origin.sent[-1].headers).get("if-none-match") == '"r"'
+    assert origin.full == 1 and len(h.origin.sent) == 2

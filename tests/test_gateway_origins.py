@@ -568,7 +568,7 @@ def test_the_retry_budget_keeps_an_outage_from_multiplying_load() -> None:
 
 def test_stale_if_error_serves_the_cached_copy_when_every_origin_fails() -> None:
     origins = Origins()
-    cached = {**ROUTE, "cache": {"ttl": "1m", "stale_if_error": "10m"}}
+    cached = {**ROUTE, "cache": {"ttl": "1m", "default_ttl": "1m", "stale_if_error": "10m"}}
     h = pooled(origins, cached)
     assert h.send(from_("DE", "EU")).body == b"from eu"
     h.clock.advance(120_000)  # past its freshness, within stale_if_error
@@ -582,7 +582,7 @@ def test_stale_if_error_serves_the_cached_copy_when_every_origin_fails() -> None
 
 def test_stale_if_error_covers_an_origins_500_and_counts_the_time_spent_in_age() -> None:
     origins = Origins()
-    cached = {**ROUTE, "cache": {"ttl": "1m", "stale_if_error": "10m"}}
+    cached = {**ROUTE, "cache": {"ttl": "1m", "default_ttl": "1m", "stale_if_error": "10m"}}
     h = pooled(origins, cached)
     h.send(from_("DE", "EU"))
     h.clock.advance(120_000)

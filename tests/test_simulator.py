@@ -122,7 +122,7 @@ def test_the_cache_and_idempotency_keys_work_as_deployed() -> None:
                 "name": "get",
                 "match": {"path": "/c/*"},
                 "limits": "9/minute",
-                "cache": {"ttl": "1m"},
+                "cache": {"ttl": "1m", "default_ttl": "1m"},
             },
             {
                 "name": "pay",
@@ -180,7 +180,9 @@ def test_it_runs_inside_an_event_loop_too() -> None:
 
 
 def test_misses_at_once_overlap_at_a_slow_origin_and_are_collapsed() -> None:
-    sim = Simulator(limited("100/minute", cache={"ttl": "1m"}), origin_latency="80ms")
+    sim = Simulator(
+        limited("100/minute", cache={"ttl": "1m", "default_ttl": "1m"}), origin_latency="80ms"
+    )
     start = sim.now_ms
     answers = sim.burst(20, "GET", f"{API}/v1/x")
     assert len(sim.origin_calls) == 1
@@ -315,7 +317,7 @@ def test_async_tests_and_health_checks() -> None:
 def test_each_answer_of_a_burst_counts_its_own_attempts() -> None:
     sim = Simulator(limited("100/minute"), origin_latency="200ms")
     assert [a.forwarded for a in sim.burst(3, "GET", f"{API}/v1/x")] == [1, 1, 1]
-    cached = limited("9/minute", cache={"ttl": "1m"})
+    cached = limited("9/minute", cache={"ttl": "1m", "default_ttl": "1m"})
     herd = Simulator(cached, origin_latency="200ms").burst(4, "GET", f"{API}/v1/x")
     assert sorted(a.forwarded for a in herd) == [0, 0, 0, 1]  # the hits made none
 

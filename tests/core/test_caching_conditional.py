@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.caching.conditional import (
     entity_tags,
+    freshened_fields,
+    freshens,
     needs_origin,
     not_modified,
     not_modified_fields,
+    revalidation_fields,
 )
 from edge_limiter.core.caching.policy import LookupReason, lookup_decision
 from edge_limiter.core.caching.settings import CacheSettings
@@ -152,3 +155,57 @@ def test_any_if_none_match_gives_an_answer_not_an_error(value: str) -> None:
     tags = entity_tags(value)
     assert tags is None or all(tag == "*" or tag.startswith('"') for tag in tags)
     check({"if-none-match": value}, {"etag": '"v1"'})
+
+
+# --- revalidating a stored copy -----------------------------------------------------------
+
+LM = "Wed, 01 Jan 2020 00:00:00 GMT"
+
+
+def test_a_stale_copy_is_asked_for_by_its_validators() -> None:
+    assert revalidation_fields([("ETag", ' W/"v1" '), ("Last-Modified", LM)]) == [
+        ("If-None-Match", 'W/"v1"'),
+        ("If-Modified-Since", LM),
+    ]
+    assert revalidation_fields([("Last-Modified", LM)]) == [("If-Modified-Since", LM)]
+    # An unquoted tag goes back as the origin wrote it: it knows its own.
+    assert revalidation_fields([("ETag", "v1")]) == [("If-None-Match", "v1")]
+    # Nothing to revalidate by: no ETag, no valid (single) Last-Modified, a malformed tag.
+    for fields in (
+        [],
+        [("Last-Modified", "yesterday")],
+        [("Last-Modified", LM), ("Last-Modified", LM)],
+        [("ETag", " ")],
+        [("ETag", "*")],
+    ):
+        assert revalidation_fields(fields) == [], fields
+
+
+def test_a_304_updates_every_field_but_those_describing_the_stored_body() -> None:
+    stored = [("Content-Type", "text/plain"), ("ETag", '"a"'), ("X-Test", "A"), ("Expires", LM)]
+    answer = [
+        ("X-Test", "B"),
+        ("Content-Type", "text/plain;charset=utf-8"),
+        ("ETag", '"a"'),
+        ("Content-Length", "10"),
+        ("Content-Encoding", "gzip"),
+        ("Connection", "close"),
+        ("Set-Cookie", "a=1"),
+        ("Cache-Control", "max-age=60"),
+    ]
+    assert freshened_fields(stored, answer) == (
+        ("ETag", '"a"'),
+        ("Expires", LM),
+        ("X-Test", "B"),
+        ("Content-Type", "text/plain;charset=utf-8"),
+        ("Cache-Control", "max-age=60"),
+    )
+
+
+def test_a_304_for_another_strong_etag_does_not_freshen_the_copy() -> None:
+    stored = [("ETag", '"a"')]
+    assert freshens(stored, [("ETag", '"a"')])
+    assert freshens(stored, [])
+    assert freshens(stored, [("ETag", 'W/"b"')])  # weak: cannot tell answers apart
+    assert not freshens(stored, [("ETag", '"b"')])
+    assert not freshens([], [("ETag", '"b"')])

@@ -6,7 +6,6 @@ import pytest
 
 from edge_limiter.core.caching.settings import (
     DEFAULT_MAX_BYTES,
-    DEFAULT_STATUSES,
     CacheSettings,
     parse_cache,
 )
@@ -33,10 +32,21 @@ def test_only_ttl_is_required_and_the_rest_defaults() -> None:
     assert settings.scope == "public"
     assert settings.ignore_query == ()
     assert settings.max_bytes == DEFAULT_MAX_BYTES == 1024 * 1024
-    assert settings.statuses == DEFAULT_STATUSES == (200, 203, 204, 300, 301, 308)
+    assert settings.statuses is None  # whatever the origin gives a lifetime
+    assert settings.default_ttl_ms == 0  # none: answers that give none are not kept
     assert settings.count_hits is False
     assert settings.allow_client_no_cache is False
     assert settings.stale_if_error_ms == 0
+
+
+def test_default_ttl_is_an_opt_in_no_longer_than_ttl() -> None:
+    settings, problems = parse({"ttl": "1h", "default_ttl": "5m"})
+    assert not problems.items and settings is not None
+    assert (settings.ttl_ms, settings.default_ttl_ms) == (3_600_000, 300_000)
+    settings, problems = parse({"ttl": "5m", "default_ttl": "1h"})
+    assert len(problems.items) == 1
+    assert problems.items[0].startswith(f"{WHERE}.default_ttl: ")
+    assert "longer than ttl" in problems.items[0]
 
 
 def test_the_documented_example() -> None:

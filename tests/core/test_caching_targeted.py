@@ -12,7 +12,7 @@ from edge_limiter.core.caching.settings import CacheSettings
 from edge_limiter.core.caching.targeted import parse_dictionary, targeted_directives
 
 NOW = 1_700_000_000_000
-ROUTE = CacheSettings(ttl_ms=3_600_000, stale_if_error_ms=600_000)
+ROUTE = CacheSettings(ttl_ms=3_600_000, default_ttl_ms=3_600_000)
 
 
 def decide(headers: dict[str, str]) -> tuple[bool, StoreReason, int]:
@@ -98,7 +98,7 @@ def test_a_targeted_field_replaces_cache_control_expires_and_pragma() -> None:
         StoreReason.PRIVATE
     )
     assert decide({"cdn-cache-control": "no-cache"})[1] == StoreReason.NO_CACHE
-    # Expires no longer counts (the route's ttl applies), nor does a stale one.
+    # Expires no longer counts (the route's default_ttl applies), nor does a stale one.
     expired = {"expires": "Thu, 01 Jan 1970 00:00:00 GMT", "cdn-cache-control": "public"}
     assert decide(expired) == (True, StoreReason.STORED, 3600)
     # A value of the wrong type reads as 0: stale at once, not stored.
@@ -165,3 +165,24 @@ def test_a_list_is_told_from_what_is_not_one() -> None:
         assert is_list(value), value
     for value in ("", " ", "garbage((", '"x";q=1, ', '"open', "a;B=1", "a b"):
         assert not is_list(value), value
+
+
+def test_surrogate_control_decides_after_the_rfc_9213_fields() -> None:
+    assert decide({"cache-control": "max-age=1", "surrogate-control": "MaX-aGe=600"}) == (
+        True,
+        StoreReason.STORED,
+        600,
+    )
+    assert decide({"cache-control": "max-age=600", "surrogate-control": "no-store"})[1] == (
+        StoreReason.NO_STORE
+    )
+    assert decide({"cache-control": "max-age=600", "surrogate-control": "no-store-remote"})[1] == (
+        StoreReason.NO_STORE
+    )
+    # Aimed at another surrogate: Cache-Control decides.
+    assert decide({"cache-control": "max-age=60", "surrogate-control": "max-age=600;edge2"})[2] == (
+        60
+    )
+    # A CDN-Cache-Control comes first.
+    both = {"cdn-cache-control": "max-age=30", "surrogate-control": "max-age=600"}
+    assert decide(both)[2] == 30

@@ -141,7 +141,11 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
             # The timeout bounds the wait for the answer's head; a body the gateway reads
             # itself is bounded per read.
             route(
-                "slow-cached", "/slow-cached/*", "1000/hour", timeout="400ms", cache={"ttl": "5m"}
+                "slow-cached",
+                "/slow-cached/*",
+                "1000/hour",
+                timeout="400ms",
+                cache={"ttl": "5m", "default_ttl": "5m"},
             ),
             route(
                 "slow-pay",
@@ -167,34 +171,46 @@ def gateway_config(origin: str, **top: Any) -> dict[str, Any]:
                 idempotency={"mode": "required", "lock_timeout": "4s"},
             ),
             # The KV response cache.
-            route("cached", "/cached/*", "3/hour", algorithm="sliding_log", cache={"ttl": "5m"}),
+            route(
+                "cached",
+                "/cached/*",
+                "3/hour",
+                algorithm="sliding_log",
+                cache={"ttl": "5m", "default_ttl": "5m"},
+            ),
             # Misses of a slow origin whose clients go away (a timeout far from its answer).
-            route("cached-herd", "/herd/*", "1000/hour", timeout="3s", cache={"ttl": "5m"}),
+            route(
+                "cached-herd",
+                "/herd/*",
+                "1000/hour",
+                timeout="3s",
+                cache={"ttl": "5m", "default_ttl": "5m"},
+            ),
             route(
                 "cached-counted",
                 "/counted/*",
                 "3/hour",
                 algorithm="sliding_log",
-                cache={"ttl": "5m", "count_hits": True},
+                cache={"ttl": "5m", "default_ttl": "5m", "count_hits": True},
             ),
             route(
                 "cached-key",
                 "/mine/*",
                 "100/hour",
                 key="header:x-api-key",
-                cache={"ttl": "5m", "scope": "key"},
+                cache={"ttl": "5m", "default_ttl": "5m", "scope": "key"},
             ),
             route(
                 "cached-swr",
                 "/swr/*",
                 "1000/hour",
-                cache={"ttl": "5m", "stale_while_revalidate": "30s"},
+                cache={"ttl": "5m", "default_ttl": "5m", "stale_while_revalidate": "30s"},
             ),
             route(
                 "cached-small",
                 "/cached-small/*",
                 "1000/hour",
-                cache={"ttl": "5m", "max_bytes": 4096},
+                cache={"ttl": "5m", "default_ttl": "5m", "max_bytes": 4096},
             ),
             # Idempotency-Key.
             route(

@@ -120,7 +120,7 @@ def fuzz_config(origin: str) -> dict[str, Any]:
                 "limits": "100000/hour",
                 "key": ["path:tenant", "ip"],
             },
-            route("cached", "100000/hour", cache={"ttl": "5m"}),
+            route("cached", "100000/hour", cache={"ttl": "5m", "default_ttl": "5m"}),
             route(
                 "pay",
                 "100000/hour",
@@ -662,7 +662,7 @@ def load_config(origin: str, broken: str = "http://127.0.0.1:9") -> dict[str, An
                 "idempotency": {"mode": "required"},
             },
             on_broken("broken"),
-            on_broken("broken-cached", cache={"ttl": "5m"}),
+            on_broken("broken-cached", cache={"ttl": "5m", "default_ttl": "5m"}),
             on_broken(
                 "broken-pay",
                 key="header:x-api-key",

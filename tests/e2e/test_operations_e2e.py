@@ -55,7 +55,7 @@ def config(origin: str) -> dict[str, Any]:
             route("abuse", "10 per 2 seconds"),
             route("ov", "2/hour"),
             route("short", "5 per 10 seconds"),
-            route("cached", "1000/hour", cache={"ttl": "5m"}),
+            route("cached", "1000/hour", cache={"ttl": "5m", "default_ttl": "5m"}),
         ],
     }
 

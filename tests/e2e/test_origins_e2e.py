@@ -260,11 +260,13 @@ def pool_config(origins: dict[str, DemoOrigin], odd_url: str, reset_url: str) ->
             route("hc", "hc"),
             route("post", "post"),
             route("tiny", "tiny"),
-            route("stale", "lone", cache={"ttl": "1s", "stale_if_error": "1m"}),
+            route(
+                "stale", "lone", cache={"ttl": "1s", "default_ttl": "1s", "stale_if_error": "1m"}
+            ),
             route("deadline", "slow", timeout="1s"),
-            route("dripc", "drip", timeout="3s", cache={"ttl": "1m"}),
+            route("dripc", "drip", timeout="3s", cache={"ttl": "1m", "default_ttl": "1m"}),
             route("odd", "odd"),
-            route("oddc", "odd", cache={"ttl": "1m"}),
+            route("oddc", "odd", cache={"ttl": "1m", "default_ttl": "1m"}),
             route("oddi", "odd", idempotency={"mode": "optional"}),
             route("wsl", "odd", limits="2/minute"),
             route("pb", "pb"),

@@ -20,7 +20,13 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..core.caching.conditional import VALIDATORS, not_modified, not_modified_fields
+from ..core.caching.conditional import (
+    VALIDATORS,
+    freshens,
+    not_modified,
+    not_modified_fields,
+    revalidation_fields,
+)
 from ..core.caching.entry import (
     Entry,
     age_seconds,
@@ -34,6 +40,8 @@ from ..core.caching.entry import (
 from ..core.caching.keys import base_key, variant_key
 from ..core.caching.policy import (
     Lookup,
+    Store,
+    freshened_entry,
     kv_expiration_ttl,
     lookup_decision,
     manifest_entry,
@@ -44,7 +52,7 @@ from ..core.caching.settings import CacheSettings
 from ..core.config import Route
 from ..core.errors import BodyReadError, CacheEntryError
 from ..core.http import problems
-from ..core.http.fields import gateway_fields, origin_fields
+from ..core.http.fields import GATEWAY_FIELD_NAMES, gateway_fields, origin_fields
 from ..core.http.messages import Headers, Progress, Response
 from ..core.keys import CALLER_FIELDS
 from .exchange import Exchange, Handler, body_broken_response, problem_response
@@ -54,6 +62,9 @@ from .ratelimit import RateLimit, request_key
 CACHE_HEADER = "X-Cache"
 #: ``X-Cache`` of a stale copy served while a fresh one is fetched (stale-while-revalidate).
 UPDATING = "UPDATING"
+#: ``X-Cache`` of a stale copy the origin said is still current (a ``304`` to the
+#: conditional request the cache sent), served with the fields that ``304`` renewed.
+REVALIDATED = "REVALIDATED"
 #: KV takes one write per second per key: this isolate skips rewriting a key sooner.
 REWRITE_AFTER_MS = 1_000
 _RECENT_WRITES = 1_024
@@ -196,6 +207,15 @@ class Cache:
             if entry is not None and usable_stale(entry, now):
                 stale = entry
         storing = lookup.write and request.method == "GET"
+        known: Entry | None = None
+        if lookup.read and storing:
+            known = entry
+        elif lookup.renew and storing:
+            # The client's no-cache: its copy is asked about, never served unasked.
+            known, generation, varies = await self._lookup(base, request_fields, now)
+        # A stale copy with a validator is asked for conditionally (RFC 9111 section 4.3):
+        # a 304 renews it, and its body is not sent again.
+        renewable = known if known is not None and now < known.keep_until else None
         leader: _Leader | None = None
         key = variant_key(base, varies, request_fields) if varies else base
         # A client that skipped the cache (no-cache, where the route allows it) wants an
@@ -228,6 +248,7 @@ class Cache:
             generation=generation,
             storing=storing,
             stale=stale,
+            renewable=renewable,
             leader=leader,
         )
         if leader is None:
@@ -248,10 +269,12 @@ class Cache:
         generation: str | None,
         storing: bool,
         stale: Entry | None,
+        renewable: Entry | None,
         leader: _Leader | None,
     ) -> Response:
         """The origin's answer to a miss, stored when it may be; as ``leader``, the answer
-        the requests for ``key`` meanwhile wait for."""
+        the requests for ``key`` meanwhile wait for. With a ``renewable`` stale copy the
+        request is conditional, and a ``304`` renews that copy."""
         request = exchange.request
         now = exchange.now_ms
         stored: Entry | None = None
@@ -261,7 +284,14 @@ class Cache:
                 # judged here against it.
                 for name in VALIDATORS:
                     request.headers.delete(name)
-            response = await call_next(exchange)
+            response = await self._ask(exchange, call_next, renewable)
+            if renewable is not None and exchange.reached_origin and response.status == 304:
+                renewed, stored = await self._renew(
+                    exchange, base, request_fields, renewable, response, generation=generation
+                )
+                return self._answer(
+                    exchange, renewed, validators, REVALIDATED, response.headers.items()
+                )
             failed = exchange.origin_failed or response.status in ERROR_STATUSES
             if leader is not None and failed:
                 leader.failed = response.status
@@ -473,17 +503,26 @@ class Cache:
             self._refreshing.clear()
         self._refreshing[mark] = now
         exchange.background.defer(
-            self._refresh(exchange, base, request_fields, call_next, mark, generation=generation)
+            self._refresh(
+                exchange,
+                base,
+                entry,
+                request_fields,
+                call_next,
+                mark=mark,
+                generation=generation,
+            )
         )
 
     async def _refresh(
         self,
         exchange: Exchange,
         base: str,
+        entry: Entry,
         request_fields: list[tuple[str, str]],
         call_next: Handler,
-        mark: str,
         *,
+        mark: str,
         generation: str | None,
     ) -> None:
         # The rest of the pipeline, as for a miss: the refresh is rate limited (it is a
@@ -502,16 +541,31 @@ class Cache:
                 finishing=True,
             )
             asked_at = self.services.clock.now_ms()
-            response = await call_next(again)
-            if again.reached_origin:
+            response = await self._ask(again, call_next, entry)
+            if again.reached_origin and response.status == 304:
+                again.now_ms = self.services.clock.now_ms()
+                await self._renew(
+                    again,
+                    base,
+                    request_fields,
+                    entry,
+                    response,
+                    generation=generation,
+                    defer=False,
+                    since=asked_at,
+                )
+            elif again.reached_origin and not (
+                again.origin_failed or response.status in ERROR_STATUSES
+            ):
+                # A failing origin's answer, even one it gives a lifetime, never replaces
+                # the copy it failed to refresh: that stays served until its window ends.
                 again.now_ms = self.services.clock.now_ms()
                 stored = await self._store(
                     again, base, request_fields, response, generation, defer=False, since=asked_at
                 )
-                if stored is None and not again.origin_failed and response.status < 500:
+                if stored is None and response.status < 500:
                     # The origin's answer now is one not to keep (a 404 or 410, no-store,
-                    # a cookie): the old copy no longer says what it holds. Only a failing
-                    # origin leaves it served until its window ends.
+                    # a cookie): the old copy no longer says what it holds.
                     self._written.pop(mark, None)
                     await self.kv.delete(mark)
         except Exception as exc:  # the client already has its answer
@@ -532,7 +586,20 @@ class Cache:
             if admission.answer is not None:
                 return admission.answer
             headers = admission.headers
-        now = exchange.now_ms
+        return self._answer(exchange, entry, validators, label, headers)
+
+    def _answer(
+        self,
+        exchange: Exchange,
+        entry: Entry,
+        validators: list[tuple[str, str]],
+        label: str,
+        gateway: list[tuple[str, str]],
+    ) -> Response:
+        """The client's answer from ``entry`` (``304`` when its validators say it holds
+        that copy), with the gateway's own fields for this client (those of ``gateway``:
+        its rate-limit state, the origin that renewed it) and ``X-Cache: label``."""
+        now = self.services.clock.now_ms() if label == REVALIDATED else exchange.now_ms
         request = exchange.request
         if validators and not_modified(
             validators, entry.status, entry.headers, entry.stored_at, now
@@ -546,10 +613,78 @@ class Cache:
             status = entry.status
             out = Headers(replay_headers(entry, now))
             body = _body_for(request.method, entry, out)
-        for name, value in headers:
-            out.set(name, value)
+        for name, value in gateway:
+            lowered = name.lower()
+            if lowered == "x-origin" or lowered in GATEWAY_FIELD_NAMES:
+                out.set(name, value)
         out.set(CACHE_HEADER, label)
         return Response(status, out, body)
+
+    async def _ask(
+        self, exchange: Exchange, call_next: Handler, renewable: Entry | None
+    ) -> Response:
+        """The origin's answer: conditional (the copy's validators) when there is a stale
+        copy to renew. A ``304`` that is not about that copy (another strong ``ETag``) is
+        no answer to pass on: the request is sent again unconditionally, counted once."""
+        fields = revalidation_fields(renewable.headers) if renewable is not None else []
+        request = exchange.request
+        for name, value in fields:
+            request.headers.set(name, value)
+        response = await call_next(exchange)
+        if not fields or response.status != 304 or not exchange.reached_origin:
+            return response
+        assert renewable is not None
+        if freshens(renewable.headers, response.headers.items()):
+            return response
+        self.services.log({"event": "cache_revalidation_mismatch", "route": self.route.name})
+        for name, _ in fields:
+            request.headers.delete(name)
+        exchange.counted = True
+        again = await call_next(exchange)
+        for name, value in gateway_fields(response.headers.items()):
+            if again.headers.get(name) is None:
+                again.headers.set(name, value)  # the counted request's rate-limit state
+        return again
+
+    async def _renew(
+        self,
+        exchange: Exchange,
+        base: str,
+        request_fields: list[tuple[str, str]],
+        entry: Entry,
+        response: Response,
+        *,
+        generation: str | None,
+        defer: bool = True,
+        since: int | None = None,
+    ) -> tuple[Entry, Entry | None]:
+        """The stale ``entry`` renewed by the origin's ``304`` (RFC 9111 section 4.3.4):
+        the copy to answer with, and the entry stored again (``None``: the ``304`` says
+        not to keep it, or the URI was written meanwhile)."""
+        now = self.services.clock.now_ms()
+        renewed, decision = freshened_entry(
+            entry,
+            origin_fields(response.headers.items()),
+            self.settings,
+            now,
+            caller_fields=self.caller_fields,
+        )
+        self.services.log({"event": "cache_revalidated", "route": self.route.name})
+        asked = since if since is not None else exchange.now_ms
+        if not decision.store or self._purged_since(base, asked):
+            return renewed, None
+        kept = await self._keep(
+            exchange,
+            base,
+            request_fields,
+            renewed,
+            decision,
+            generation=generation,
+            defer=defer,
+            sent=asked,
+            now=now,
+        )
+        return renewed, kept
 
     def _keyed_path(self, path: str) -> str:
         """The canonical path as entries are keyed: on a ``case_insensitive`` route every
@@ -581,9 +716,10 @@ class Cache:
         await self.kv.delete(base)
         return base, found
 
-    async def invalidate(self, exchange: Exchange) -> None:
-        """After an unsafe request to this route's URI succeeded (RFC 9111 section 4.4):
-        the stored answer no longer says what the origin holds. A failure is logged."""
+    async def invalidate(self, exchange: Exchange, query: str | None = None) -> None:
+        """After an unsafe request to this route's URI (its path, with ``query``: by
+        default the request's) succeeded (RFC 9111 section 4.4): the stored answer no
+        longer says what the origin holds. A failure is logged."""
         scope_key = None
         if self.settings.scope == "key":
             key = request_key(self.route, exchange)
@@ -591,7 +727,8 @@ class Cache:
                 return
             scope_key = key
         try:
-            await self.purge(exchange.host, exchange.path, exchange.request.query, scope_key)
+            asked = exchange.request.query if query is None else query
+            await self.purge(exchange.host, exchange.path, asked, scope_key)
         except Exception as exc:  # KV failing: the copy expires on its own
             self._log_failure("delete", exc)
             return
@@ -713,6 +850,34 @@ class Cache:
             return None
         decision = replace(decision, must_measure=False)
         entry = response_entry(decision, response.status, response_fields, body, now)
+        sent = since if since is not None else now
+        return await self._keep(
+            exchange,
+            base,
+            request_fields,
+            entry,
+            decision,
+            generation=generation,
+            defer=defer,
+            sent=sent,
+            now=now,
+        )
+
+    async def _keep(
+        self,
+        exchange: Exchange,
+        base: str,
+        request_fields: list[tuple[str, str]],
+        entry: Entry,
+        decision: Store,
+        *,
+        generation: str | None,
+        defer: bool,
+        sent: int,
+        now: int,
+    ) -> Entry | None:
+        """Write ``entry`` (with its vary manifest, when it varies) after the response,
+        unless not ``defer``; ``entry``, or ``None`` when it cannot be encoded."""
         writes: list[tuple[str, bytes]] = []
         try:
             if decision.vary:
@@ -730,7 +895,6 @@ class Cache:
         writes = [(key, value) for key, value in writes if self._may_write(key, now)]
         if writes:
             ttl = kv_expiration_ttl(entry.expires, now)
-            sent = since if since is not None else now
             if defer:
                 exchange.background.defer(self._write(writes, ttl, base, sent))
             else:

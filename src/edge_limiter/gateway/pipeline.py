@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 from ..core.caching.fields import connection_named
+from ..core.caching.invalidation import related_targets
 from ..core.canonical import canonical_host, canonical_path
 from ..core.config import Config, Forwarding, Route
 from ..core.errors import BodyReadError, ConfigError, PathError
@@ -245,7 +246,7 @@ class Gateway:
             else:
                 handler = self._routes[route.name]
         if self.caches and request.method not in SAFE_METHODS:
-            # The cached GET a write changed is removed even if the writer's client goes
+            # The cached GETs a write changed are removed even if the writer's client goes
             # away before the answer (else every reader gets the old copy until it expires).
             return await exchange.finish(self._write(handler, exchange, host, background))
         return await handler(exchange)
@@ -254,30 +255,48 @@ class Gateway:
         self, handler: Handler, exchange: Exchange, host: str, background: Background | None
     ) -> Response:
         """An unsafe request, and once it succeeded at the origin, the invalidation of the
-        cached GET answer for its URI."""
+        cached GET answers for its URI and those its answer names."""
         response = await handler(exchange)
         if 200 <= response.status < 400 and exchange.reached_origin:
-            await self._invalidate(exchange.request, exchange.path, host, background)
+            await self._invalidate(exchange.request, exchange.path, host, response, background)
         return response
 
     async def _invalidate(
-        self, request: Request, path: str, host: str, background: Background | None
+        self,
+        request: Request,
+        path: str,
+        host: str,
+        response: Response,
+        background: Background | None,
     ) -> None:
-        """An unsafe request to a URI succeeded at the origin: the cached GET answer for it
-        (on whichever route caches its GETs) no longer says what the origin holds (RFC 9111
-        section 4.4). Done before the response, so the client's next GET is a miss here;
-        a KV that takes longer than :data:`INVALIDATE_WAIT_S` finishes after it."""
-        matched = self.config.match("GET", host, path)
-        if matched is None:
+        """An unsafe request to a URI succeeded at the origin: the cached GET answers for it
+        and for the URIs on its host that the answer's ``Location`` and
+        ``Content-Location`` name (on whichever routes cache their GETs) no longer say what
+        the origin holds (RFC 9111 section 4.4). Done before the response, so the client's
+        next GET is a miss here; a KV that takes longer than :data:`INVALIDATE_WAIT_S`
+        finishes after it."""
+        targets = [(path, request.query)]
+        for raw, query in related_targets(request.scheme, host, path, response.headers.items()):
+            try:
+                targets.append((canonical_path(raw, self.config.matrix_params), query))
+            except PathError:
+                continue
+        works = []
+        for target, query in dict.fromkeys(targets):
+            matched = self.config.match("GET", host, target)
+            if matched is None:
+                continue
+            route, params = matched
+            cache = self.caches.get(route.name)
+            if cache is None:
+                continue
+            exchange = self._exchange(request, target, host, route.forward, background)
+            exchange.route = route
+            exchange.params = params
+            works.append(cache.invalidate(exchange, query))
+        if not works:
             return
-        route, params = matched
-        cache = self.caches.get(route.name)
-        if cache is None:
-            return
-        exchange = self._exchange(request, path, host, route.forward, background)
-        exchange.route = route
-        exchange.params = params
-        work = asyncio.ensure_future(cache.invalidate(exchange))
+        work = asyncio.ensure_future(asyncio.gather(*works))
         try:
             await asyncio.wait_for(asyncio.shield(work), INVALIDATE_WAIT_S)
         except TimeoutError:

@@ -65,7 +65,12 @@ def parse_cache_control(value: str | None) -> CacheControl:
     """Parse a ``Cache-Control`` field value (``None``: the field is absent)."""
     if not value:
         return CacheControl()
-    return directives_of(tuple(item for item in map(_parse_item, _split_items(value)) if item))
+    return directives_of(split_directives(value))
+
+
+def split_directives(value: str) -> tuple[tuple[str, str | None], ...]:
+    """A ``Cache-Control``-style value's directives as ``(lower-case name, value)``."""
+    return tuple(item for item in map(_parse_item, _split_items(value)) if item)
 
 
 def directives_of(directives: tuple[tuple[str, str | None], ...]) -> CacheControl:

@@ -16,11 +16,18 @@ instead of sending the whole body again. The rules, in RFC 9110 section 13.2.2's
 On a miss that may be stored, the :data:`VALIDATORS` are held back: the origin sends its
 whole answer, which fills the cache, and the client still gets its ``304`` when that
 answer matches (else a client that always holds a copy would never let the cache fill).
+
+The cache revalidates its own stale copies the same way (RFC 9111 section 4.3): the
+request to the origin carries :func:`revalidation_fields` (the copy's ``ETag`` as
+``If-None-Match``, its ``Last-Modified`` as ``If-Modified-Since``), and a ``304`` that
+:func:`freshens` the copy updates its fields (:func:`freshened_fields`) instead of
+sending the body again.
 """
 
 from __future__ import annotations
 
 from ..http.dates import http_date_ms
+from .entry import storable_fields
 from .fields import FieldPairs, Fields, field_pairs, field_value, field_values
 
 #: The stored fields a ``304`` carries (RFC 9110 section 15.4.5), ``Last-Modified`` included
@@ -129,3 +136,58 @@ def _last_modified(stored_fields: Fields, stored_at: int, now_ms: int) -> int:
             if at is not None:
                 return at
     return stored_at
+
+
+#: Fields a ``304`` never changes in a stored answer (RFC 9111 section 3.2): they describe
+#: the stored body itself (its length, coding, range and digest) or name it (``ETag``).
+NOT_UPDATED = frozenset(
+    {"content-encoding", "content-length", "content-md5", "content-range", "etag"}
+)
+
+
+def revalidation_fields(stored_fields: Fields) -> list[tuple[str, str]]:
+    """The validators a conditional request for a stored answer carries: its ``ETag`` as
+    ``If-None-Match`` (as written), its ``Last-Modified`` (one valid date) as
+    ``If-Modified-Since``; none when it has neither (it cannot be revalidated)."""
+    out: list[tuple[str, str]] = []
+    etag = (field_value(stored_fields, "etag") or "").strip(" \t")
+    if etag and etag != "*":
+        # As the origin wrote it, quotes or not: an origin that sends an unquoted tag
+        # (not RFC 9110's syntax) recognises its own.
+        out.append(("If-None-Match", etag))
+    modified = field_values(stored_fields, "last-modified")
+    if len(modified) == 1 and http_date_ms(modified[0].strip(" \t"), 0) is not None:
+        out.append(("If-Modified-Since", modified[0].strip(" \t")))
+    return out
+
+
+def freshens(stored_fields: Fields, answer_fields: Fields) -> bool:
+    """Whether a ``304`` (``answer_fields``) is about the stored answer (RFC 9111 section
+    4.3.4): a strong ``ETag`` in it must be the stored one; without one, the ``304``
+    answers the validators this cache sent, which were the stored answer's."""
+    etag = field_value(answer_fields, "etag")
+    if etag is None:
+        return True
+    tags = entity_tags(etag)
+    if tags is None or len(tags) != 1 or etag.strip(" \t").startswith("W/"):
+        # A weak tag (or none readable) cannot tell two answers apart: it may freshen the
+        # copy whose validators were sent.
+        return True
+    stored = field_value(stored_fields, "etag")
+    return stored is not None and entity_tags(stored) == tags
+
+
+def freshened_fields(stored_fields: Fields, answer_fields: Fields) -> FieldPairs:
+    """The stored answer's fields updated from a ``304`` (RFC 9111 section 3.2): each field
+    the ``304`` carries replaces the stored one of that name, but those never stored and
+    :data:`NOT_UPDATED`."""
+    update = [
+        (name, value)
+        for name, value in storable_fields(answer_fields)
+        if name.lower() not in NOT_UPDATED
+    ]
+    replaced = {name.lower() for name, _ in update}
+    kept = [
+        (name, value) for name, value in field_pairs(stored_fields) if name.lower() not in replaced
+    ]
+    return (*kept, *update)

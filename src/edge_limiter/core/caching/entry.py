@@ -13,7 +13,9 @@ that as a miss and the next store overwrites the value.
 Times are integer milliseconds. ``fresh_until`` ends the time a copy is served as a hit;
 ``stale_until`` ends the time it may stand in for an origin that fails (stale-if-error);
 ``revalidate_until`` the time it is still served while a fresh copy is fetched
-(stale-while-revalidate). An entry stored before that field existed has none.
+(stale-while-revalidate); ``keep_until`` the time a copy with a validator is kept to be
+revalidated with a conditional request once stale. An entry stored before those fields
+existed has none.
 """
 
 from __future__ import annotations
@@ -56,11 +58,15 @@ class Entry:
     """A manifest's: the variants it leads to are stored under keys made with it, so once
     the manifest is removed (a write to the URI, a purge) and a new one made, no variant
     stored before is reached again."""
+    keep_until: int = 0
+    """Until when a copy that can be revalidated (it has a validator) is kept, stale or
+    not, for a conditional request to renew it (0: not kept past the windows)."""
 
     @property
     def expires(self) -> int:
-        """When the entry stops mattering: past freshness and both stale windows."""
-        return max(self.fresh_until, self.stale_until, self.revalidate_until)
+        """When the entry stops mattering: past freshness, both stale windows and the time
+        it is kept to be revalidated."""
+        return max(self.fresh_until, self.stale_until, self.revalidate_until, self.keep_until)
 
 
 def storable_fields(headers: Fields) -> FieldPairs:
@@ -80,6 +86,7 @@ def vary_manifest(
     revalidate_until: int = 0,
     *,
     generation: str = "",
+    keep_until: int = 0,
 ) -> Entry:
     """The entry stored at a base key to say which request fields pick the variant."""
     return Entry(
@@ -94,6 +101,7 @@ def vary_manifest(
         manifest=True,
         revalidate_until=revalidate_until,
         generation=generation,
+        keep_until=keep_until,
     )
 
 
@@ -112,6 +120,7 @@ def encode_entry(entry: Entry) -> bytes:
             "r": entry.revalidate_until,
             "n": len(entry.body),
             **({"g": entry.generation} if entry.generation else {}),
+            **({"k": entry.keep_until} if entry.keep_until else {}),
         },
         ensure_ascii=True,
         separators=(",", ":"),
@@ -154,6 +163,7 @@ def decode_entry(data: bytes) -> Entry:
         manifest=_bool(header, "m"),
         revalidate_until=_int(header, "r") if "r" in header else 0,
         generation=_generation(header.get("g", "")),
+        keep_until=_int(header, "k") if "k" in header else 0,
     )
 
 

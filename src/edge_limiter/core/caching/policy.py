@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
+from ..http.dates import http_date_ms
 from ..keys import CALLER_FIELDS
 from .cache_control import CacheControl, delta_seconds, parse_cache_control
-from .conditional import needs_origin
+from .conditional import freshened_fields, needs_origin
 from .entry import Entry, age_seconds, is_fresh, storable_fields, vary_manifest
 from .fields import (
     Fields,
@@ -39,10 +38,41 @@ from .fields import (
 )
 from .keys import CACHEABLE_METHODS, normalize_vary
 from .limits import KV_MIN_EXPIRATION_TTL_S, MAX_STORED_FIELD_BYTES
-from .settings import CacheSettings
+from .settings import (
+    DEFAULT_TTL_STATUSES,
+    MAX_STALE_IF_ERROR_MS,
+    MAX_STALE_WHILE_REVALIDATE_MS,
+    UNSTORABLE_STATUSES,
+    CacheSettings,
+)
 from .targeted import targeted_directives
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: RFC 9110 section 15.1: the statuses a cache may store and reuse with heuristic
+#: freshness (a lifetime of its own choosing) when the origin gives no explicit one.
+HEURISTIC_STATUSES = frozenset({200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501})
+#: RFC 9110 section 15: the statuses whose caching rules this cache knows (for
+#: ``must-understand``, RFC 9111 section 5.2.2.3).
+UNDERSTOOD_STATUSES = frozenset(
+    (
+        *range(200, 207),
+        *range(300, 305),
+        307,
+        308,
+        *range(400, 418),
+        421,
+        422,
+        426,
+        *range(500, 506),
+    )
+)
+#: The heuristic lifetime is the time since Last-Modified divided by this (a tenth, as
+#: RFC 9111 section 4.2.2 suggests and browsers, Squid and Varnish take) ...
+HEURISTIC_DIVISOR = 10
+#: ... and at most a day (Squid's default refresh_pattern keeps at most three).
+HEURISTIC_MAX_MS = 86_400_000
+#: The longest stale window an origin's own directive opens (a huge value would keep the
+#: copy in KV for ever): the route's own bounds for its windows.
+MAX_ORIGIN_STALE_MS = max(MAX_STALE_IF_ERROR_MS, MAX_STALE_WHILE_REVALIDATE_MS)
 
 
 class LookupReason(StrEnum):
@@ -87,6 +117,10 @@ class Lookup:
     decide (``allow_client_no_cache``); ``None``: any fresh copy."""
     min_fresh_s: int | None = None
     """How long a copy must stay fresh for the client (its ``min-fresh``), likewise."""
+    renew: bool = False
+    """The client asked the cache not to answer without asking the origin (``no-cache``,
+    where the route lets clients decide): the stored copy is not served as it is, but a
+    conditional request may renew it (RFC 9111 section 5.2.1.4)."""
 
     @property
     def bypass(self) -> bool:
@@ -133,7 +167,8 @@ def lookup_decision(method: str, request_headers: Fields, settings: CacheSetting
         pragma = field_value(request_headers, "pragma")
         wants_fresh = any(item.lower() == "no-cache" for item in list_items(pragma))
     if wants_fresh and settings.allow_client_no_cache:
-        return Lookup(False, not head and not no_store, LookupReason.CLIENT_NO_CACHE, only)
+        writes = not head and not no_store
+        return Lookup(False, writes, LookupReason.CLIENT_NO_CACHE, only, renew=writes)
     if no_store:
         return Lookup(True, False, LookupReason.CLIENT_NO_STORE, only)
     if head:
@@ -165,12 +200,17 @@ class StoreReason(StrEnum):
     NO_STORE = "no_store"
     PRIVATE = "private"
     NO_CACHE = "no_cache"
-    """``no-cache`` (or a bare ``Pragma: no-cache``): it must be revalidated, which we never do."""
+    """``no-cache`` (or a bare ``Pragma: no-cache``) with no validator: every reuse would
+    have to ask the origin for the whole answer again."""
+    VARY_CHANGED = "vary_changed"
+    """A ``304`` said the answer varies on other fields than the stored copy's."""
+    NO_FRESHNESS = "no_freshness"
+    """No explicit lifetime, and a status that is not heuristically cacheable."""
     SET_COOKIE = "set_cookie"
     VARY_STAR = "vary_star"
     VARY_INVALID = "vary_invalid"
     NOT_FRESH = "not_fresh"
-    """The lifetime left after the origin's ``Age`` is zero or less."""
+    """The lifetime left after the copy's age is zero or less, and it has no validator."""
     FIELDS_TOO_LARGE = "fields_too_large"
     TOO_LARGE = "too_large"
     STREAM = "stream"
@@ -196,6 +236,10 @@ class Store:
     """The body's length is not known yet: store only if :func:`body_fits`."""
     revalidate_until: int = 0
     """The end of the stale-while-revalidate window (0: none)."""
+    omitted: frozenset[str] = frozenset()
+    """Fields (lower case) the stored copy leaves out: ``private="..."``, ``no-cache="..."``."""
+    keep_until: int = 0
+    """Until when a copy with a validator is kept to be revalidated (0: no validator)."""
 
 
 def store_decision(
@@ -213,7 +257,9 @@ def store_decision(
     decides, or the answer says the body must be measured first. An entry kept per
     rate-limit key also varies on ``caller_fields`` (the gateway's ``caller_fields``).
     """
-    if status not in settings.statuses:
+    if status < 200 or status in UNSTORABLE_STATUSES:
+        return Store(False, StoreReason.STATUS)
+    if settings.statuses is not None and status not in settings.statuses:
         return Store(False, StoreReason.STATUS)
     if is_stream(response_headers):
         return Store(False, StoreReason.STREAM)
@@ -226,13 +272,23 @@ def store_decision(
         cache_control = field_value(response_headers, "cache-control")
         directives = parse_cache_control(cache_control)
         legacy = cache_control is None
-    if directives.no_store:
+    if directives.has("must-understand"):
+        # RFC 9111 section 5.2.2.3: stored only where the status is one this cache knows
+        # the caching rules of, and then whatever no-store says (it is there for caches
+        # that do not know must-understand).
+        if status not in UNDERSTOOD_STATUSES:
+            return Store(False, StoreReason.STATUS)
+    elif directives.no_store:
         return Store(False, StoreReason.NO_STORE)
-    if directives.private:
+    # The qualified forms name fields a shared cache must not keep (private="a", RFC 9111
+    # section 5.2.2.7) or hand out without asking the origin (no-cache="a", 5.2.2.4):
+    # the rest of the answer is kept, and reused, without them.
+    private = _qualified(directives, "private")
+    if private is not None and not private:
         return Store(False, StoreReason.PRIVATE)
-    if directives.no_cache or (legacy and _pragma_no_cache(response_headers)):
-        return Store(False, StoreReason.NO_CACHE)
-    if field_values(response_headers, "set-cookie"):
+    no_cache = _qualified(directives, "no-cache")
+    omitted = frozenset((private or frozenset()) | (no_cache or frozenset()))
+    if field_values(response_headers, "set-cookie") and "set-cookie" not in omitted:
         return Store(False, StoreReason.SET_COOKIE)
 
     vary_items = list_items(field_value(response_headers, "vary"))
@@ -241,22 +297,43 @@ def store_decision(
     if not all(is_token(item) for item in vary_items):
         return Store(False, StoreReason.VARY_INVALID)
 
-    age_s = _age(response_headers)
-    lifetime_ms = settings.ttl_ms
-    origin_ms = _origin_lifetime_ms(
-        directives.s_maxage,
-        directives.max_age,
-        response_headers if targeted is None else (),
-        now_ms,
-    )
-    if origin_ms is not None:
-        lifetime_ms = min(lifetime_ms, origin_ms - age_s * 1000)
-    if lifetime_ms <= 0:
-        return Store(False, StoreReason.NOT_FRESH)
+    # no-cache (in any form; a bare Pragma: no-cache where Cache-Control is absent) lets
+    # a copy be stored but never reused without asking the origin: stale from the start.
+    must_ask = no_cache == frozenset() or (legacy and _pragma_no_cache(response_headers))
+    explicit_headers = response_headers if targeted is None else ()
+    date_ms = _date_ms(response_headers, now_ms)
+    lifetime_ms = _explicit_lifetime_ms(directives, explicit_headers, date_ms, now_ms)
+    if lifetime_ms is None:
+        if not (status in HEURISTIC_STATUSES or directives.public):
+            # RFC 9111 section 3: without explicit freshness only the statuses defined as
+            # heuristically cacheable may be stored (a passing 503 is no answer to keep).
+            return Store(False, StoreReason.NO_FRESHNESS)
+        given = settings.statuses if settings.statuses is not None else DEFAULT_TTL_STATUSES
+        if settings.default_ttl_ms and status in given:
+            lifetime_ms = settings.default_ttl_ms
+        else:
+            lifetime_ms = _heuristic_lifetime_ms(response_headers, date_ms, now_ms)
+    # The copy's age when it arrives: the origin's Age, or how old its Date says it is
+    # (RFC 9111 section 4.2.3), whichever is more; an Age that cannot be read, stale.
+    age = _age(response_headers)
+    age_s = max(age if age is not None else 0, max(0, now_ms - date_ms) // 1000)
+    left_ms = min(settings.ttl_ms, lifetime_ms - age_s * 1000) if age is not None else 0
+    if must_ask:
+        left_ms = min(left_ms, 0)
+    validated = has_validator(response_headers)
+    if left_ms <= 0 and not validated:
+        # Stale on arrival with nothing to revalidate it by: every reuse would be a fetch.
+        return Store(False, StoreReason.NO_CACHE if must_ask else StoreReason.NOT_FRESH)
 
-    stale_ms = _stale_window_ms(settings.stale_if_error_ms, directives.stale_if_error, directives)
+    forbidden = must_ask or directives.must_revalidate or directives.proxy_revalidate
+    stale_ms = _stale_window_ms(
+        settings.stale_if_error_ms, directives.stale_if_error, directives, forbidden
+    )
     revalidate_ms = _stale_window_ms(
-        settings.stale_while_revalidate_ms, directives.stale_while_revalidate, directives
+        settings.stale_while_revalidate_ms,
+        directives.stale_while_revalidate,
+        directives,
+        forbidden,
     )
 
     fields = storable_fields(response_headers)
@@ -265,13 +342,15 @@ def store_decision(
     if any(REPLACED in value for _, value in fields):
         return Store(False, StoreReason.FIELDS_NOT_TEXT)
 
-    fresh_until = now_ms + lifetime_ms
+    fresh_until = now_ms + max(0, left_ms)
     decided = Store(
         True,
         StoreReason.STORED,
         fresh_until=fresh_until,
         stale_until=fresh_until + stale_ms,
         revalidate_until=fresh_until + revalidate_ms if revalidate_ms > 0 else 0,
+        keep_until=now_ms + settings.ttl_ms if validated else 0,
+        omitted=omitted,
         initial_age_s=age_s,
         # An entry per rate-limit key is one client's only if the key is the client's
         # identity; clients sharing a key (one address behind a NAT, all lacking the key's
@@ -285,6 +364,15 @@ def store_decision(
     if not body_fits(length, settings):
         return Store(False, StoreReason.TOO_LARGE)
     return decided
+
+
+def has_validator(headers: Fields) -> bool:
+    """Whether a stored answer can be revalidated: it has an ``ETag`` or a valid
+    ``Last-Modified`` (RFC 9111 section 4.3.1)."""
+    if field_value(headers, "etag") is not None:
+        return True
+    values = field_values(headers, "last-modified")
+    return len(values) == 1 and http_date_ms(values[0].strip(" \t"), 0) is not None
 
 
 def body_fits(length: int, settings: CacheSettings) -> bool:
@@ -310,7 +398,11 @@ def response_entry(
         raise ValueError(f"the response is not to be stored ({store.reason})")
     return Entry(
         status=status,
-        headers=storable_fields(response_headers),
+        headers=tuple(
+            (name, value)
+            for name, value in storable_fields(response_headers)
+            if name.lower() not in store.omitted
+        ),
         body=body,
         stored_at=now_ms,
         fresh_until=store.fresh_until,
@@ -318,7 +410,43 @@ def response_entry(
         initial_age_s=store.initial_age_s,
         vary=store.vary,
         revalidate_until=store.revalidate_until,
+        keep_until=store.keep_until,
     )
+
+
+def freshened_entry(
+    entry: Entry,
+    answer_fields: Fields,
+    settings: CacheSettings,
+    now_ms: int,
+    *,
+    caller_fields: Iterable[str] = CALLER_FIELDS,
+) -> tuple[Entry, Store]:
+    """A stored answer renewed by the origin's ``304`` (RFC 9111 section 4.3.4): its fields
+    updated from the ``304`` (:func:`~.conditional.freshened_fields`), its freshness
+    judged anew from them as of ``now_ms``. The entry is what the client gets; the
+    decision says whether (and how long) it is stored again: a ``304`` may say
+    ``no-store`` now, or vary otherwise, and then the renewed copy is served once and
+    not kept."""
+    fields = freshened_fields(entry.headers, answer_fields)
+    decision = store_decision(
+        entry.status, fields, len(entry.body), settings, now_ms, caller_fields=caller_fields
+    )
+    if decision.store and decision.vary != entry.vary:
+        decision = Store(False, StoreReason.VARY_CHANGED)
+    if not decision.store:
+        renewed = replace(
+            entry,
+            headers=storable_fields(fields),
+            stored_at=now_ms,
+            fresh_until=now_ms,
+            stale_until=now_ms,
+            revalidate_until=0,
+            keep_until=0,
+            initial_age_s=0,
+        )
+        return renewed, decision
+    return response_entry(decision, entry.status, fields, entry.body, now_ms), decision
 
 
 def manifest_entry(store: Store, now_ms: int, generation: str = "") -> Entry:
@@ -336,64 +464,101 @@ def manifest_entry(store: Store, now_ms: int, generation: str = "") -> Entry:
         store.stale_until,
         store.revalidate_until,
         generation=generation,
+        keep_until=store.keep_until,
     )
 
 
-def _stale_window_ms(route_ms: int, origin_s: int | None, directives: CacheControl) -> int:
+def _stale_window_ms(
+    route_ms: int, origin_s: int | None, directives: CacheControl, forbidden: bool
+) -> int:
     """How long past freshness a copy may still be used (stale-if-error or
-    stale-while-revalidate): the route's window, narrowed by the origin's own directive
-    (RFC 5861); none after ``must-revalidate`` or ``proxy-revalidate``, nor after an
-    ``s-maxage`` without that directive (RFC 9111 section 5.2.2.10: for a shared cache it
-    means proxy-revalidate)."""
-    if directives.must_revalidate or directives.proxy_revalidate:
+    stale-while-revalidate): what the origin's own directive allows (RFC 5861), or the
+    route's window where that is longer (an operator's deviation); none where the origin
+    forbids serving it stale (``no-cache``, ``must-revalidate``, ``proxy-revalidate``),
+    nor after an ``s-maxage`` without the directive (RFC 9111 section 5.2.2.10: for a
+    shared cache it means proxy-revalidate)."""
+    if forbidden:
         return 0
-    if origin_s is not None:
-        return min(route_ms, origin_s * 1000)
-    if directives.s_maxage is not None:
-        return 0
-    return route_ms
+    if origin_s is None:
+        return 0 if directives.s_maxage is not None else route_ms
+    return max(route_ms, min(origin_s * 1000, MAX_ORIGIN_STALE_MS))
+
+
+def _qualified(directives: CacheControl, name: str) -> frozenset[str] | None:
+    """The field names a ``private`` or ``no-cache`` directive lists (lower case): ``None``
+    when absent, empty when any of its occurrences lists none (the whole answer)."""
+    found = [value for key, value in directives.directives if key == name]
+    if not found:
+        return None
+    values = [value for value in found if value and value.strip(" \t,")]
+    if len(values) != len(found):
+        return frozenset()
+    return frozenset(
+        item.strip(" \t").lower()
+        for value in values
+        for item in value.split(",")
+        if item.strip(" \t")
+    )
 
 
 def _pragma_no_cache(headers: Fields) -> bool:
     return any(item.lower() == "no-cache" for item in list_items(field_value(headers, "pragma")))
 
 
-def _age(headers: Fields) -> int:
-    """The origin's ``Age`` in seconds: its first member, or 0 when invalid (RFC 9111 5.1)."""
-    items = list_items(field_value(headers, "age"))
-    return delta_seconds(items[0]) if items else 0
+def _age(headers: Fields) -> int | None:
+    """The origin's ``Age`` in seconds (0 when absent); ``None`` when it is not one valid
+    delta-seconds (a list, a second line, a sign, a fraction, a parameter): how old the
+    copy is cannot be known, and a shared cache takes the safe reading, stale."""
+    values = field_values(headers, "age")
+    if not values:
+        return 0
+    text = values[0].strip(" \t")
+    if len(values) != 1 or not text.isascii() or not text.isdigit():
+        return None
+    return delta_seconds(text)
 
 
-def _origin_lifetime_ms(
-    s_maxage: int | None, max_age: int | None, headers: Fields, now_ms: int
+def _date_ms(headers: Fields, now_ms: int) -> int:
+    """The origin's ``Date``, or ``now_ms`` when it has none that is valid (RFC 9110
+    section 6.6.1: the recipient then takes the time it received the answer)."""
+    values = field_values(headers, "date")
+    if len(values) == 1:
+        date = http_date_ms(values[0].strip(" \t"), now_ms)
+        if date is not None:
+            return date
+    return now_ms
+
+
+def _explicit_lifetime_ms(
+    directives: CacheControl, headers: Fields, date_ms: int, now_ms: int
 ) -> int | None:
     """The origin's freshness lifetime: s-maxage, else max-age, else Expires less Date
-    (``headers`` empty when a targeted field decides).
+    (``headers`` empty when a targeted field decides); ``None`` when it gives none.
 
-    Without a valid ``Date`` the lifetime runs from ``now_ms``. An invalid ``Expires``
-    (such as ``"0"``) means already expired (RFC 9111 section 5.3).
+    An ``Expires`` that is not one valid HTTP-date (``0``, a date in another form, two of
+    them) means already expired (RFC 9111 section 5.3).
     """
-    if s_maxage is not None:
-        return s_maxage * 1000
-    if max_age is not None:
-        return max_age * 1000
-    expires = field_value(headers, "expires")
-    if expires is None:
+    if directives.s_maxage is not None:
+        return directives.s_maxage * 1000
+    if directives.max_age is not None:
+        return directives.max_age * 1000
+    expires = field_values(headers, "expires")
+    if not expires:
         return None
-    expires_ms = _http_date_ms(expires)
+    expires_ms = http_date_ms(expires[0].strip(" \t"), now_ms) if len(expires) == 1 else None
     if expires_ms is None:
         return 0
-    date_ms = _http_date_ms(field_value(headers, "date") or "")
     # Expires less Date is immune to skew between the origin's clock and ours.
-    return expires_ms - (date_ms if date_ms is not None else now_ms)
+    return expires_ms - date_ms
 
 
-def _http_date_ms(value: str) -> int | None:
-    """An HTTP-date in epoch milliseconds, or ``None`` when it cannot be parsed."""
-    try:
-        parsed = parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return (parsed - _EPOCH) // timedelta(milliseconds=1)
+def _heuristic_lifetime_ms(headers: Fields, date_ms: int, now_ms: int) -> int:
+    """RFC 9111 section 4.2.2: a tenth of the time since ``Last-Modified`` (as of the
+    answer's ``Date``), at most :data:`HEURISTIC_MAX_MS`; 0 without a valid one."""
+    values = field_values(headers, "last-modified")
+    if len(values) != 1:
+        return 0
+    modified = http_date_ms(values[0].strip(" \t"), now_ms)
+    if modified is None or modified >= date_ms:
+        return 0
+    return min((date_ms - modified) // HEURISTIC_DIVISOR, HEURISTIC_MAX_MS)

@@ -8,6 +8,12 @@ non-empty value decides whether and how long a response is stored, and ``Cache-C
 not parse is ignored as if absent, falling back to the next one and then to
 ``Cache-Control``. Both fields are passed on to the client unchanged.
 
+After them, ``Surrogate-Control`` (the W3C Edge Architecture's field, which Fastly and
+Akamai read): its syntax is ``Cache-Control``'s, directive names in any case; a directive
+aimed at a named surrogate (``max-age=60;edge2``) is someone else's and ignored, and
+``no-store-remote`` is ``no-store`` here (this cache is remote from the client). It is
+passed on unchanged too.
+
 A targeted field is a Structured Field Dictionary (RFC 8941 section 3.2) whose members are
 cache directives: ``no-store`` (a Boolean true), ``max-age=60`` (an Integer). A directive
 set to ``?0`` is absent; parameters are ignored; a seconds directive with a value of
@@ -20,11 +26,13 @@ from __future__ import annotations
 import re
 import string
 
-from .cache_control import CacheControl, directives_of
+from .cache_control import CacheControl, directives_of, split_directives
 from .fields import Fields, field_value
 
-#: The fields this cache obeys, in order of precedence.
+#: The fields this cache obeys, in order of precedence (RFC 9213's), then
+#: :data:`SURROGATE_FIELD`.
 TARGET_FIELDS = ("cloudflare-cdn-cache-control", "cdn-cache-control")
+SURROGATE_FIELD = "surrogate-control"
 
 _LCALPHA = frozenset(string.ascii_lowercase)
 _KEY_FIRST = _LCALPHA | {"*"}
@@ -51,6 +59,15 @@ def targeted_directives(headers: Fields) -> CacheControl | None:
         members = parse_dictionary(value)
         if members:
             return directives_of(tuple(members.items()))
+    surrogate = field_value(headers, SURROGATE_FIELD)
+    if surrogate is not None:
+        directives = tuple(
+            ("no-store" if name == "no-store-remote" else name, raw)
+            for name, raw in split_directives(surrogate)
+            if raw is None or ";" not in raw  # aimed at another surrogate: not ours
+        )
+        if directives:
+            return directives_of(directives)
     return None
 
 

@@ -39,6 +39,10 @@ _GATEWAY_FIELDS = frozenset(
 )
 
 
+#: The names of those fields (lower case).
+GATEWAY_FIELD_NAMES = _GATEWAY_FIELDS
+
+
 def gateway_fields(fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Only the fields the gateway added for this client (rate-limit state, reason)."""
     return [(name, value) for name, value in fields if name.lower() in _GATEWAY_FIELDS]
