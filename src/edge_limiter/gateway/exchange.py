@@ -77,15 +77,26 @@ class Exchange:
         (:meth:`Background.hold`): no task of its own, no extra turn of the event loop.
         Inside such work, or in deferred work, this just awaits ``work``.
         """
-        if self.finishing:
-            return await work
-        release = self.background.hold()
-        self.finishing = True
+        resolve = self.hold()
         try:
             return await work
         finally:
+            self.release(resolve)
+
+    def hold(self) -> Callable[[], None] | None:
+        """Hold the request (as :meth:`finish` does, for a caller that runs its work inline:
+        no coroutine around it) until :meth:`release` is given what this returns; ``None``
+        when the running code is already held, or deferred."""
+        if self.finishing:
+            return None
+        self.finishing = True
+        return self.background.hold()
+
+    def release(self, resolve: Callable[[], None] | None) -> None:
+        """End a :meth:`hold` (given its ``None``: nothing to end)."""
+        if resolve is not None:
             self.finishing = False
-            release()
+            resolve()
 
     @property
     def route_name(self) -> str | None:

@@ -489,7 +489,11 @@ class Upstream:
         # until its answer is judged: carried to its end even if the client goes away
         # meanwhile (the platform would drop the request: a slot never given back is lost
         # for the isolate's life, an outcome never recorded never opens the breaker).
-        return await exchange.finish(self._attempts(exchange, order, deadline, replayable))
+        resolve = exchange.hold()
+        try:
+            return await self._attempts(exchange, order, deadline, replayable)
+        finally:
+            exchange.release(resolve)
 
     async def _attempts(
         self, exchange: Exchange, order: tuple[Origin, ...], deadline: int, replayable: bool
