@@ -1350,3 +1350,28 @@ def test_an_origins_own_rate_limit_fields_are_kept_beside_the_gateways() -> None
     said["remaining"] = "500"  # the origin's has more left: the gateway's say it
     fields = {n.lower(): v for n, v in h.send(from_("DE", "EU")).headers.items()}
     assert (fields["x-ratelimit-limit"], fields["x-ratelimit-remaining"]) == ("100", "98")
+
+
+def test_an_answer_whose_body_breaks_off_counts_as_a_failure_of_its_origin() -> None:
+    # Judged by its head, the attempt was a success; the cache then read its body and it
+    # broke off: a failure of that origin, so enough of them open its breaker and the
+    # next origin takes over (before, such answers counted as successes for ever).
+    from edge_limiter.core.http.messages import Headers as Fields
+
+    from .fakes import BrokenBody
+
+    class Breaking(Origins):
+        async def respond(self, outgoing: OriginRequest) -> Response:
+            answer = await super().respond(outgoing)
+            if answer.body == b"from eu":
+                return Response(200, Fields([("content-type", "text/plain")]), BrokenBody())
+            return answer
+
+    origins = Breaking()
+    cached = {**ROUTE, "cache": {"ttl": "1m", "default_ttl": "1m"}}
+    h = pooled(origins, cached)
+    eu = request("/v1/x", country="CH")
+    answers = [h.send(eu).status for _ in range(6)]
+    assert answers[:4] == [502] * 4
+    assert h.events("origin_body_broken")[0]["origin"] == "eu"
+    assert h.send(eu).body == b"from us"  # eu's breaker is open: the next origin answers

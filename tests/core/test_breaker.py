@@ -686,3 +686,18 @@ def test_reports_under_a_stale_permit_never_change_the_state(
     for permit in stale:
         for outcome in Outcome:
             assert record(state, config, now, outcome, permit) == state
+
+
+def test_a_success_whose_body_broke_off_counts_once_as_a_failure() -> None:
+    settings = BreakerSettings(failure_rate=60, window=5, min_calls=5)
+    state = BreakerState()
+    for now in range(4):  # four answers whose bodies broke: head a success, body a failure
+        state = record(state, settings, now, Outcome.SUCCESS)
+        state = record(state, settings, now, Outcome.BROKEN)
+    assert state.recent == "ffff" and current_phase(state, 4) is Phase.CLOSED
+    state = record(state, settings, 5, Outcome.SUCCESS)
+    state = record(state, settings, 5, Outcome.BROKEN)
+    assert current_phase(state, 6) is Phase.OPEN  # 5 of 5 failed: a 100% broken origin
+    # Reported to the shared breaker as such.
+    report = Report(7, Outcome.BROKEN, None, 0)
+    assert decode_report(encode_report(report)) == report

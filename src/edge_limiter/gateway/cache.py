@@ -311,7 +311,7 @@ class Cache:
                     # Cut off mid-body: nothing is stored, and the client is told, not
                     # sent a truncated copy as if it were whole.
                     self._log_failure("origin_body", exc)
-                    return body_broken_response(self.route.name, response)
+                    return body_broken_response(exchange, self.route.name, response)
                 if stored is None:
                     _note(self._passed, base, self.services.clock.now_ms())
                 elif validators:

@@ -65,6 +65,9 @@ class Exchange:
     finishing: bool = False
     """Whether the code running now is already work the runtime carries to its end (see
     :meth:`finish`, or work deferred after the response): it needs no hold of its own."""
+    answer_broke: Callable[[], None] | None = None
+    """Tells the breaker of the origin whose answer is being passed on that its body broke
+    off after all (the attempt was judged by its head: a success); set by the upstream."""
 
     async def finish(self, work: Coroutine[Any, Any, T]) -> T:
         """``work``'s result, with ``work`` carried to its end even if the client goes away.
@@ -143,10 +146,14 @@ def problem_response(problem: Problem, headers: list[tuple[str, str]] | None = N
     return Response(problem.status, Headers(fields.items()), problem.to_json().encode("utf-8"))
 
 
-def body_broken_response(route: str, response: Response) -> Response:
+def body_broken_response(exchange: Exchange, route: str, response: Response) -> Response:
     """The 502 for an origin's answer whose body was cut off (or stalled) while the
     gateway read it: which origin, and where the client's limit stands, as the whole
-    answer would have said (the rate-limit fields it already carries)."""
+    answer would have said (the rate-limit fields it already carries). The origin's
+    breaker counts it as the failure it was."""
+    if exchange.answer_broke is not None:
+        exchange.answer_broke()
+        exchange.answer_broke = None
     origin = response.headers.get("x-origin") or "origin"
     problem = problems.origin_body_broken(route, origin)
     return problem_response(problem, gateway_fields(response.headers.items()))

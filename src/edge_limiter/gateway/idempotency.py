@@ -230,7 +230,7 @@ class Idempotency:
             # retry is replayed that much and never forwarded again (exactly once).
             self._log("idempotency_error", op="origin_body", error=repr(exc))
             await self._complete(exchange, name, print_, token, response, body=None)
-            return body_broken_response(self.route.name, response)
+            return body_broken_response(exchange, self.route.name, response)
         await self._complete(exchange, name, print_, token, response, body=data)
         return response
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..core.caching.fields import connection_named
@@ -567,6 +568,7 @@ class Upstream:
             ):
                 # A 429 is the origin's answer to this client unless the pool says it
                 # means the whole origin is overloaded: passed on, never retried.
+                exchange.answer_broke = partial(self._broke, origin.name, pool)
                 return response
             if delivery is Delivery.CLIENT_FAILED:
                 # The client's upload broke off: its body is gone, and the failure is
@@ -736,6 +738,12 @@ class Upstream:
                 error=error,
             )
         return response, outcome, retry_after_ms, delivery
+
+    def _broke(self, origin: str, pool: Pool) -> None:
+        """The answer passed on as a success broke off mid-body: a failure of ``origin``."""
+        now = self.services.clock.now_ms()
+        self.breakers.record(origin, pool.breaker, now, Outcome.BROKEN, permit=None)
+        self.services.log({"event": "origin_body_broken", "origin": origin})
 
     def _log_attempt(
         self,

@@ -108,6 +108,8 @@ class Outcome(StrEnum):
     """A success slower than ``slow_call``: counted as a failure."""
     OVERLOAD = "overload"
     """A 429: the origin asks for less traffic; not counted either way."""
+    BROKEN = "broken"
+    """A success whose body then broke off: the latest success counted becomes a failure."""
 
 
 class Refusal(StrEnum):
@@ -472,6 +474,17 @@ def record(
             return replace(state, issued=state.issued - 1)
         return state
     failed = outcome is not Outcome.SUCCESS
+    if outcome is Outcome.BROKEN:
+        if half_open:
+            return _trip(state, settings, now)
+        # The success the head was counted as was a failure: counted once, as a failure.
+        at = state.recent.rfind(_SUCCESS)
+        recent = (
+            state.recent[:at] + _FAILURE + state.recent[at + 1 :]
+            if at >= 0
+            else (state.recent + _FAILURE)[-settings.window :]
+        )
+        return _judged(state, settings, now, recent)
     if half_open:
         if failed:
             return _trip(state, settings, now)
@@ -482,6 +495,11 @@ def record(
             )
         return replace(state, successes=successes)
     recent = (state.recent + _LETTER[outcome])[-settings.window :]
+    return _judged(state, settings, now, recent)
+
+
+def _judged(state: BreakerState, settings: BreakerSettings, now: int, recent: str) -> BreakerState:
+    """The closed breaker with ``recent`` as its window: tripped when it fails enough."""
     failures = len(recent) - recent.count(_SUCCESS)
     if len(recent) >= settings.min_calls and failures * 100 >= settings.failure_rate * len(recent):
         return _trip(state, settings, now)
