@@ -55,7 +55,9 @@ def test_example_config_file_is_valid() -> None:
     by_name = {route.name: route for route in parsed.routes}
     assert by_name["payments"].idempotency is not None
     assert by_name["payments"].idempotency.required
-    assert by_name["catalog"].cache is not None and by_name["catalog"].cache.default_ttl_ms == 300_000
+    assert (
+        by_name["catalog"].cache is not None and by_name["catalog"].cache.default_ttl_ms == 300_000
+    )
 
 
 def test_defaults() -> None:
