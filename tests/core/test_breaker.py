@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edge_limiter.core.config.resilience import parse_breaker
 from edge_limiter.core.errors import StateError
 from edge_limiter.core.resilience.breaker import (
     BreakerDecision,
@@ -31,7 +32,6 @@ from edge_limiter.core.resilience.breaker import (
     encode_state,
     open_duration_ms,
     overloaded,
-    parse_breaker,
     record,
     record_many,
 )

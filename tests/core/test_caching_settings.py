@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edge_limiter.core.caching.settings import (
-    DEFAULT_MAX_BYTES,
-    CacheSettings,
-    parse_cache,
-)
+from edge_limiter.core.caching.settings import DEFAULT_MAX_BYTES, CacheSettings
+from edge_limiter.core.config.cache import parse_cache
 from edge_limiter.core.validation import Problems
 
 WHERE = "route 'catalog'.cache"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from edge_limiter.core.config.top import parse_cors
 from edge_limiter.core.http.cors import (
     EXPOSED,
     CorsSettings,
     exposed,
-    parse_cors,
     with_vary_origin,
 )
 from edge_limiter.core.validation import Problems

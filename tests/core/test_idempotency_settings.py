@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edge_limiter.core.idempotency.settings import IdempotencySettings, parse_idempotency
+from edge_limiter.core.config.idempotency import parse_idempotency
+from edge_limiter.core.idempotency.settings import IdempotencySettings
 from edge_limiter.core.validation import Problems
 
 WHERE = "route 'payments'.idempotency"

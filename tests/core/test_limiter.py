@@ -17,7 +17,7 @@ from edge_limiter.core.algorithms import (
     make_algorithm,
 )
 from edge_limiter.core.config import parse_config
-from edge_limiter.core.config.parse import never_binding
+from edge_limiter.core.config.limits import never_binding
 from edge_limiter.core.decision import Decision, Reason
 from edge_limiter.core.http.fields import violated_policies
 from edge_limiter.core.limiter import (

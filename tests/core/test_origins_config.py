@@ -7,6 +7,7 @@ import tomllib
 import pytest
 
 from edge_limiter.core.config import parse_config
+from edge_limiter.core.config.pools import parse_pools
 from edge_limiter.core.errors import ConfigError
 from edge_limiter.core.resilience.breaker import BreakerSettings
 from edge_limiter.core.resilience.retry import RetrySettings
@@ -15,7 +16,6 @@ from edge_limiter.core.routing.origins import (
     HealthCheck,
     Origin,
     Pool,
-    parse_pools,
 )
 from edge_limiter.core.validation import Problems
 

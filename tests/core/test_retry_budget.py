@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edge_limiter.core.config.resilience import parse_retry
 from edge_limiter.core.errors import StateError
 from edge_limiter.core.resilience.budget import (
     RetryBudget,
@@ -24,7 +25,6 @@ from edge_limiter.core.resilience.retry import (
     delivery_of,
     is_idempotent,
     may_resend,
-    parse_retry,
     resend_is_free,
 )
 from edge_limiter.core.validation import Problems

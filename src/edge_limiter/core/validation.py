@@ -8,9 +8,6 @@ import reprlib
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from .durations import parse_duration
-from .errors import DurationError
-
 
 class _TomlRepr(reprlib.Repr):
     """Values as a config writes them: ``true``, not Python's ``True``."""
@@ -80,90 +77,3 @@ def table(value: object, where: str, problems: Problems) -> Mapping[str, Any] | 
         return value
     problems.add(where, f"must be a table, got {shown(value)}")
     return None
-
-
-def boolean(
-    raw: Mapping[str, Any], name: str, default: bool, where: str, problems: Problems
-) -> bool:
-    """The bool field ``name`` of ``raw``, or ``default``."""
-    value = raw.get(name, default)
-    if isinstance(value, bool):
-        return value
-    problems.add(f"{where}.{name}", f"must be true or false, got {shown(value)}")
-    return default
-
-
-def choice(
-    raw: Mapping[str, Any],
-    name: str,
-    default: str,
-    where: str,
-    problems: Problems,
-    *,
-    options: tuple[str, ...],
-    hints: Mapping[str, str] | None = None,
-) -> str:
-    """The field ``name`` of ``raw``, one of ``options``, or ``default``.
-
-    A value that is an option but for case, ``-`` or spaces is refused with the option to
-    write; ``hints`` maps other names people use (normalised the same way) to advice.
-    """
-    value = raw.get(name, default)
-    if isinstance(value, str) and value in options:
-        return value
-    hint = ""
-    if isinstance(value, str):
-        normal = "_".join(value.strip().lower().replace("-", " ").split())
-        if normal in options:
-            hint = f" (write {normal!r})"
-        elif hints and normal in hints:
-            hint = f" ({hints[normal]})"
-    problems.add(
-        f"{where}.{name}", f"must be one of {', '.join(options)}, got {shown(value)}{hint}"
-    )
-    return default
-
-
-def integer(
-    raw: Mapping[str, Any],
-    name: str,
-    default: int,
-    where: str,
-    problems: Problems,
-    *,
-    minimum: int,
-    maximum: int,
-) -> int:
-    """The int field ``name`` of ``raw`` within ``[minimum, maximum]``, or ``default``."""
-    value = raw.get(name, default)
-    if is_int(value) and minimum <= value <= maximum:
-        return int(value)
-    problems.add(f"{where}.{name}", f"must be an integer {minimum}..{maximum}, got {shown(value)}")
-    return default
-
-
-def duration(
-    raw: Mapping[str, Any],
-    name: str,
-    default_ms: int,
-    where: str,
-    problems: Problems,
-    *,
-    minimum_ms: int = 0,
-    maximum_ms: int | None = None,
-) -> int:
-    """The duration field ``name`` of ``raw`` (``"30s"``) in ms, or ``default_ms``."""
-    if name not in raw:
-        return default_ms
-    if not isinstance(raw[name], str):
-        # Said here, where a TOML date or time is shown as written (see shown).
-        problems.add(
-            f"{where}.{name}",
-            f"must be a duration string like '30s' or '5m', got {shown(raw[name])}",
-        )
-        return default_ms
-    try:
-        return parse_duration(raw[name], minimum_ms=minimum_ms, maximum_ms=maximum_ms)
-    except DurationError as exc:
-        problems.add(f"{where}.{name}", str(exc))
-        return default_ms

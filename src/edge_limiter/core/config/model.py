@@ -16,6 +16,8 @@ from ..routing.origins import Pool
 
 DEFAULT_STORE_TIMEOUT_MS = 1_000
 DEFAULT_ORIGIN_TIMEOUT_MS = 30_000
+MAX_STORE_TIMEOUT_MS = 30_000
+MAX_ORIGIN_TIMEOUT_MS = 10 * 60_000
 
 
 @dataclass(frozen=True, slots=True)

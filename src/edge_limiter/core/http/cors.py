@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..caching.fields import list_items
-from ..validation import Problems, boolean, shown, table, unknown_fields
+from ..validation import shown
 from .messages import HeaderMap
 
 #: The fields the gateway adds that browser code may want to read.
@@ -39,7 +39,6 @@ EXPOSED = (
     "X-Cache",
     "Idempotent-Replayed",
 )
-_FIELDS = ("allow_origins", "allow_credentials")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,47 +94,8 @@ def with_vary_origin(current: str | None) -> str | None:
     return ", ".join([*items, "Origin"])
 
 
-def parse_cors(raw: object, problems: Problems) -> CorsSettings | None:
-    """The top-level ``cors`` table, or ``None`` when absent."""
-    if raw is None:
-        return None
-    where = "config.cors"
-    data = table(raw, where, problems)
-    if data is None:
-        return None
-    unknown_fields(data, _FIELDS, where, problems)
-    credentials = boolean(data, "allow_credentials", False, where, problems)
-    listed = data.get("allow_origins")
-    if not isinstance(listed, list) or not listed:
-        problems.add(
-            f"{where}.allow_origins",
-            "must be a list of origins like ['https://app.example.com'] (or ['*']), "
-            f"got {shown(listed)}",
-        )
-        return None
-    origins: set[str] = set()
-    wildcards: list[tuple[str, str]] = []
-    for index, item in enumerate(listed):
-        problem = _origin_problem(item)
-        if problem is not None:
-            problems.add(f"{where}.allow_origins[{index}]", problem)
-            continue
-        text = str(item).lower()
-        scheme, sep, rest = text.partition("://*.")
-        if sep:
-            wildcards.append((scheme + "://", "." + rest))
-        else:
-            origins.add(text)
-    if "*" in origins and credentials:
-        problems.add(
-            f"{where}.allow_credentials",
-            "cannot be true with '*' in allow_origins: browsers refuse credentials for any "
-            "origin; list the origins",
-        )
-    return CorsSettings(frozenset(origins), credentials, tuple(wildcards))
-
-
-def _origin_problem(item: object) -> str | None:
+def origin_problem(item: object) -> str | None:
+    """Why ``item`` is not an origin ``allow_origins`` may list, or ``None``."""
     if item == "*":
         return None
     if not isinstance(item, str):

@@ -15,10 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..caching.fields import is_token
-from ..validation import Problems, boolean, duration, integer, shown, table, unknown_fields
-from .fingerprint import ALWAYS_FINGERPRINTED
-
 MIB = 1024 * 1024
 MODES = ("required", "optional")
 DEFAULT_MODE = "optional"
@@ -39,18 +35,6 @@ MIN_LOCK_TIMEOUT_MS = 1_000
 MAX_LOCK_TIMEOUT_MS = 15 * 60_000
 #: Safe methods change nothing, so a key on them protects nothing.
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
-
-_FIELDS = (
-    "mode",
-    "retention",
-    "lock_timeout",
-    "fingerprint_headers",
-    "methods",
-    "store_5xx",
-    "max_bytes",
-    "max_request_bytes",
-)
-
 
 #: Fields a fingerprint gains nothing from, and why (a config naming one gets a warning).
 NEVER_WORTH_FINGERPRINTING = {
@@ -114,108 +98,3 @@ class IdempotencySettings:
         if status in NOT_PROCESSED:
             return False
         return self.store_5xx or not 500 <= status <= 599
-
-
-def parse_idempotency(raw: object, where: str, problems: Problems) -> IdempotencySettings | None:
-    """The settings in ``raw`` (a route's ``idempotency`` table), or ``None`` when absent.
-
-    ``where`` names the table in problems, e.g. ``"route 'payments'.idempotency"``.
-    """
-    if raw is None:
-        return None
-    data = table(raw, where, problems)
-    if data is None:
-        return None
-    unknown_fields(data, _FIELDS, where, problems)
-
-    mode = data.get("mode", DEFAULT_MODE)
-    if mode not in MODES:
-        problems.add(f"{where}.mode", f"must be 'required' or 'optional', got {shown(mode)}")
-        mode = DEFAULT_MODE
-
-    return IdempotencySettings(
-        mode=mode,
-        retention_ms=duration(
-            data,
-            "retention",
-            DEFAULT_RETENTION_MS,
-            where,
-            problems,
-            minimum_ms=MIN_RETENTION_MS,
-            maximum_ms=MAX_RETENTION_MS,
-        ),
-        lock_timeout_ms=duration(
-            data,
-            "lock_timeout",
-            DEFAULT_LOCK_TIMEOUT_MS,
-            where,
-            problems,
-            minimum_ms=MIN_LOCK_TIMEOUT_MS,
-            maximum_ms=MAX_LOCK_TIMEOUT_MS,
-        ),
-        fingerprint_headers=_names(
-            data.get("fingerprint_headers", []),
-            f"{where}.fingerprint_headers",
-            problems,
-            kind="header name",
-            default=(),
-        ),
-        methods=_names(
-            data.get("methods", list(DEFAULT_METHODS)),
-            f"{where}.methods",
-            problems,
-            kind="method",
-            default=DEFAULT_METHODS,
-        ),
-        store_5xx=boolean(data, "store_5xx", True, where, problems),
-        max_bytes=integer(
-            data,
-            "max_bytes",
-            DEFAULT_MAX_BYTES,
-            where,
-            problems,
-            minimum=1,
-            maximum=MAX_BODY_BYTES,
-        ),
-        max_request_bytes=integer(
-            data,
-            "max_request_bytes",
-            DEFAULT_MAX_REQUEST_BYTES,
-            where,
-            problems,
-            minimum=1,
-            maximum=MAX_REQUEST_BYTES,
-        ),
-    )
-
-
-def _names(
-    value: object, where: str, problems: Problems, *, kind: str, default: tuple[str, ...]
-) -> tuple[str, ...]:
-    """A list of header names (lower-cased) or methods (upper-cased), sorted, each once."""
-    if not isinstance(value, list):
-        problems.add(where, f"must be a list of {kind}s, got {shown(value)}")
-        return default
-    names: list[str] = []
-    for index, item in enumerate(value):
-        if not isinstance(item, str) or not is_token(item):
-            problems.add(
-                f"{where}[{index}]", f"must be a {kind} (an HTTP token), got {shown(item)}"
-            )
-            continue
-        name = item.upper() if kind == "method" else item.lower()
-        if name in names:
-            problems.warn(f"{where}[{index}]", f"names {shown(name)} twice")
-            continue
-        if kind == "method" and name in SAFE_METHODS:
-            problems.warn(f"{where}[{index}]", f"{name} is a safe method: a key protects nothing")
-        if kind == "header name" and name in ALWAYS_FINGERPRINTED:
-            problems.warn(f"{where}[{index}]", f"{name} is part of every fingerprint already")
-        elif kind == "header name" and name in NEVER_WORTH_FINGERPRINTING:
-            problems.warn(f"{where}[{index}]", NEVER_WORTH_FINGERPRINTING[name])
-        names.append(name)
-    if kind == "method" and not value:
-        problems.add(where, "must name at least one method")
-    if kind == "method" and not names:
-        return default
-    return tuple(sorted(names))

@@ -49,8 +49,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import StateError
-from ..validation import Problems, boolean, integer, is_int, shown, table, unknown_fields
-from ..validation import duration as duration_field
+from ..validation import is_int, shown
 
 STATE_VERSION = 1
 
@@ -75,21 +74,6 @@ MAX_OPEN_FOR_MS = 86_400_000
 MAX_SLOW_CALL_MS = 600_000
 MAX_TRIAL_TIMEOUT_MS = 600_000
 OVERLOAD_STATUS = 429
-
-_FIELDS = (
-    "failure_rate",
-    "window",
-    "min_calls",
-    "slow_call",
-    "open_for",
-    "max_open_for",
-    "half_open_calls",
-    "success_threshold",
-    "trial_timeout",
-    "failure_statuses",
-    "pause_on_429",
-)
-
 
 class Phase(StrEnum):
     """Where the state machine is."""
@@ -239,122 +223,6 @@ class Report:
 
 
 # --- settings ---------------------------------------------------------------------------
-
-
-def parse_breaker(raw: object, where: str, problems: Problems) -> BreakerSettings:
-    """The breaker table at ``where`` (``None``: all defaults); problems are recorded, never raised.
-
-    A bad field is reported and replaced by its default, so the result is always usable.
-    """
-    if raw is None:
-        return BreakerSettings()
-    fields = table(raw, where, problems)
-    if fields is None:
-        return BreakerSettings()
-    unknown_fields(fields, _FIELDS, where, problems)
-    failure_rate = integer(
-        fields, "failure_rate", DEFAULT_FAILURE_RATE, where, problems, minimum=1, maximum=100
-    )
-    window = integer(
-        fields, "window", DEFAULT_WINDOW, where, problems, minimum=1, maximum=MAX_WINDOW
-    )
-    min_calls = integer(
-        fields,
-        "min_calls",
-        min(DEFAULT_MIN_CALLS, window),
-        where,
-        problems,
-        minimum=1,
-        maximum=window,
-    )
-    slow_call_ms: int | None = None
-    if "slow_call" in fields:
-        slow_call_ms = duration_field(
-            fields, "slow_call", 0, where, problems, minimum_ms=1, maximum_ms=MAX_SLOW_CALL_MS
-        )
-        slow_call_ms = slow_call_ms or None
-    open_for = duration_field(
-        fields,
-        "open_for",
-        DEFAULT_OPEN_FOR_MS,
-        where,
-        problems,
-        minimum_ms=1,
-        maximum_ms=MAX_OPEN_FOR_MS,
-    )
-    max_open_for = duration_field(
-        fields,
-        "max_open_for",
-        max(DEFAULT_MAX_OPEN_FOR_MS, open_for),
-        where,
-        problems,
-        minimum_ms=open_for,
-        maximum_ms=MAX_OPEN_FOR_MS,
-    )
-    half_open_calls = integer(
-        fields,
-        "half_open_calls",
-        DEFAULT_HALF_OPEN_CALLS,
-        where,
-        problems,
-        minimum=1,
-        maximum=MAX_HALF_OPEN_CALLS,
-    )
-    success_threshold = integer(
-        fields,
-        "success_threshold",
-        min(DEFAULT_SUCCESS_THRESHOLD, half_open_calls),
-        where,
-        problems,
-        minimum=1,
-        maximum=half_open_calls,
-    )
-    trial_timeout = duration_field(
-        fields,
-        "trial_timeout",
-        DEFAULT_TRIAL_TIMEOUT_MS,
-        where,
-        problems,
-        minimum_ms=1,
-        maximum_ms=MAX_TRIAL_TIMEOUT_MS,
-    )
-    statuses = _parse_statuses(
-        fields.get("failure_statuses"), f"{where}.failure_statuses", problems
-    )
-    pause_on_429 = boolean(fields, "pause_on_429", False, where, problems)
-    return BreakerSettings(
-        failure_rate=failure_rate,
-        window=window,
-        min_calls=min_calls,
-        slow_call_ms=slow_call_ms,
-        open_for_ms=open_for,
-        max_open_for_ms=max_open_for,
-        half_open_calls=half_open_calls,
-        success_threshold=success_threshold,
-        trial_timeout_ms=trial_timeout,
-        failure_statuses=statuses,
-        pause_on_429=pause_on_429,
-    )
-
-
-def _parse_statuses(value: object, where: str, problems: Problems) -> tuple[int, ...]:
-    if value is None:
-        return DEFAULT_FAILURE_STATUSES
-    message = (
-        "must be a list of HTTP statuses 400..599 other than 429 (a 429 is the origin's "
-        "answer to that client, or an overload with pause_on_429: never a failure), got "
-        f"{shown(value)}"
-    )
-    if not isinstance(value, list):
-        problems.add(where, message)
-        return DEFAULT_FAILURE_STATUSES
-    good = [s for s in value if is_int(s) and 400 <= s <= 599 and s != OVERLOAD_STATUS]
-    if len(good) != len(value):
-        problems.add(where, message)
-        return DEFAULT_FAILURE_STATUSES
-    if len(set(good)) != len(good):
-        problems.add(where, f"names a status twice, got {shown(value)}")
-    return tuple(sorted(set(good)))
 
 
 # --- classifying ------------------------------------------------------------------------

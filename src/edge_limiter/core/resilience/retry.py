@@ -12,11 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from math import isfinite
 
-from ..durations import format_duration
-from ..validation import Problems, integer, shown, table, unknown_fields
-from ..validation import duration as duration_field
 from .budget import DEFAULT_BUCKET_MS, DEFAULT_WINDOW_MS, RetryBudget
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
@@ -31,9 +27,6 @@ MAX_ATTEMPTS = 10
 MAX_BACKOFF_MS = 60_000
 MAX_BUDGET_WINDOW_MS = 300_000
 MAX_MIN_PER_SECOND = 1_000
-
-_FIELDS = ("attempts", "base", "cap", "budget", "min_per_second", "budget_window")
-
 
 @dataclass(frozen=True, slots=True)
 class RetrySettings:
@@ -51,91 +44,6 @@ class RetrySettings:
         return RetryBudget(
             self.budget_ratio, self.min_per_second, self.budget_window_ms, DEFAULT_BUCKET_MS
         )
-
-
-def parse_retry(raw: object, where: str, problems: Problems) -> RetrySettings:
-    """The retry table at ``where`` (``None``: all defaults); problems are recorded, never raised.
-
-    ``retry = { attempts = 3, base = "100ms", cap = "2s", budget = 0.2, min_per_second = 1,
-    budget_window = "10s" }``. A bad field is reported and replaced by its default.
-    """
-    if raw is None:
-        return RetrySettings()
-    fields = table(raw, where, problems)
-    if fields is None:
-        return RetrySettings()
-    unknown_fields(fields, _FIELDS, where, problems)
-    attempts = integer(
-        fields, "attempts", DEFAULT_ATTEMPTS, where, problems, minimum=1, maximum=MAX_ATTEMPTS
-    )
-    base = duration_field(
-        fields, "base", DEFAULT_BASE_MS, where, problems, minimum_ms=1, maximum_ms=MAX_BACKOFF_MS
-    )
-    cap = duration_field(
-        fields,
-        "cap",
-        max(DEFAULT_CAP_MS, base),
-        where,
-        problems,
-        minimum_ms=1,
-        maximum_ms=MAX_BACKOFF_MS,
-    )
-    if cap < base:
-        problems.add(
-            f"{where}.cap",
-            f"must be at least base ({format_duration(base)}): the longest wait between "
-            f"attempts, got {shown(fields.get('cap'))}",
-        )
-        cap = base
-    ratio = fields.get("budget", DEFAULT_BUDGET_RATIO)
-    if (
-        isinstance(ratio, bool)
-        or not isinstance(ratio, (int, float))
-        or not isfinite(ratio)
-        or not 0 <= ratio <= 1
-    ):
-        problems.add(
-            f"{where}.budget",
-            f"must be a number 0..1 (the share of requests that may be retried), got {shown(ratio)}",
-        )
-        ratio = DEFAULT_BUDGET_RATIO
-    min_per_second = integer(
-        fields,
-        "min_per_second",
-        DEFAULT_MIN_PER_SECOND,
-        where,
-        problems,
-        minimum=0,
-        maximum=MAX_MIN_PER_SECOND,
-    )
-    window = duration_field(
-        fields,
-        "budget_window",
-        DEFAULT_WINDOW_MS,
-        where,
-        problems,
-        minimum_ms=DEFAULT_BUCKET_MS,
-        maximum_ms=MAX_BUDGET_WINDOW_MS,
-    )
-    if window % DEFAULT_BUCKET_MS:
-        problems.add(
-            f"{where}.budget_window", f"must be whole seconds, got {shown(fields['budget_window'])}"
-        )
-        window = DEFAULT_WINDOW_MS
-    if attempts > 1 and ratio == 0 and min_per_second == 0:
-        problems.warn(
-            where,
-            "no retry can ever run: budget = 0 and min_per_second = 0 allow none (write "
-            "attempts = 1 to send each request once)",
-        )
-    spacing = [name for name in _FIELDS if name != "attempts" and name in fields]
-    if attempts == 1 and spacing:
-        problems.warn(
-            f"{where}.{spacing[0]}",
-            f"has no effect: attempts = 1 sends each request once (there are no retries "
-            f"for {', '.join(spacing)} to shape)",
-        )
-    return RetrySettings(attempts, base, cap, float(ratio), min_per_second, window)
 
 
 class Delivery(StrEnum):

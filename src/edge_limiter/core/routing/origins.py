@@ -1,44 +1,22 @@
-"""Origin pools: where a route's requests go, and the parser for them.
+"""Origin pools: where a route's requests go.
 
-A pool is a named list of interchangeable origins with one breaker and one retry policy::
-
-    [pools.api]
-    breaker = { failure_rate = 50 }
-    retry = { attempts = 3, base = "100ms", cap = "2s", budget = 0.2 }
-
-    [[pools.api.origins]]
-    name = "eu"
-    url = "https://eu.api.example.com"
-    continents = ["EU"]
-    countries = ["GB", "CH"]
-    lat = 50.11
-    lon = 8.68
-    priority = 1
-    timeout = "5s"
-    max_in_flight = 100
-    health = { path = "/health", timeout = "2s", statuses = [200], unhealthy_after = 2 }
-
-Origin names are unique across all pools: they key the breaker state. The parser records
-every problem in a :class:`~edge_limiter.core.validation.Problems` (each naming the pool,
-the origin's index and the field) and never raises.
+A pool is a named list of interchangeable origins with one breaker and one retry policy
+(``[pools.NAME]``; its schema and parser are :mod:`edge_limiter.core.config.pools`).
+Origin names are unique across all pools: they key the breaker state.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from math import isfinite
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ..durations import format_duration
-from ..http.origin_headers import OriginHeader, parse_origin_headers
-from ..resilience.breaker import BreakerSettings, parse_breaker
-from ..resilience.retry import RetrySettings, parse_retry
+from ..http.origin_headers import OriginHeader
+from ..resilience.breaker import BreakerSettings
+from ..resilience.retry import RetrySettings
 from ..resilience.shared import DEFAULT_UNHEALTHY_AFTER
-from ..validation import Problems, integer, is_int, shown, table, unknown_fields
-from ..validation import duration as duration_field
+from ..validation import Problems, shown
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -84,24 +62,6 @@ _COUNTRY_TABLE = """
 """
 #: ISO 3166-1 alpha-2 codes in use, plus XK (Kosovo), which Cloudflare reports too.
 COUNTRIES = frozenset(_COUNTRY_TABLE.split())
-# Codes people write that ISO does not assign, with the one they mean.
-_COUNTRY_HINTS = {"UK": "GB", "EL": "GR"}
-
-_POOL_FIELDS = ("breaker", "retry", "origins", "headers")
-_ORIGIN_FIELDS = (
-    "name",
-    "url",
-    "countries",
-    "continents",
-    "lat",
-    "lon",
-    "priority",
-    "timeout",
-    "max_in_flight",
-    "health",
-)
-_HEALTH_FIELDS = ("path", "timeout", "statuses", "unhealthy_after")
-
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
@@ -177,96 +137,6 @@ class Pool:
 PLAIN_LABEL = "origin"
 
 
-def parse_pools(raw: object, problems: Problems) -> dict[str, Pool]:
-    """The ``pools`` table (``None``: no pools), keyed by pool name, in config order.
-
-    Every problem is recorded in ``problems``; an origin too broken to use (no valid name
-    or URL) is left out, a bad optional field falls back to its default. Check
-    ``len(problems)`` before trusting the result.
-    """
-    if raw is None:
-        return {}
-    pools_table = table(raw, "pools", problems)
-    if pools_table is None:
-        return {}
-    pools: dict[str, Pool] = {}
-    # Origin names key breaker state globally, so they are unique across pools.
-    origin_owner: dict[str, str] = {}
-    for name, raw_pool in pools_table.items():
-        where = f"pool {shown(name)}"
-        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-            problems.add(
-                where,
-                "name must be letters, digits, '_', '.', '-' (at most 64), starting "
-                "with a letter or digit",
-            )
-        pool = _parse_pool(str(name), raw_pool, where, origin_owner, problems)
-        if pool is not None and isinstance(name, str) and NAME_RE.fullmatch(name):
-            pools[name] = pool
-    return pools
-
-
-def _parse_pool(
-    name: str,
-    raw: object,
-    where: str,
-    origin_owner: dict[str, str],
-    problems: Problems,
-) -> Pool | None:
-    fields = table(raw, where, problems)
-    if fields is None:
-        return None
-    unknown_fields(fields, _POOL_FIELDS, where, problems)
-    breaker = parse_breaker(fields.get("breaker"), f"{where}.breaker", problems)
-    retry = parse_retry(fields.get("retry"), f"{where}.retry", problems)
-    headers = parse_origin_headers(fields.get("headers"), problems, f"{where}.headers")
-    raw_origins = fields.get("origins")
-    if not isinstance(raw_origins, list) or not raw_origins:
-        problems.add(
-            f"{where}.origins",
-            f"must list at least one origin ([[pools.{name}.origins]]), got {shown(raw_origins)}",
-        )
-        return None
-    origins: list[Origin] = []
-    for index, raw_origin in enumerate(raw_origins):
-        origin_where = f"{where}.origins[{index}]"
-        origin = _parse_origin(raw_origin, origin_where, problems)
-        if origin is None:
-            continue
-        owner = origin_owner.get(origin.name)
-        if owner is not None:
-            problems.add(
-                f"{origin_where}.name",
-                f"{shown(origin.name)} is already the name of {owner}; origin names must be "
-                "unique across all pools (they key the breaker state)",
-            )
-            continue
-        origin_owner[origin.name] = origin_where
-        origins.append(origin)
-    if not origins:
-        return None
-    raw_breaker = fields.get("breaker")
-    given = isinstance(raw_breaker, dict) and "trial_timeout" in raw_breaker
-    breaker = fit_trial_timeout(breaker, origins, f"{where}.breaker" if given else None, problems)
-    if len(raw_origins) == 1 and isinstance(raw_origins[0], dict):
-        placed = [
-            f for f in ("countries", "continents", "lat", "lon", "priority") if f in raw_origins[0]
-        ]
-        if placed:
-            problems.warn(
-                f"{where}.origins[0].{placed[0]}",
-                f"has no effect: {', '.join(placed)} order a pool's origins, and this pool has one",
-            )
-    longest = max(origin.timeout_ms for origin in origins)
-    if breaker.slow_call_ms is not None and breaker.slow_call_ms >= longest:
-        problems.warn(
-            f"{where}.breaker.slow_call",
-            f"has no effect: no answer comes later than the pool's longest origin timeout "
-            f"({format_duration(longest)}); a slow call must be shorter to be counted",
-        )
-    return Pool(name, tuple(origins), breaker, retry, headers)
-
-
 def fit_trial_timeout(
     breaker: BreakerSettings,
     origins: Sequence[Origin],
@@ -290,81 +160,6 @@ def fit_trial_timeout(
             f"it, got {breaker.trial_timeout_ms} ms",
         )
     return replace(breaker, trial_timeout_ms=longest + 1_000)
-
-
-def _parse_origin(raw: object, where: str, problems: Problems) -> Origin | None:
-    fields = table(raw, where, problems)
-    if fields is None:
-        return None
-    unknown_fields(fields, _ORIGIN_FIELDS, where, problems)
-    name = fields.get("name")
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        rule = "letters, digits, '_', '.', '-' (at most 64), starting with a letter or digit"
-        problems.add(
-            f"{where}.name",
-            f"is required: {rule}" if name is None else f"must be {rule}, got {shown(name)}",
-        )
-        name = None
-    url = parse_origin_url(fields.get("url"), f"{where}.url", problems)
-    countries = _codes(
-        fields.get("countries"),
-        COUNTRIES,
-        "ISO 3166-1 alpha-2 country",
-        f"{where}.countries",
-        problems,
-    )
-    continents = _codes(
-        fields.get("continents"),
-        CONTINENTS,
-        f"continent ({', '.join(sorted(CONTINENTS))})",
-        f"{where}.continents",
-        problems,
-    )
-    latitude = _coordinate(fields, "lat", 90, where, problems)
-    longitude = _coordinate(fields, "lon", 180, where, problems)
-    if (latitude is None) != (longitude is None):
-        missing = "lon" if longitude is None else "lat"
-        if missing not in fields:
-            problems.add(f"{where}.{missing}", "lat and lon go together: give both or neither")
-        latitude = longitude = None
-    priority = integer(
-        fields, "priority", 0, where, problems, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY
-    )
-    timeout = duration_field(
-        fields,
-        "timeout",
-        DEFAULT_TIMEOUT_MS,
-        where,
-        problems,
-        minimum_ms=1,
-        maximum_ms=MAX_TIMEOUT_MS,
-    )
-    max_in_flight = integer(
-        fields,
-        "max_in_flight",
-        DEFAULT_MAX_IN_FLIGHT,
-        where,
-        problems,
-        minimum=1,
-        maximum=MAX_IN_FLIGHT,
-    )
-    health = None
-    if fields.get("health") is not None:
-        health = _parse_health(fields["health"], f"{where}.health", problems)
-    if name is None or url is None:
-        return None
-    return Origin(
-        name=name,
-        url=url,
-        countries=countries,
-        continents=continents,
-        latitude=latitude,
-        longitude=longitude,
-        priority=priority,
-        timeout_ms=timeout,
-        max_in_flight=max_in_flight,
-        health=health,
-    )
 
 
 def parse_origin_url(value: object, where: str, problems: Problems) -> str | None:
@@ -437,92 +232,3 @@ def parse_origin_url(value: object, where: str, problems: Problems) -> str | Non
 _BAD_PERCENT_RE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 #: A host name fetch sends as written (non-ASCII letters go out in IDNA).
 _HOST_RE = re.compile(r"[\w.-]+")
-
-
-def _codes(
-    value: object, known: frozenset[str], kind: str, where: str, problems: Problems
-) -> tuple[str, ...]:
-    """A list (or one string) of codes from ``known``, upper-cased and sorted."""
-    if value is None:
-        return ()
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list):
-        problems.add(where, f"must be a list of {kind} codes, got {shown(value)}")
-        return ()
-    codes: list[str] = []
-    for item in items:
-        code = item.upper() if isinstance(item, str) else None
-        if code is None or code not in known:
-            hint = _COUNTRY_HINTS.get(code or "") if known is COUNTRIES else None
-            advice = f" (did you mean {shown(hint)}?)" if hint else ""
-            article = "an" if kind[:1].upper() in "AEIOU" else "a"
-            problems.add(where, f"{shown(item)} is not {article} {kind} code{advice}")
-            continue
-        if code in codes:
-            problems.warn(where, f"{shown(item)} is listed twice")
-            continue
-        codes.append(code)
-    return tuple(sorted(codes))
-
-
-def _coordinate(
-    fields: Mapping[str, Any], name: str, limit: int, where: str, problems: Problems
-) -> float | None:
-    """A latitude (``limit`` 90) or longitude (180) in degrees, or ``None``."""
-    value = fields.get(name)
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not isfinite(value)
-        or not -limit <= value <= limit
-    ):
-        problems.add(
-            f"{where}.{name}", f"must be a number of degrees -{limit}..{limit}, got {shown(value)}"
-        )
-        return None
-    return float(value)
-
-
-def _parse_health(raw: object, where: str, problems: Problems) -> HealthCheck | None:
-    fields = table(raw, where, problems)
-    if fields is None:
-        return None
-    unknown_fields(fields, _HEALTH_FIELDS, where, problems)
-    path = fields.get("path")
-    if not isinstance(path, str) or not path.startswith("/") or any(ch <= " " for ch in path):
-        problems.add(
-            f"{where}.path",
-            "is required: a path like '/health'"
-            if path is None
-            else f"must be a path like '/health', got {shown(path)}",
-        )
-        path = "/"
-    timeout = duration_field(
-        fields,
-        "timeout",
-        DEFAULT_HEALTH_TIMEOUT_MS,
-        where,
-        problems,
-        minimum_ms=1,
-        maximum_ms=MAX_HEALTH_TIMEOUT_MS,
-    )
-    unhealthy_after = integer(
-        fields, "unhealthy_after", DEFAULT_UNHEALTHY_AFTER, where, problems, minimum=1, maximum=100
-    )
-    statuses: tuple[int, ...] = ()
-    raw_statuses = fields.get("statuses")
-    if raw_statuses is not None:
-        if (
-            not isinstance(raw_statuses, list)
-            or not raw_statuses
-            or not all(is_int(s) and 100 <= s <= 599 for s in raw_statuses)
-        ):
-            problems.add(
-                f"{where}.statuses",
-                f"must be a non-empty list of HTTP statuses 100..599, got {shown(raw_statuses)}",
-            )
-        else:
-            statuses = tuple(sorted(set(raw_statuses)))
-    return HealthCheck(path, timeout, statuses, unhealthy_after)
