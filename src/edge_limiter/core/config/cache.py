@@ -28,121 +28,58 @@ from .fields import Choice, Duration, Flag, Hand, Size, Table
 # Only used to hand back a whole settings object after a missing or bad ttl was recorded.
 _FALLBACK_TTL_MS = 60_000
 
-CACHE = Table(
-    "cache",
-    "Keep the route's GET and HEAD answers in Workers KV, as a shared HTTP cache "
-    "(RFC 9111): the origin says how long an answer may be reused, the route sets the "
-    "bounds.",
-    (
-        Duration(
-            name="ttl",
-            attr="ttl_ms",
-            required=True,
-            default=_FALLBACK_TTL_MS,
-            minimum=MIN_TTL_MS,
-            maximum=MAX_TTL_MS,
-            rule="how long a response stays fresh, e.g. '5m'",
-            example="1h",
-            doc="The longest any answer is served fresh, whatever the origin says; a stale "
-            "copy that can be revalidated (it has an `ETag` or `Last-Modified`) is kept "
-            "that long too. Under a minute draws a warning: KV takes up to 60 s to show an "
-            "entry elsewhere.",
-        ),
-        Duration(
-            name="default_ttl",
-            attr="default_ttl_ms",
-            default=0,
-            minimum=MIN_TTL_MS,
-            maximum=MAX_TTL_MS,
-            default_text="none",
-            example="5m",
-            doc="The lifetime of an answer that gives no explicit one (no `s-maxage`, "
-            "`max-age` or `Expires`), in place of the heuristic from its `Last-Modified`; "
-            "for 200, 203, 204, 300, 301 and 308 (or the listed `statuses`). At most `ttl`. "
-            "Without it an API that sends no caching fields is not cached, as RFC 9111 asks.",
-        ),
-        Choice(
-            name="scope",
-            attr="scope",
-            default="public",
-            options=SCOPES,
-            rule="'public' or 'key'",
-            suggest=False,
-            example="key",
-            doc='`"public"`: one entry for everybody. `"key"`: one per rate-limit key and '
-            "per caller (`Authorization`, `Cookie`, `Proxy-Authorization` and every header "
-            "a route keys on), so one client's answer is never served to another. On a "
-            "route keyed by a header or cookie, leaving it unset draws a warning.",
-        ),
-        Hand(
-            name="ignore_query",
-            attr="ignore_query",
-            type='list of names, or "*"',
-            default=(),
-            default_text="none",
-            example=["utm_source", "utm_medium"],
-            doc='Query parameters left out of the cache key (`"*"`: the whole query). Names, '
-            "not patterns.",
-        ),
-        Size(
-            name="max_bytes",
-            attr="max_bytes",
-            default=DEFAULT_MAX_BYTES,
-            minimum=1,
-            maximum=MAX_BODY_BYTES,
-            example=262144,
-            doc="Larger bodies are not stored (a KV value holds 25 MiB, less the entry's "
-            "own fields).",
-        ),
-        Hand(
-            name="statuses",
-            attr="statuses",
-            type="list of statuses",
-            default_text="any",
-            null_is_absent=True,
-            example=[200, 404],
-            doc="The statuses that may be stored (200..599, never 206 or 304). Unset, any "
-            "status the origin gives a lifetime is, as RFC 9111 lets a shared cache.",
-        ),
-        Flag(
-            name="count_hits",
-            attr="count_hits",
-            default=False,
-            example=True,
-            doc="Whether a hit consumes rate-limit quota (then it carries the rate-limit "
-            "fields, and can be a 429).",
-        ),
-        Flag(
-            name="allow_client_no_cache",
-            attr="allow_client_no_cache",
-            default=False,
-            example=True,
-            doc="Whether a client's `Cache-Control: no-cache` (or `Pragma: no-cache`, "
-            "`max-age=0`) makes the cache ask the origin; such a request is rate limited "
-            "like a miss.",
-        ),
-        Duration(
-            name="stale_if_error",
-            attr="stale_if_error_ms",
-            default=0,
-            maximum=MAX_STALE_IF_ERROR_MS,
-            example="10m",
-            doc="At least how long past its freshness a copy may stand in for a failing "
-            "origin (0: as long as the origin's own `stale-if-error` says, RFC 5861). "
-            "Longer than the origin allows is a deviation the operator chooses.",
-        ),
-        Duration(
-            name="stale_while_revalidate",
-            attr="stale_while_revalidate_ms",
-            default=0,
-            maximum=MAX_STALE_WHILE_REVALIDATE_MS,
-            example="30s",
-            doc="At least how long past its freshness a copy is still served "
-            "(`X-Cache: UPDATING`) while a fresh one is fetched after the response (0: as "
-            "long as the origin's own `stale-while-revalidate` says).",
-        ),
-    ),
-)
+# fmt: off
+CACHE = Table("cache", (
+    "Keep the route's GET and HEAD answers in Workers KV, as a shared HTTP cache (RFC 9111): "
+    "the origin says how long an answer may be reused, the route sets the bounds."
+), (
+    Duration("ttl", MIN_TTL_MS, MAX_TTL_MS, required=True, default=_FALLBACK_TTL_MS,
+             rule="how long a response stays fresh, e.g. '5m'", example="1h",
+             doc="The longest any answer is served fresh, whatever the origin says; a stale copy "
+                 "that can be revalidated (it has an `ETag` or `Last-Modified`) is kept that "
+                 "long too. Under a minute draws a warning: KV takes up to 60 s to show an entry "
+                 "elsewhere."),
+    Duration("default_ttl", MIN_TTL_MS, MAX_TTL_MS, default=0, default_text="none",
+             example="5m",
+             doc="The lifetime of an answer that gives no explicit one (no `s-maxage`, `max-age` "
+                 "or `Expires`), in place of the heuristic from its `Last-Modified`; for 200, "
+                 "203, 204, 300, 301 and 308 (or the listed `statuses`). At most `ttl`. Without "
+                 "it an API that sends no caching fields is not cached, as RFC 9111 asks."),
+    Choice("scope", SCOPES, default="public", rule="'public' or 'key'", suggest=False,
+           example="key",
+           doc='`"public"`: one entry for everybody. `"key"`: one per rate-limit key and per '
+               "caller (`Authorization`, `Cookie`, `Proxy-Authorization` and every header a "
+               "route keys on), so one client's answer is never served to another. On a route "
+               "keyed by a header or cookie, leaving it unset draws a warning."),
+    Hand("ignore_query", 'list of names, or "*"', default_text="none",
+         example=["utm_source", "utm_medium"],
+         doc='Query parameters left out of the cache key (`"*"`: the whole query). Names, not '
+             "patterns."),
+    Size("max_bytes", 1, MAX_BODY_BYTES, default=DEFAULT_MAX_BYTES, example=262144,
+         doc="Larger bodies are not stored (a KV value holds 25 MiB, less the entry's own "
+             "fields)."),
+    Hand("statuses", "list of statuses", default_text="any", null_is_absent=True,
+         example=[200, 404],
+         doc="The statuses that may be stored (200..599, never 206 or 304). Unset, any status "
+             "the origin gives a lifetime is, as RFC 9111 lets a shared cache."),
+    Flag("count_hits", default=False, example=True,
+         doc="Whether a hit consumes rate-limit quota (then it carries the rate-limit fields, "
+             "and can be a 429)."),
+    Flag("allow_client_no_cache", default=False, example=True,
+         doc="Whether a client's `Cache-Control: no-cache` (or `Pragma: no-cache`, "
+             "`max-age=0`) makes the cache ask the origin; such a request is rate limited like "
+             "a miss."),
+    Duration("stale_if_error", 0, MAX_STALE_IF_ERROR_MS, default=0, example="10m",
+             doc="At least how long past its freshness a copy may stand in for a failing origin "
+                 "(0: as long as the origin's own `stale-if-error` says, RFC 5861). Longer than "
+                 "the origin allows is a deviation the operator chooses."),
+    Duration("stale_while_revalidate", 0, MAX_STALE_WHILE_REVALIDATE_MS, default=0,
+             example="30s",
+             doc="At least how long past its freshness a copy is still served (`X-Cache: "
+                 "UPDATING`) while a fresh one is fetched after the response (0: as long as the "
+                 "origin's own `stale-while-revalidate` says)."),
+))
+# fmt: on
 
 
 def parse_cache(raw: object, where: str, problems: Problems) -> CacheSettings | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from math import isfinite
 from typing import Any, ClassVar, TypeVar
 
@@ -39,13 +39,14 @@ BAD: Any = object()
 _UNSET: Any = object()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Field:
     """One field of a table: what the docs say of it and how its value is checked."""
 
     name: str
-    doc: str
-    """One paragraph: what the field does, for the docs."""
+    _: KW_ONLY
+    doc: str = ""
+    """One paragraph: what the field does, for the docs (a table's own doc for a table)."""
     default: Any = None
     """The parsed value when the field is absent (or refused), e.g. ms for a duration."""
     required: bool = False
@@ -57,9 +58,10 @@ class Field:
     """The default as the docs say it, where it is not a plain value ("the quota")."""
     null_is_absent: bool = False
     """Whether a JSON ``null`` reads as the field left out (else it is a wrong type)."""
-    attr: str = ""
+    attr: str | None = ""
     """Where the parsed value lands: a settings class's argument, or a dotted path into
-    the parsed object (``forward.timeout_ms`` of a route); empty: nowhere plainly."""
+    the parsed object (``forward.timeout_ms`` of a route); empty: its :meth:`json_key`
+    (``ttl_ms`` for ``ttl``); ``None``: nowhere plainly (read and shown by hand)."""
     show: Callable[[Any], object] | None = None
     """The effective value as plain data, from the parsed object, where ``attr`` is not
     enough; the JSON of ``check-config`` and ``/api/config`` is made of these."""
@@ -117,7 +119,7 @@ def _bound_text(bound: Bound, shown_as: Callable[[int], str] = str) -> str:
     return "" if bound is None else shown_as(bound)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Flag(Field):
     """``true`` or ``false``."""
 
@@ -130,12 +132,13 @@ class Flag(Field):
         return BAD
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Integer(Field):
     """A whole number within ``minimum..maximum`` (either may be another field)."""
 
     minimum: Bound = None
     maximum: Bound = None
+    _: KW_ONLY
     unit: str = ""
     rule: str = ""
     """What it must be, where the usual ``an integer 1..10`` does not say it."""
@@ -166,7 +169,7 @@ def _size(count: int) -> str:
     return f"{count} B"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Size(Integer):
     """A number of bytes."""
 
@@ -177,12 +180,13 @@ class Size(Integer):
         return f"{_bound_text(self.minimum)}..{_bound_text(self.maximum, _size)}"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Number(Field):
     """A finite number (integer or decimal) within ``minimum..maximum``."""
 
     minimum: float
     maximum: float
+    _: KW_ONLY
     unit: str = ""
     rule: str = ""
     kind: ClassVar[str] = "number"
@@ -206,12 +210,13 @@ class Number(Field):
         return f"{self.minimum:g}..{self.maximum:g}"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Duration(Field):
     """A duration string (``"250ms"``, ``"30s"``, ``"1h30m"``), read as milliseconds."""
 
     minimum: Bound = 0
     maximum: Bound = None
+    _: KW_ONLY
     rule: str = ""
     """What the field is, for the problem when a required one is missing."""
     kind: ClassVar[str] = "duration"
@@ -238,11 +243,12 @@ class Duration(Field):
         return f"{self.name}_ms"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Choice(Field):
     """One of a few words."""
 
     options: tuple[str, ...]
+    _: KW_ONLY
     hints: Mapping[str, str] = field(default_factory=dict)
     """Other names people use for an option, and what to write instead."""
     suggest: bool = True
@@ -269,7 +275,7 @@ class Choice(Field):
         return "one of " + ", ".join(f"`{option}`" for option in self.options if option)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Text(Field):
     """A string matching ``pattern`` (a regular expression, matched whole)."""
 
@@ -288,10 +294,11 @@ class Text(Field):
         return self.rule
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Statuses(Field):
     """A list of HTTP status codes, read as a sorted tuple without repeats."""
 
+    _: KW_ONLY
     minimum: int = 100
     maximum: int = 599
     excluded: frozenset[int] = frozenset()
@@ -327,12 +334,13 @@ class Statuses(Field):
         return list(value) if isinstance(value, tuple | frozenset) else value
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Names(Field):
     """A list of HTTP tokens (methods, field names), case-folded, sorted, each once."""
 
     noun: str
     """``method`` (read upper-case) or ``header name`` (lower-case)."""
+    _: KW_ONLY
     advice: Callable[[str], str | None] = lambda name: None
     """A warning for a name that is legal but probably not meant."""
     at_least_one: bool = False
@@ -369,7 +377,7 @@ class Names(Field):
         return list(value) if isinstance(value, tuple) else value
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Hand(Field):
     """A field whose value has a grammar of its own (a rate, a key, a URL), read by a
     hand-written parser beside its table."""
@@ -381,11 +389,12 @@ class Hand(Field):
         return self.type
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Sub(Field):
     """A field holding another table (or a list or map of them)."""
 
     table: Table
+    _: KW_ONLY
     shape: str = "table"
     """``table``, ``list of tables``, ``tables by name``, or a fuller type for the docs."""
 
@@ -396,7 +405,7 @@ class Sub(Field):
         return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Table:
     """A table of the config: its fields in the order the docs and problems list them."""
 
@@ -510,11 +519,11 @@ class Reader:
         return self._typed(name, _UNSET, tuple)
 
     def settings(self) -> dict[str, Any]:
-        """Every checked field that is a settings class's argument (``attr``), by it."""
+        """Every field the schema checks, by its settings class's argument (``attr``)."""
         return {
-            spec.attr: self.get(spec.name)
+            spec.attr or spec.json_key(): self.get(spec.name)
             for spec in self.spec.fields
-            if spec.attr and "." not in spec.attr and not isinstance(spec, Hand | Sub)
+            if spec.attr is not None and not isinstance(spec, Hand | Sub)
         }
 
     def _typed(self, name: str, default: Any, kind: type[T]) -> T:

@@ -40,99 +40,47 @@ def _header_advice(name: str) -> str | None:
     return NEVER_WORTH_FINGERPRINTING.get(name)
 
 
-IDEMPOTENCY = Table(
-    "idempotency",
-    "Honour `Idempotency-Key` on the route's unsafe methods: the first request with a "
-    "key is forwarded and its answer kept; a retry with the same key and the same "
-    "request gets that answer again (`Idempotent-Replayed: true`), one with another "
-    "request a `422`, one while the first is still at the origin a `409`.",
-    (
-        Choice(
-            name="mode",
-            attr="mode",
-            default=DEFAULT_MODE,
-            options=MODES,
-            rule="'required' or 'optional'",
-            suggest=False,
-            example="required",
-            doc='`"required"`: a request without the header gets `400`; `"optional"`: it '
-            "passes through unprotected.",
-        ),
-        Duration(
-            name="retention",
-            attr="retention_ms",
-            default=DEFAULT_RETENTION_MS,
-            minimum=MIN_RETENTION_MS,
-            maximum=MAX_RETENTION_MS,
-            example="24h",
-            doc="How long a completed answer is replayed for its key.",
-        ),
-        Duration(
-            name="lock_timeout",
-            attr="lock_timeout_ms",
-            default=DEFAULT_LOCK_TIMEOUT_MS,
-            minimum=MIN_LOCK_TIMEOUT_MS,
-            maximum=MAX_LOCK_TIMEOUT_MS,
-            example="2m",
-            doc="How long a claim holds off duplicates while its request is at the origin; "
-            "keep it above the route's `timeout` (else a warning): a holder whose lock ran "
-            "out cannot store its answer.",
-        ),
-        Names(
-            name="fingerprint_headers",
-            attr="fingerprint_headers",
-            default=(),
-            noun="header name",
-            advice=_header_advice,
-            default_text="none",
-            example=["x-account"],
-            doc='Request fields that are part of "the same request" besides method, path, '
-            "query, body, `Content-Type` and `Authorization` (read lower-case).",
-        ),
-        Names(
-            name="methods",
-            attr="methods",
-            default=DEFAULT_METHODS,
-            noun="method",
-            advice=_method_advice,
-            at_least_one=True,
-            example=["POST", "PUT"],
-            doc="The methods the key applies to (read upper-case; a safe method draws a "
-            "warning). A protected POST that a method override makes another method stays "
-            "protected, on a route whose `match` takes that method.",
-        ),
-        Flag(
-            name="store_5xx",
-            attr="store_5xx",
-            default=True,
-            example=False,
-            doc="Whether a 5xx answer (and the gateway's own `502`/`504` after an attempt "
-            "that got none) is kept for replay, Stripe's way: the origin may have acted. "
-            "`false` gives the key back so the retry is forwarded. An answer saying the "
-            "origin did not act (408, 425, 429, 503, 521-526 but 524) is never kept.",
-        ),
-        Size(
-            name="max_bytes",
-            attr="max_bytes",
-            default=DEFAULT_MAX_BYTES,
-            minimum=1,
-            maximum=MAX_BODY_BYTES,
-            example=65536,
-            doc="Larger answer bodies are not kept: the record says the answer was too "
-            "large, without its body (a record lives in one Durable Object row).",
-        ),
-        Size(
-            name="max_request_bytes",
-            attr="max_request_bytes",
-            default=DEFAULT_MAX_REQUEST_BYTES,
-            minimum=1,
-            maximum=MAX_REQUEST_BYTES,
-            example=1048576,
-            doc="Larger request bodies get `413` (`request_too_large`) and are not "
-            "forwarded: a body is read whole to fingerprint it.",
-        ),
-    ),
-)
+# fmt: off
+IDEMPOTENCY = Table("idempotency", (
+    "Honour `Idempotency-Key` on the route's unsafe methods: the first request with a key is "
+    "forwarded and its answer kept; a retry with the same key and the same request gets that "
+    "answer again (`Idempotent-Replayed: true`), one with another request a `422`, one while "
+    "the first is still at the origin a `409`."
+), (
+    Choice("mode", MODES, default=DEFAULT_MODE, rule="'required' or 'optional'", suggest=False,
+           example="required",
+           doc='`"required"`: a request without the header gets `400`; `"optional"`: it passes '
+               "through unprotected."),
+    Duration("retention", MIN_RETENTION_MS, MAX_RETENTION_MS, default=DEFAULT_RETENTION_MS,
+             example="24h", doc="How long a completed answer is replayed for its key."),
+    Duration("lock_timeout", MIN_LOCK_TIMEOUT_MS, MAX_LOCK_TIMEOUT_MS,
+             default=DEFAULT_LOCK_TIMEOUT_MS, example="2m",
+             doc="How long a claim holds off duplicates while its request is at the origin; "
+                 "keep it above the route's `timeout` (else a warning): a holder whose lock ran "
+                 "out cannot store its answer."),
+    Names("fingerprint_headers", "header name", advice=_header_advice, default=(),
+          default_text="none", example=["x-account"],
+          doc='Request fields that are part of "the same request" besides method, path, query, '
+              "body, `Content-Type` and `Authorization` (read lower-case)."),
+    Names("methods", "method", advice=_method_advice, at_least_one=True,
+          default=DEFAULT_METHODS, example=["POST", "PUT"],
+          doc="The methods the key applies to (read upper-case; a safe method draws a "
+              "warning). A protected POST that a method override makes another method stays "
+              "protected, on a route whose `match` takes that method."),
+    Flag("store_5xx", default=True, example=False,
+         doc="Whether a 5xx answer (and the gateway's own `502`/`504` after an attempt that got "
+             "none) is kept for replay, Stripe's way: the origin may have acted. `false` gives "
+             "the key back so the retry is forwarded. An answer saying the origin did not act "
+             "(408, 425, 429, 503, 521-526 but 524) is never kept."),
+    Size("max_bytes", 1, MAX_BODY_BYTES, default=DEFAULT_MAX_BYTES, example=65536,
+         doc="Larger answer bodies are not kept: the record says the answer was too large, "
+             "without its body (a record lives in one Durable Object row)."),
+    Size("max_request_bytes", 1, MAX_REQUEST_BYTES, default=DEFAULT_MAX_REQUEST_BYTES,
+         example=1048576,
+         doc="Larger request bodies get `413` (`request_too_large`) and are not forwarded: a "
+             "body is read whole to fingerprint it."),
+))
+# fmt: on
 
 
 def parse_idempotency(raw: object, where: str, problems: Problems) -> IdempotencySettings | None:

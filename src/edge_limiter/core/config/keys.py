@@ -12,40 +12,26 @@ from .fields import Hand, Integer, Reader
 #: Request fields that never reach an origin: a key on one counts what nobody checks.
 _NEVER_FORWARDED = HOP_BY_HOP | {"expect", *PATH_OVERRIDE_FIELDS, *FORWARDED_AS_FIELDS}
 
+# fmt: off
 KEY_FIELDS = (
-    Hand(
-        name="key",
-        type="key part, or a list of them",
-        default="ip",
-        example=["header:x-api-key", "ip"],
-        show=lambda route: [str(part) for part in route.limits.key.parts],
-        doc="Who a request is counted against: one part or a list of `ip`, `header:NAME`, "
-        "`cookie:NAME`, `query:NAME`, `path:NAME` (a parameter `match.path` captures), "
-        "`country`, `asn`, or `global` alone (one counter every request shares). Requests "
-        "lacking a named part share one counter; one sending it twice with different "
-        "values gets `400` (`ambiguous_key`).",
-    ),
-    Integer(
-        name="ipv4_prefix",
-        default=32,
-        minimum=1,
-        maximum=32,
-        unit="bits",
-        example=24,
-        attr="limits.key.ipv4_prefix",
-        doc="How IPv4 client addresses are aggregated for an `ip` key part (elsewhere a warning).",
-    ),
-    Integer(
-        name="ipv6_prefix",
-        default=64,
-        minimum=1,
-        maximum=128,
-        unit="bits",
-        example=48,
-        attr="limits.key.ipv6_prefix",
-        doc="How IPv6 client addresses are aggregated for an `ip` key part (elsewhere a warning).",
-    ),
+    Hand("key", "key part, or a list of them", default="ip",
+         example=["header:x-api-key", "ip"],
+         show=lambda route: [str(part) for part in route.limits.key.parts],
+         doc="Who a request is counted against: one part or a list of `ip`, `header:NAME`, "
+             "`cookie:NAME`, `query:NAME`, `path:NAME` (a parameter `match.path` captures), "
+             "`country`, `asn`, or `global` alone (one counter every request shares). Requests "
+             "lacking a named part share one counter; one sending it twice with different "
+             "values gets `400` (`ambiguous_key`)."),
+    Integer("ipv4_prefix", 1, 32, default=32, unit="bits", example=24,
+            attr="limits.key.ipv4_prefix",
+            doc="How IPv4 client addresses are aggregated for an `ip` key part (elsewhere a "
+                "warning)."),
+    Integer("ipv6_prefix", 1, 128, default=64, unit="bits", example=48,
+            attr="limits.key.ipv6_prefix",
+            doc="How IPv6 client addresses are aggregated for an `ip` key part (elsewhere a "
+                "warning)."),
 )
+# fmt: on
 
 
 def parse_key(got: Reader, params: tuple[str, ...], problems: Problems) -> KeySpec:

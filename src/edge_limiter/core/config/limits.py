@@ -38,72 +38,45 @@ ALGORITHM_HINTS = {
     "token": "write 'token_bucket'",
 }
 
-_BURST = Integer(
-    name="burst",
-    minimum=1,
-    maximum=MAX_QUOTA,
-    rule=f"an integer from 1 to {MAX_QUOTA}",
-    null_is_absent=True,
-    example=20,
-    example_with={"algorithm": "token_bucket"},
-    doc="",
-)
+# fmt: off
+_BURST = Integer("burst", 1, MAX_QUOTA, rule=f"an integer from 1 to {MAX_QUOTA}",
+                 null_is_absent=True, default_text="the quota", attr=None, example=20,
+                 example_with={"algorithm": "token_bucket"})
 
-LIMIT = Table(
-    "limits[]",
-    "A limit written as a table, in a route's `limits` list.",
-    (
-        Hand(
-            name="rate",
-            type="rate",
-            required=True,
-            example="10/second",
-            doc='The limit, as a string: `"10/second"`, `"100 per 10 seconds"`.',
-        ),
-        Text(
-            name="name",
-            default="",
-            pattern=POLICY_NAME_RE.pattern,
-            rule="1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit",
-            default_text="from the rate (`10-per-second`)",
-            example="burst",
-            doc="The limit's name in the IETF `RateLimit-Policy` field; unique in the route.",
-        ),
-        replace(
-            _BURST,
-            doc="This limit's bucket size (`token_bucket`, `gcra`).",
-            default_text="the quota",
-        ),
-        Choice(
-            name="algorithm",
-            default="",
-            options=tuple(ALGORITHMS),
-            hints=ALGORITHM_HINTS,
-            default_text="the route's",
-            example="fixed_window",
-            doc="Count this limit with an algorithm of its own.",
-        ),
-    ),
-)
+LIMIT = Table("limits[]", "A limit written as a table, in a route's `limits` list.", (
+    Hand("rate", "rate", required=True, example="10/second",
+         doc='The limit, as a string: `"10/second"`, `"100 per 10 seconds"`.'),
+    Text("name", POLICY_NAME_RE.pattern,
+         "1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit",
+         default="", default_text="from the rate (`10-per-second`)", example="burst",
+         doc="The limit's name in the IETF `RateLimit-Policy` field; unique in the route."),
+    replace(_BURST, doc="This limit's bucket size (`token_bucket`, `gcra`)."),
+    Choice("algorithm", tuple(ALGORITHMS), hints=ALGORITHM_HINTS, default="",
+           default_text="the route's", example="fixed_window",
+           doc="Count this limit with an algorithm of its own."),
+))
 
-LEASES = Table(
-    "leases",
-    "Token leases: isolates admit from units the key's Durable Object granted ahead, for "
-    "keys hot enough to approach one object's throughput. Never more than the limit; the "
-    "cost is some under-admission while units sit in leases.",
-    (
-        Duration(
-            name="ttl",
-            minimum=1,
-            maximum=MAX_LEASE_TTL_MS,
-            default_text='"1s" for the windows, "500ms" for the buckets',
-            example="250ms",
-            doc="How long a lease lasts. A bucket keeps a ttl of refill in reserve for the "
-            "lag between grant and use: a ttl whose reserve would eat the burst is refused, "
-            "a reserve of a tenth of it or more draws a warning.",
-        ),
-    ),
-)
+LEASES = Table("leases", (
+    "Token leases: isolates admit from units the key's Durable Object granted ahead, for keys "
+    "hot enough to approach one object's throughput. Never more than the limit; the cost is "
+    "some under-admission while units sit in leases."
+), (
+    Duration("ttl", 1, MAX_LEASE_TTL_MS, default_text='"1s" for the windows, "500ms" for the '
+             'buckets', example="250ms",
+             doc="How long a lease lasts. A bucket keeps a ttl of refill in reserve for the lag "
+                 "between grant and use: a ttl whose reserve would eat the burst is refused, a "
+                 "reserve of a tenth of it or more draws a warning."),
+))
+# fmt: on
+
+
+def _limits_shown(route: Route) -> list[dict[str, Any]]:
+    """The route's limits as plain data: name, rate, bucket size, own algorithm."""
+    return [
+        {"name": lim.name, "rate": str(lim.rate), "capacity": lim.capacity}
+        | ({"algorithm": lim.algorithm} if lim.algorithm else {})
+        for lim in route.limits.limits
+    ]
 
 
 def _leases_shown(route: Route) -> dict[str, Any] | None:
@@ -117,96 +90,49 @@ def _leases_shown(route: Route) -> dict[str, Any] | None:
 
 
 #: The route's fields that say what it counts and how, in the route table's order.
+# fmt: off
 RATE_LIMIT_FIELDS = (
-    Hand(
-        name="limits",
-        type="rates, or a list of rates and limit tables",
-        required=True,
-        example="10/second; 1000/hour",
-        show=lambda route: [
-            {"name": lim.name, "rate": str(lim.rate), "capacity": lim.capacity}
-            | ({"algorithm": lim.algorithm} if lim.algorithm else {})
-            for lim in route.limits.limits
-        ],
-        doc='Every limit must admit a request: `"10/second; 1000/hour"` (`,` or `|` '
-        'separate too), `"100 per 10 seconds"`, `"10000/week"` (units second, minute, '
-        "hour, day, week; a month is written in days), or a list of such strings and "
-        "limit tables. No thousands separator: `1,000/hour` is two limits.",
-    ),
-    Choice(
-        name="algorithm",
-        default=DEFAULT_ALGORITHM,
-        options=tuple(ALGORITHMS),
-        hints=ALGORITHM_HINTS,
-        example="token_bucket",
-        attr="limits.algorithm",
-        doc="How the route counts: `sliding_window` (a weighted counter), `sliding_log` "
-        "(exact), `fixed_window`, `token_bucket` or `gcra` (buckets that take a `burst`).",
-    ),
-    replace(
-        _BURST,
-        doc="The bucket size of the limit with the shortest window (`token_bucket`, `gcra`); "
-        "every other limit's bucket is its quota. Per limit: `burst` in its table.",
-        default_text="the quota",
-    ),
+    Hand("limits", "rates, or a list of rates and limit tables", required=True,
+         example="10/second; 1000/hour", show=_limits_shown,
+         doc='Every limit must admit a request: `"10/second; 1000/hour"` (`,` or `|` separate '
+             'too), `"100 per 10 seconds"`, `"10000/week"` (units second, minute, hour, day, '
+             "week; a month is written in days), or a list of such strings and limit tables. No "
+             "thousands separator: `1,000/hour` is two limits."),
+    Choice("algorithm", tuple(ALGORITHMS), hints=ALGORITHM_HINTS, default=DEFAULT_ALGORITHM,
+           attr="limits.algorithm", example="token_bucket",
+           doc="How the route counts: `sliding_window` (a weighted counter), `sliding_log` "
+               "(exact), `fixed_window`, `token_bucket` or `gcra` (buckets that take a "
+               "`burst`)."),
+    replace(_BURST, doc="The bucket size of the limit with the shortest window (`token_bucket`, "
+                        "`gcra`); every other limit's bucket is its quota. Per limit: `burst` in "
+                        "its table."),
     *KEY_FIELDS,
-    Integer(
-        name="cost",
-        default=1,
-        minimum=1,
-        rule="a positive integer",
-        unit="units",
-        example=10,
-        attr="limits.cost",
-        doc="The units each request consumes; it must fit in the smallest limit. The "
-        "rate-limit fields count units, so a request of cost 2 is denied while `Remaining` "
-        "says 1.",
-    ),
-    Flag(
-        name="shadow",
-        default=False,
-        example=True,
-        attr="limits.shadow",
-        doc="Count and report (`X-EdgeLimiter-Reason: shadow`, a log line), never block. A "
-        "top-level `shadow = true` covers every route (`false` here is then a warning).",
-    ),
-    Duration(
-        name="write_behind",
-        default=0,
-        minimum=1,
-        maximum=MAX_WRITE_BEHIND_MS,
-        null_is_absent=True,
-        default_text="off",
-        example="50ms",
-        attr="limits.write_behind_ms",
-        doc="The key's Durable Object answers from memory and writes its counters at most "
-        "this long after, for latency and one hot key's throughput; a restart of the object "
-        "forgets the admissions of at most that last interval. Off, every decision is "
-        "stored before the answer leaves.",
-    ),
-    Sub(
-        name="leases",
-        table=LEASES,
-        shape="boolean or table",
-        null_is_absent=True,
-        default_text="off",
-        example=True,
-        show=_leases_shown,
-        doc='`true` or `{ ttl = "500ms" }`: isolates admit from units the key\'s object '
-        "granted ahead (`token_bucket`, `gcra`, `fixed_window`, `sliding_window`; not on a "
-        "shadow route).",
-    ),
-    Choice(
-        name="on_store_error",
-        default="open",
-        options=("open", "closed"),
-        example="closed",
-        show=lambda route: "open" if route.failure.fail_open else "closed",
-        doc="When the key's Durable Object fails or exceeds `store_timeout_ms`: `open` "
-        "forwards with `X-EdgeLimiter-Reason: store_unavailable`, `closed` answers `503` "
-        "(a shadow route forwards either way).",
-    ),
+    Integer("cost", 1, rule="a positive integer", default=1, unit="units", attr="limits.cost",
+            example=10,
+            doc="The units each request consumes; it must fit in the smallest limit. The "
+                "rate-limit fields count units, so a request of cost 2 is denied while "
+                "`Remaining` says 1."),
+    Flag("shadow", default=False, attr="limits.shadow", example=True,
+         doc="Count and report (`X-EdgeLimiter-Reason: shadow`, a log line), never block. A "
+             "top-level `shadow = true` covers every route (`false` here is then a warning)."),
+    Duration("write_behind", 1, MAX_WRITE_BEHIND_MS, default=0, null_is_absent=True,
+             default_text="off", attr="limits.write_behind_ms", example="50ms",
+             doc="The key's Durable Object answers from memory and writes its counters at most "
+                 "this long after, for latency and one hot key's throughput; a restart of the "
+                 "object forgets the admissions of at most that last interval. Off, every "
+                 "decision is stored before the answer leaves."),
+    Sub("leases", LEASES, shape="boolean or table", null_is_absent=True, default_text="off",
+        example=True, show=_leases_shown,
+        doc='`true` or `{ ttl = "500ms" }`: isolates admit from units the key\'s object granted '
+            "ahead (`token_bucket`, `gcra`, `fixed_window`, `sliding_window`; not on a shadow "
+            "route)."),
+    Choice("on_store_error", ("open", "closed"), default="open", example="closed",
+           show=lambda route: "open" if route.failure.fail_open else "closed",
+           doc="When the key's Durable Object fails or exceeds `store_timeout_ms`: `open` "
+               "forwards with `X-EdgeLimiter-Reason: store_unavailable`, `closed` answers `503` "
+               "(a shadow route forwards either way)."),
 )
+# fmt: on
 
 
 def _limit_table(item: Mapping[str, Any], where: str, problems: Problems) -> Limit | None:

@@ -24,53 +24,32 @@ REACHABLE_METHODS = frozenset(
     )
 )
 
-MATCH = Table(
-    "match",
+# fmt: off
+MATCH = Table("match", (
     "Which requests the route takes. Routes are tried in order and the first that matches "
-    "wins; a route that an earlier one shadows completely draws a warning.",
-    (
-        Hand(
-            name="methods",
-            type='list of methods, or "*"',
-            null_is_absent=True,
-            default_text="every method",
-            example=["GET", "POST"],
-            show=lambda match: sorted(match.methods) if match.methods else "*",
-            doc='A list such as `["GET", "POST"]` (any method name, read upper-case), one '
-            'method as a string, or `"*"`. `GET` takes `HEAD` too: origins answer a `HEAD` '
-            "by running the `GET`, so it is counted alike.",
-        ),
-        Hand(
-            name="path",
-            type="path pattern",
-            required=True,
-            example="/v1/users/{id}",
-            show=lambda match: match.path.source,
-            doc="Matched against the canonical path: `{name}` captures one segment (a key "
-            "may count by it: `path:name`); `*` is one segment, or everything when last "
-            "(`/v1/*`, which matches `/v1` itself too); `*` alone matches every path.",
-        ),
-        Hand(
-            name="host",
-            type="host pattern",
-            null_is_absent=True,
-            default_text="any host",
-            example="*.example.com",
-            show=lambda match: match.host or "*",
-            doc="`api.example.com` or `*.example.com` (any subdomain, not the domain "
-            "itself), any port; an internationalised name may be written as it reads.",
-        ),
-        Flag(
-            name="case_insensitive",
-            default_text="`paths.case_insensitive`",
-            example=True,
-            show=lambda match: match.path.case_insensitive,
-            doc="Match the path (and capture its parameters, lower-cased) ignoring ASCII "
-            "case, for an origin that treats `/V1/LOGIN` like `/v1/login` (IIS, ASP.NET); "
-            "the path is still forwarded as sent.",
-        ),
-    ),
-)
+    "wins; a route that an earlier one shadows completely draws a warning."
+), (
+    Hand("methods", 'list of methods, or "*"', null_is_absent=True, default_text="every method",
+         example=["GET", "POST"], show=lambda match: sorted(match.methods or ()) or "*",
+         doc='A list such as `["GET", "POST"]` (any method name, read upper-case), one method '
+             'as a string, or `"*"`. `GET` takes `HEAD` too: origins answer a `HEAD` by running '
+             "the `GET`, so it is counted alike."),
+    Hand("path", "path pattern", required=True, example="/v1/users/{id}",
+         show=lambda match: match.path.source,
+         doc="Matched against the canonical path: `{name}` captures one segment (a key may "
+             "count by it: `path:name`); `*` is one segment, or everything when last (`/v1/*`, "
+             "which matches `/v1` itself too); `*` alone matches every path."),
+    Hand("host", "host pattern", null_is_absent=True, default_text="any host",
+         example="*.example.com", show=lambda match: match.host or "*",
+         doc="`api.example.com` or `*.example.com` (any subdomain, not the domain itself), any "
+             "port; an internationalised name may be written as it reads."),
+    Flag("case_insensitive", default_text="`paths.case_insensitive`", example=True,
+         show=lambda match: match.path.case_insensitive,
+         doc="Match the path (and capture its parameters, lower-cased) ignoring ASCII case, for "
+             "an origin that treats `/V1/LOGIN` like `/v1/login` (IIS, ASP.NET); the path is "
+             "still forwarded as sent."),
+))
+# fmt: on
 
 
 def parse_match(value: object, case_default: bool, where: str, problems: Problems) -> Match | None:

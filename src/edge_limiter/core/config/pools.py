@@ -38,202 +38,78 @@ from .resilience import BREAKER, RETRY, parse_breaker, parse_retry
 _COUNTRY_HINTS = {"UK": "GB", "EL": "GR"}
 _NAME_RULE = "letters, digits, '_', '.', '-' (at most 64), starting with a letter or digit"
 
-HEALTH = Table(
-    "health",
+# fmt: off
+HEALTH = Table("health", (
     "An active health check of one origin: `GET path` at every Cron Trigger (every minute "
-    "with the repository's `wrangler.toml`); `unhealthy_after` failed probes in a row open "
-    "its breaker with no user traffic, and a passing probe lets an open breaker try again "
-    "at once.",
-    (
-        Text(
-            name="path",
-            attr="path",
-            required=True,
-            default="/",
-            pattern=r"/[^\x00-\x20]*",
-            rule="a path like '/health'",
-            null_is_absent=True,
-            example="/health",
-            doc="The path probed, on the origin's URL.",
-        ),
-        Duration(
-            name="timeout",
-            attr="timeout_ms",
-            default=DEFAULT_HEALTH_TIMEOUT_MS,
-            minimum=1,
-            maximum=MAX_HEALTH_TIMEOUT_MS,
-            example="2s",
-            doc="How long a probe may take.",
-        ),
-        Statuses(
-            name="statuses",
-            attr="statuses",
-            default=(),
-            non_empty=True,
-            null_is_absent=True,
-            default_text="any 2xx",
-            example=[200],
-            doc="The answers that count as healthy.",
-        ),
-        Integer(
-            name="unhealthy_after",
-            attr="unhealthy_after",
-            default=DEFAULT_UNHEALTHY_AFTER,
-            minimum=1,
-            maximum=100,
-            unit="probes",
-            example=2,
-            doc="How many failed probes in a row open the origin's breaker.",
-        ),
-    ),
-)
+    "with the repository's `wrangler.toml`); `unhealthy_after` failed probes in a row open its "
+    "breaker with no user traffic, and a passing probe lets an open breaker try again at once."
+), (
+    Text("path", r"/[^\x00-\x20]*", "a path like '/health'", required=True, default="/",
+         null_is_absent=True, example="/health", doc="The path probed, on the origin's URL."),
+    Duration("timeout", 1, MAX_HEALTH_TIMEOUT_MS, default=DEFAULT_HEALTH_TIMEOUT_MS,
+             example="2s", doc="How long a probe may take."),
+    Statuses("statuses", non_empty=True, null_is_absent=True, default=(),
+             default_text="any 2xx", example=[200], doc="The answers that count as healthy."),
+    Integer("unhealthy_after", 1, 100, default=DEFAULT_UNHEALTHY_AFTER, unit="probes",
+            example=2, doc="How many failed probes in a row open the origin's breaker."),
+))
 
-ORIGIN = Table(
-    "origins",
-    "One upstream server of a pool. For each request the pool's origins are put in order "
-    "from the client's location (`request.cf`): those serving its country, then its "
-    "continent, then by distance when both have coordinates, then by `priority`, then by "
-    "name; the first whose breaker allows a call and whose bulkhead has room gets it.",
-    (
-        Text(
-            name="name",
-            required=True,
-            null_is_absent=True,
-            pattern=NAME_RE.pattern,
-            rule=_NAME_RULE,
-            example="eu",
-            doc="Unique across all pools: it keys the origin's breaker, and clients are "
-            "told it in `X-Origin`.",
-        ),
-        Hand(
-            name="url",
-            type="URL",
-            required=True,
-            example="https://eu.api.example.com",
-            doc="http or https, with a host, no credentials, query or fragment; a path in it "
-            "comes before the request's (`http://10.0.0.5/base` gets `/base/v1/x`).",
-        ),
-        Hand(
-            name="countries",
-            type="list of country codes",
-            default_text="none",
-            example=["GB", "CH"],
-            doc="ISO 3166-1 alpha-2 codes (and `XK`) of the clients served first (one code "
-            "may be written as a string).",
-        ),
-        Hand(
-            name="continents",
-            type="list of continent codes",
-            default_text="none",
-            example=["EU", "AF"],
-            doc="Cloudflare's codes (`AF`, `AN`, `AS`, `EU`, `NA`, `OC`, `SA`) of the "
-            "clients served next.",
-        ),
-        Number(
-            name="lat",
-            minimum=-90,
-            maximum=90,
-            unit="degrees",
-            rule="a number of degrees -90..90",
-            null_is_absent=True,
-            example=50.11,
-            example_with={"lon": 8.68},
-            doc="The origin's latitude, for ordering by distance; `lat` and `lon` go together.",
-        ),
-        Number(
-            name="lon",
-            minimum=-180,
-            maximum=180,
-            unit="degrees",
-            rule="a number of degrees -180..180",
-            null_is_absent=True,
-            example=8.68,
-            example_with={"lat": 50.11},
-            doc="The origin's longitude.",
-        ),
-        Integer(
-            name="priority",
-            attr="priority",
-            default=0,
-            minimum=-MAX_PRIORITY,
-            maximum=MAX_PRIORITY,
-            example=1,
-            doc="Lower first, among origins the location does not order.",
-        ),
-        Duration(
-            name="timeout",
-            attr="timeout_ms",
-            default=DEFAULT_TIMEOUT_MS,
-            minimum=1,
-            maximum=MAX_TIMEOUT_MS,
-            example="5s",
-            doc="How long one attempt at this origin may take (the route's `timeout` "
-            "bounds them all).",
-        ),
-        Integer(
-            name="max_in_flight",
-            attr="max_in_flight",
-            default=DEFAULT_MAX_IN_FLIGHT,
-            minimum=1,
-            maximum=MAX_IN_FLIGHT,
-            unit="requests",
+ORIGIN = Table("origins", (
+    "One upstream server of a pool. For each request the pool's origins are put in order from "
+    "the client's location (`request.cf`): those serving its country, then its continent, "
+    "then by distance when both have coordinates, then by `priority`, then by name; the first "
+    "whose breaker allows a call and whose bulkhead has room gets it."
+), (
+    Text("name", NAME_RE.pattern, _NAME_RULE, required=True, null_is_absent=True, example="eu",
+         doc="Unique across all pools: it keys the origin's breaker, and clients are told it in "
+             "`X-Origin`."),
+    Hand("url", "URL", required=True, example="https://eu.api.example.com",
+         doc="http or https, with a host, no credentials, query or fragment; a path in it comes "
+             "before the request's (`http://10.0.0.5/base` gets `/base/v1/x`)."),
+    Hand("countries", "list of country codes", default_text="none", example=["GB", "CH"],
+         doc="ISO 3166-1 alpha-2 codes (and `XK`) of the clients served first (one code may be "
+             "written as a string)."),
+    Hand("continents", "list of continent codes", default_text="none", example=["EU", "AF"],
+         doc="Cloudflare's codes (`AF`, `AN`, `AS`, `EU`, `NA`, `OC`, `SA`) of the clients "
+             "served next."),
+    Number("lat", -90, 90, unit="degrees", rule="a number of degrees -90..90",
+           null_is_absent=True, example=50.11, example_with={"lon": 8.68},
+           doc="The origin's latitude, for ordering by distance; `lat` and `lon` go together."),
+    Number("lon", -180, 180, unit="degrees", rule="a number of degrees -180..180",
+           null_is_absent=True, example=8.68, example_with={"lat": 50.11},
+           doc="The origin's longitude."),
+    Integer("priority", -MAX_PRIORITY, MAX_PRIORITY, default=0, example=1,
+            doc="Lower first, among origins the location does not order."),
+    Duration("timeout", 1, MAX_TIMEOUT_MS, default=DEFAULT_TIMEOUT_MS, example="5s",
+             doc="How long one attempt at this origin may take (the route's `timeout` bounds "
+                 "them all)."),
+    Integer("max_in_flight", 1, MAX_IN_FLIGHT, default=DEFAULT_MAX_IN_FLIGHT, unit="requests",
             example=50,
-            doc="The bulkhead: at most this many requests per isolate waiting for this "
-            "origin's answer; a request finding it full goes to the next origin, or gets "
-            "`503` (`origin_busy`) at once, never a queue.",
-        ),
-        Sub(
-            name="health",
-            table=HEALTH,
-            null_is_absent=True,
-            default_text="none",
-            example={"path": "/health"},
-            doc="An active health check of the origin.",
-        ),
-    ),
-)
+            doc="The bulkhead: at most this many requests per isolate waiting for this origin's "
+                "answer; a request finding it full goes to the next origin, or gets `503` "
+                "(`origin_busy`) at once, never a queue."),
+    Sub("health", HEALTH, null_is_absent=True, default_text="none", example={"path": "/health"}),
+))
 
-POOL = Table(
-    "[pools.NAME]",
-    "A named list of interchangeable origins, with one breaker and one retry policy; a "
-    'route (or the top level) sends its requests there with `pool = "NAME"`.',
-    (
-        Sub(
-            name="breaker",
-            table=BREAKER,
-            null_is_absent=True,
-            default_text="the defaults",
-            example={"failure_rate": 50},
-            doc="How the pool's origins trip and recover.",
-        ),
-        Sub(
-            name="retry",
-            table=RETRY,
-            null_is_absent=True,
-            default_text="the defaults",
-            example={"attempts": 2},
-            doc="How the pool's requests are retried (a route's own `retry` replaces it).",
-        ),
-        Sub(
-            name="origins",
-            table=ORIGIN,
-            shape="list of tables",
-            required=True,
-            example=[{"name": "eu", "url": "https://eu.api.example.com"}],
-            doc="The pool's origins, at least one (`[[pools.NAME.origins]]`).",
-        ),
-        Hand(
-            name="headers",
-            type="table of field names",
-            null_is_absent=True,
-            default_text="none",
-            example={"X-Gateway-Key": "$REGIONAL_KEY"},
-            doc="Fields set on every request to the pool's origins, replacing the top-level "
-            '`origin_headers` of the same name: a value as written, or `"$NAME"` for the '
-            "Worker's secret `NAME`.",
-        ),
-    ),
-)
+POOL = Table("[pools.NAME]", (
+    "A named list of interchangeable origins, with one breaker and one retry policy; a route "
+    '(or the top level) sends its requests there with `pool = "NAME"`.'
+), (
+    Sub("breaker", BREAKER, null_is_absent=True, default_text="the defaults",
+        example={"failure_rate": 50}),
+    Sub("retry", RETRY, null_is_absent=True, default_text="the defaults",
+        example={"attempts": 2},
+        doc="How the pool's requests are retried (a route's own `retry` replaces it)."),
+    Sub("origins", ORIGIN, shape="list of tables", required=True,
+        example=[{"name": "eu", "url": "https://eu.api.example.com"}],
+        doc="The pool's origins, at least one (`[[pools.NAME.origins]]`)."),
+    Hand("headers", "table of field names", null_is_absent=True, default_text="none",
+         example={"X-Gateway-Key": "$REGIONAL_KEY"},
+         doc="Fields set on every request to the pool's origins, replacing the top-level "
+             '`origin_headers` of the same name: a value as written, or `"$NAME"` for the '
+             "Worker's secret `NAME`."),
+))
+# fmt: on
 
 
 def parse_pools(raw: object, problems: Problems) -> dict[str, Pool]:
@@ -358,7 +234,8 @@ def _parse_origin(raw: object, where: str, problems: Problems) -> Origin | None:
         if missing not in got.raw:
             problems.add(f"{where}.{missing}", "lat and lon go together: give both or neither")
         latitude = longitude = None
-    values = got.settings()  # priority, timeout, max_in_flight
+    priority, timeout = got.integer("priority"), got.ms("timeout")
+    max_in_flight = got.integer("max_in_flight")
     health = None
     if got.given("health"):
         health = _parse_health(got.raw["health"], f"{where}.health", problems)
@@ -371,8 +248,10 @@ def _parse_origin(raw: object, where: str, problems: Problems) -> Origin | None:
         continents=continents,
         latitude=latitude,
         longitude=longitude,
+        priority=priority,
+        timeout_ms=timeout,
+        max_in_flight=max_in_flight,
         health=health,
-        **values,
     )
 
 

@@ -42,207 +42,85 @@ from ..resilience.retry import (
 from ..validation import Problems, shown
 from .fields import Duration, Flag, Integer, Number, Ref, Statuses, Table
 
-BREAKER = Table(
-    "breaker",
-    "How a pool's origins trip and recover, each origin with a breaker of its own "
-    "(closed, open, half-open), shared by every route to it and, through a Durable "
-    "Object, by every isolate.",
-    (
-        Integer(
-            name="failure_rate",
-            attr="failure_rate",
-            default=DEFAULT_FAILURE_RATE,
-            minimum=1,
-            maximum=100,
-            unit="percent",
-            example=50,
-            doc="The share of failures among the last `window` calls that opens the "
-            "breaker. Failures are timeouts, connection errors, `failure_statuses`, "
-            "Cloudflare's own 520-526, and calls slower than `slow_call` when it is set.",
-        ),
-        Integer(
-            name="window",
-            attr="window",
-            default=DEFAULT_WINDOW,
-            minimum=1,
-            maximum=MAX_WINDOW,
-            unit="calls",
-            example=20,
-            doc="How many of the latest calls the closed breaker judges by.",
-        ),
-        Integer(
-            name="min_calls",
-            attr="min_calls",
-            default=DEFAULT_MIN_CALLS,
-            minimum=1,
-            maximum=Ref("window"),
-            unit="calls",
-            example=10,
-            doc="The fewest calls in the window before the breaker may open (the default "
-            "is at most `window`).",
-        ),
-        Duration(
-            name="slow_call",
-            attr="slow_call_ms",
-            minimum=1,
-            maximum=MAX_SLOW_CALL_MS,
-            default_text="off",
-            example="2s",
-            doc="A success slower than this counts as a failure; it must be shorter than "
-            "the pool's longest origin `timeout` to count at all.",
-        ),
-        Duration(
-            name="open_for",
-            attr="open_for_ms",
-            default=DEFAULT_OPEN_FOR_MS,
-            minimum=1,
-            maximum=MAX_OPEN_FOR_MS,
-            example="10s",
-            doc="How long an open breaker skips its origin, doubled with each consecutive "
-            "trip up to `max_open_for`.",
-        ),
-        Duration(
-            name="max_open_for",
-            attr="max_open_for_ms",
-            default=DEFAULT_MAX_OPEN_FOR_MS,
-            minimum=Ref("open_for"),
-            maximum=MAX_OPEN_FOR_MS,
-            example="5m",
-            doc="The longest an open breaker skips its origin, however often it tripped "
-            "(the default is at least `open_for`).",
-        ),
-        Integer(
-            name="half_open_calls",
-            attr="half_open_calls",
-            default=DEFAULT_HALF_OPEN_CALLS,
-            minimum=1,
-            maximum=MAX_HALF_OPEN_CALLS,
-            unit="calls",
-            example=3,
-            doc="How many trial calls go through once `open_for` has passed (at most that "
-            "many at once per isolate; the others get a `503` with `Retry-After`).",
-        ),
-        Integer(
-            name="success_threshold",
-            attr="success_threshold",
-            default=DEFAULT_SUCCESS_THRESHOLD,
-            minimum=1,
-            maximum=Ref("half_open_calls"),
-            unit="calls",
-            example=2,
-            doc="How many successful trials close the breaker; any failed trial opens it "
-            "again, for longer (the default is at most `half_open_calls`).",
-        ),
-        Duration(
-            name="trial_timeout",
-            attr="trial_timeout_ms",
-            default=DEFAULT_TRIAL_TIMEOUT_MS,
-            minimum=1,
-            maximum=MAX_TRIAL_TIMEOUT_MS,
-            default_text='"30s", or a second past the longest origin timeout',
-            example="30s",
-            doc="When a trial whose outcome never came back (its isolate went away) stops "
-            "counting. It must be longer than every origin `timeout` of the pool.",
-        ),
-        Statuses(
-            name="failure_statuses",
-            attr="failure_statuses",
-            default=DEFAULT_FAILURE_STATUSES,
-            minimum=400,
-            maximum=599,
-            excluded=frozenset({OVERLOAD_STATUS}),
-            repeats_refused=True,
-            null_is_absent=True,
-            rule="a list of HTTP statuses 400..599 other than 429 (a 429 is the origin's "
-            "answer to that client, or an overload with pause_on_429: never a failure)",
-            example=[502, 503, 504],
-            doc="The origin's own answers that count as failures. A 429 never does: it is "
-            "the origin's answer to that client (see `pause_on_429`).",
-        ),
-        Flag(
-            name="pause_on_429",
-            attr="pause_on_429",
-            default=False,
-            example=True,
-            doc="Whether a 429 means the whole origin is overloaded: it is then skipped, in "
-            "every isolate, until its `Retry-After` (at most 5 minutes; 1 s without one), "
-            "and the request is retried on the next origin. Off, a 429 is the origin's "
-            "answer to that client, passed on, holding no other client back.",
-        ),
-    ),
-)
+# fmt: off
+BREAKER = Table("breaker", (
+    "How a pool's origins trip and recover, each origin with a breaker of its own (closed, "
+    "open, half-open), shared by every route to it and, through a Durable Object, by every "
+    "isolate."
+), (
+    Integer("failure_rate", 1, 100, default=DEFAULT_FAILURE_RATE, unit="percent", example=50,
+            doc="The share of failures among the last `window` calls that opens the breaker. "
+                "Failures are timeouts, connection errors, `failure_statuses`, Cloudflare's own "
+                "520-526, and calls slower than `slow_call` when it is set."),
+    Integer("window", 1, MAX_WINDOW, default=DEFAULT_WINDOW, unit="calls", example=20,
+            doc="How many of the latest calls the closed breaker judges by."),
+    Integer("min_calls", 1, Ref("window"), default=DEFAULT_MIN_CALLS, unit="calls", example=10,
+            doc="The fewest calls in the window before the breaker may open (the default is at "
+                "most `window`)."),
+    Duration("slow_call", 1, MAX_SLOW_CALL_MS, default_text="off", example="2s",
+             doc="A success slower than this counts as a failure; it must be shorter than the "
+                 "pool's longest origin `timeout` to count at all."),
+    Duration("open_for", 1, MAX_OPEN_FOR_MS, default=DEFAULT_OPEN_FOR_MS, example="10s",
+             doc="How long an open breaker skips its origin, doubled with each consecutive trip "
+                 "up to `max_open_for`."),
+    Duration("max_open_for", Ref("open_for"), MAX_OPEN_FOR_MS, default=DEFAULT_MAX_OPEN_FOR_MS,
+             example="5m",
+             doc="The longest an open breaker skips its origin, however often it tripped (the "
+                 "default is at least `open_for`)."),
+    Integer("half_open_calls", 1, MAX_HALF_OPEN_CALLS, default=DEFAULT_HALF_OPEN_CALLS,
+            unit="calls", example=3,
+            doc="How many trial calls go through once `open_for` has passed (at most that many "
+                "at once per isolate; the others get a `503` with `Retry-After`)."),
+    Integer("success_threshold", 1, Ref("half_open_calls"), default=DEFAULT_SUCCESS_THRESHOLD,
+            unit="calls", example=2,
+            doc="How many successful trials close the breaker; any failed trial opens it again, "
+                "for longer (the default is at most `half_open_calls`)."),
+    Duration("trial_timeout", 1, MAX_TRIAL_TIMEOUT_MS, default=DEFAULT_TRIAL_TIMEOUT_MS,
+             default_text='"30s", or a second past the longest origin timeout', example="30s",
+             doc="When a trial whose outcome never came back (its isolate went away) stops "
+                 "counting. It must be longer than every origin `timeout` of the pool."),
+    Statuses("failure_statuses", minimum=400, maximum=599, excluded=frozenset({OVERLOAD_STATUS}),
+             repeats_refused=True, null_is_absent=True, default=DEFAULT_FAILURE_STATUSES,
+             rule="a list of HTTP statuses 400..599 other than 429 (a 429 is the origin's answer "
+                  "to that client, or an overload with pause_on_429: never a failure)",
+             example=[502, 503, 504],
+             doc="The origin's own answers that count as failures. A 429 never does: it is the "
+                 "origin's answer to that client (see `pause_on_429`)."),
+    Flag("pause_on_429", default=False, example=True,
+         doc="Whether a 429 means the whole origin is overloaded: it is then skipped, in every "
+             "isolate, until its `Retry-After` (at most 5 minutes; 1 s without one), and the "
+             "request is retried on the next origin. Off, a 429 is the origin's answer to that "
+             "client, passed on, holding no other client back."),
+))
 
-RETRY = Table(
-    "retry",
-    "How requests that failed at an origin are sent again: only idempotent ones (GET, "
-    "HEAD, OPTIONS, PUT, DELETE, TRACE, or one holding an Idempotency-Key claim), each "
-    "to the next origin after a full-jitter backoff `uniform(0, min(cap, base * 2**n))`, "
-    "within the route's `timeout` and the pool's retry budget.",
-    (
-        Integer(
-            name="attempts",
-            attr="attempts",
-            default=DEFAULT_ATTEMPTS,
-            minimum=1,
-            maximum=MAX_ATTEMPTS,
-            example=3,
-            doc="Every attempt, the first included (1: never retry).",
-        ),
-        Duration(
-            name="base",
-            attr="base_ms",
-            default=DEFAULT_BASE_MS,
-            minimum=1,
-            maximum=MAX_BACKOFF_MS,
-            example="100ms",
-            doc="The backoff's base: the n-th retry waits a random time up to "
-            "`min(cap, base * 2**n)`.",
-        ),
-        Duration(
-            name="cap",
-            attr="cap_ms",
-            default=DEFAULT_CAP_MS,
-            minimum=1,
-            maximum=MAX_BACKOFF_MS,
-            default_text='"2s", or `base` when longer',
-            example="2s",
-            doc="The longest wait between attempts; at least `base`.",
-        ),
-        Number(
-            name="budget",
-            attr="budget_ratio",
-            default=DEFAULT_BUDGET_RATIO,
-            minimum=0,
-            maximum=1,
-            unit="share",
-            rule="a number 0..1 (the share of requests that may be retried)",
-            example=0.2,
-            doc="Retries are at most this share of the requests of the last "
-            "`budget_window`, plus `min_per_second`, so an outage cannot multiply load.",
-        ),
-        Integer(
-            name="min_per_second",
-            attr="min_per_second",
-            default=DEFAULT_MIN_PER_SECOND,
-            minimum=0,
-            maximum=MAX_MIN_PER_SECOND,
-            unit="retries",
-            example=1,
-            doc="A floor of retries for each second of the budget's window, so a quiet "
-            "route can still retry: a reserve over the window, as in Finagle's retry "
-            "budget (after a quiet spell, 1 lets up to 10 retries go at once).",
-        ),
-        Duration(
-            name="budget_window",
-            attr="budget_window_ms",
-            default=DEFAULT_WINDOW_MS,
-            minimum=DEFAULT_BUCKET_MS,
-            maximum=MAX_BUDGET_WINDOW_MS,
-            example="10s",
-            doc="The window the retry budget counts requests and retries over; whole seconds.",
-        ),
-    ),
-)
+RETRY = Table("retry", (
+    "How requests that failed at an origin are sent again: only idempotent ones (GET, HEAD, "
+    "OPTIONS, PUT, DELETE, TRACE, or one holding an Idempotency-Key claim), each to the next "
+    "origin after a full-jitter backoff `uniform(0, min(cap, base * 2**n))`, within the "
+    "route's `timeout` and the pool's retry budget."
+), (
+    Integer("attempts", 1, MAX_ATTEMPTS, default=DEFAULT_ATTEMPTS, example=3,
+            doc="Every attempt, the first included (1: never retry)."),
+    Duration("base", 1, MAX_BACKOFF_MS, default=DEFAULT_BASE_MS, example="100ms",
+             doc="The backoff's base: the n-th retry waits a random time up to "
+                 "`min(cap, base * 2**n)`."),
+    Duration("cap", 1, MAX_BACKOFF_MS, default=DEFAULT_CAP_MS,
+             default_text='"2s", or `base` when longer', example="2s",
+             doc="The longest wait between attempts; at least `base`."),
+    Number("budget", 0, 1, default=DEFAULT_BUDGET_RATIO, unit="share", attr="budget_ratio",
+           rule="a number 0..1 (the share of requests that may be retried)", example=0.2,
+           doc="Retries are at most this share of the requests of the last `budget_window`, "
+               "plus `min_per_second`, so an outage cannot multiply load."),
+    Integer("min_per_second", 0, MAX_MIN_PER_SECOND, default=DEFAULT_MIN_PER_SECOND,
+            unit="retries", example=1,
+            doc="A floor of retries for each second of the budget's window, so a quiet route "
+                "can still retry: a reserve over the window, as in Finagle's retry budget "
+                "(after a quiet spell, 1 lets up to 10 retries go at once)."),
+    Duration("budget_window", DEFAULT_BUCKET_MS, MAX_BUDGET_WINDOW_MS, default=DEFAULT_WINDOW_MS,
+             example="10s",
+             doc="The window the retry budget counts requests and retries over; whole seconds."),
+))
+# fmt: on
 
 
 def parse_breaker(raw: object, where: str, problems: Problems) -> BreakerSettings:

@@ -44,98 +44,42 @@ ROUTE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: The bulkhead of a plain ``origin`` URL: no cap.
 UNCAPPED = 1_000_000_000
 
-ROUTE = Table(
-    "[[routes]]",
-    "One route: which requests it takes, what it counts them by and how, and where it "
-    "forwards the ones it admits. Routes are tried in order; the first that matches wins.",
-    (
-        Hand(
-            name="name",
-            type="string",
-            required=True,
-            example="login",
-            attr="name",
-            doc="Unique; letters, digits, `_`, `.`, `-` (at most 64, starting with a letter "
-            "or digit). Used in logs, headers, the 429 body and the key's object name.",
-        ),
-        Sub(
-            name="match",
-            table=MATCH,
-            required=True,
-            example={"path": "/v1/login", "methods": ["POST"]},
-            attr="match",
-            doc="Which requests the route takes.",
-        ),
-        *RATE_LIMIT_FIELDS,
-        Hand(
-            name="origin",
-            type="URL",
-            null_is_absent=True,
-            default_text="the top-level `origin`",
-            example="https://api.example.com/base",
-            doc="Forward this route to this URL (a pool of one); a path in it comes before "
-            "the request's (`http://10.0.0.5/base` gets `/base/v1/x` for `/v1/x`).",
-        ),
-        Hand(
-            name="pool",
-            type="pool name",
-            null_is_absent=True,
-            default_text="the top-level `pool`",
-            example="regional",
-            example_with={"origin": None},
-            show=lambda route: route.forward.pool.name,
-            doc="Forward this route to the pool `[pools.NAME]` (set `origin` or `pool`, not both).",
-        ),
-        Duration(
-            name="timeout",
-            minimum=1,
-            maximum=MAX_ORIGIN_TIMEOUT_MS,
-            default_text="`origin_timeout`",
-            example="10s",
-            attr="forward.timeout_ms",
-            doc="How long a request may wait for the origins' answer (its status and "
-            "fields), retries included; a body that keeps coming is never cut off, one the "
-            "gateway reads itself (to store it) only when no byte of it comes for that long.",
-        ),
-        Sub(
-            name="retry",
-            table=RETRY,
-            null_is_absent=True,
-            default_text="the pool's",
-            example={"attempts": 2},
-            attr="forward.retry",
-            doc="How this route's requests are retried, in place of its pool's `retry`.",
-        ),
-        Statuses(
-            name="refund_on",
-            default=(),
-            null_is_absent=True,
-            default_text="none",
-            example=[502, 503, 504],
-            attr="forward.refund_on",
-            doc="Final statuses that give the request's quota back (meant for failures a "
-            "client should not pay for; a status under 400 draws a warning).",
-        ),
-        Sub(
-            name="cache",
-            table=CACHE,
-            null_is_absent=True,
-            default_text="none",
-            example={"ttl": "5m"},
-            attr="cache",
-            doc="Keep the route's GET and HEAD answers in Workers KV.",
-        ),
-        Sub(
-            name="idempotency",
-            table=IDEMPOTENCY,
-            null_is_absent=True,
-            default_text="none",
-            example={"mode": "optional"},
-            attr="idempotency",
-            doc="Honour `Idempotency-Key` on the route's unsafe methods.",
-        ),
-    ),
-)
+# fmt: off
+ROUTE = Table("[[routes]]", (
+    "One route: which requests it takes, what it counts them by and how, and where it forwards "
+    "the ones it admits. Routes are tried in order; the first that matches wins."
+), (
+    Hand("name", "string", required=True, example="login",
+         doc="Unique; letters, digits, `_`, `.`, `-` (at most 64, starting with a letter or "
+             "digit). Used in logs, headers, the 429 body and the key's object name."),
+    Sub("match", MATCH, required=True, example={"path": "/v1/login", "methods": ["POST"]}),
+    *RATE_LIMIT_FIELDS,
+    Hand("origin", "URL", null_is_absent=True, default_text="the top-level `origin`", attr=None,
+         example="https://api.example.com/base",
+         doc="Forward this route to this URL (a pool of one); a path in it comes before the "
+             "request's (`http://10.0.0.5/base` gets `/base/v1/x` for `/v1/x`)."),
+    Hand("pool", "pool name", null_is_absent=True, default_text="the top-level `pool`",
+         example="regional", example_with={"origin": None},
+         show=lambda route: route.forward.pool.name,
+         doc="Forward this route to the pool `[pools.NAME]` (set `origin` or `pool`, not "
+             "both)."),
+    Duration("timeout", 1, MAX_ORIGIN_TIMEOUT_MS, default_text="`origin_timeout`",
+             attr="forward.timeout_ms", example="10s",
+             doc="How long a request may wait for the origins' answer (its status and fields), "
+                 "retries included; a body that keeps coming is never cut off, one the gateway "
+                 "reads itself (to store it) only when no byte of it comes for that long."),
+    Sub("retry", RETRY, null_is_absent=True, default_text="the pool's", attr="forward.retry",
+        example={"attempts": 2},
+        doc="How this route's requests are retried, in place of its pool's `retry`."),
+    Statuses("refund_on", null_is_absent=True, default=(), default_text="none",
+             attr="forward.refund_on", example=[502, 503, 504],
+             doc="Final statuses that give the request's quota back (meant for failures a "
+                 "client should not pay for; a status under 400 draws a warning)."),
+    Sub("cache", CACHE, null_is_absent=True, default_text="none", example={"ttl": "5m"}),
+    Sub("idempotency", IDEMPOTENCY, null_is_absent=True, default_text="none",
+        example={"mode": "optional"}),
+))
+# fmt: on
 
 
 class Upstreams:

@@ -22,273 +22,130 @@ from .route import ROUTE
 
 _OPS = Operations()
 
-PATHS = Table(
-    "paths",
-    "How request paths are read before routes match them (every path is matched, counted "
-    "and forwarded in its canonical form).",
-    (
-        Flag(
-            name="case_insensitive",
-            default=False,
-            example=True,
-            doc="Every route's `match.case_insensitive` default: match paths ignoring ASCII "
-            "case, for an origin that does (IIS, ASP.NET).",
-        ),
-        Choice(
-            name="matrix_params",
-            default="keep",
-            options=MATRIX_MODES,
-            example="strip",
-            doc="`;params` inside a segment (`/v1/login;jsessionid=1`): `keep` them as part "
-            "of the segment; `strip` them before matching and from the forwarded path (for "
-            "origins that ignore them: Tomcat, Spring, Jetty); or `reject` such requests "
-            "with `400`.",
-        ),
-    ),
-)
+# fmt: off
+PATHS = Table("paths", (
+    "How request paths are read before routes match them (every path is matched, counted and "
+    "forwarded in its canonical form)."
+), (
+    Flag("case_insensitive", default=False, example=True,
+         doc="Every route's `match.case_insensitive` default: match paths ignoring ASCII case, "
+             "for an origin that does (IIS, ASP.NET)."),
+    Choice("matrix_params", MATRIX_MODES, default="keep", example="strip",
+           doc="`;params` inside a segment (`/v1/login;jsessionid=1`): `keep` them as part of "
+               "the segment; `strip` them before matching and from the forwarded path (for "
+               "origins that ignore them: Tomcat, Spring, Jetty); or `reject` such requests "
+               "with `400`."),
+))
 
-DENY_CACHE = Table(
-    "deny_cache",
-    "When a key's Durable Object denies it, the isolate remembers the decision until the "
-    "key would be admitted again and answers that key itself, with no object call. It "
-    "never admits what the object would deny; shadow routes never use it.",
-    (
-        Flag(name="enabled", default=True, example=False, doc="Whether denials are remembered."),
-        Integer(
-            name="max_keys",
-            default=_OPS.deny_cache_max_keys,
-            minimum=1,
-            maximum=1_000_000,
-            unit="keys",
-            example=5000,
-            doc="The most keys an isolate remembers (least recently used go first).",
-        ),
-        Duration(
-            name="max_ttl",
-            default=_OPS.deny_cache_ttl_ms,
-            minimum=1,
-            maximum=300_000,
-            example="5s",
-            doc="The longest a denial is remembered: a refund, reset or override made in "
-            "another isolate frees a key here within this.",
-        ),
-    ),
-)
+DENY_CACHE = Table("deny_cache", (
+    "When a key's Durable Object denies it, the isolate remembers the decision until the key "
+    "would be admitted again and answers that key itself, with no object call. It never admits "
+    "what the object would deny; shadow routes never use it."
+), (
+    Flag("enabled", default=True, example=False, doc="Whether denials are remembered."),
+    Integer("max_keys", 1, 1_000_000, default=_OPS.deny_cache_max_keys, unit="keys",
+            example=5000, doc="The most keys an isolate remembers (least recently used go "
+                              "first)."),
+    Duration("max_ttl", 1, 300_000, default=_OPS.deny_cache_ttl_ms, example="5s",
+             doc="The longest a denial is remembered: a refund, reset or override made in "
+                 "another isolate frees a key here within this."),
+))
 
-ADMIN = Table(
-    "admin",
-    "The admin API and status page (enabled by the `ADMIN_TOKEN` secret).",
-    (
-        Text(
-            name="prefix",
-            default=_OPS.admin_prefix,
-            pattern=r"(/[A-Za-z0-9_.~-]+)+",
-            rule="a path like '/_edge-limiter' (no trailing slash)",
-            example="/_ops",
-            doc="Where the admin API lives; its paths are never forwarded.",
-        ),
-    ),
-)
+ADMIN = Table("admin", "The admin API and status page (enabled by the `ADMIN_TOKEN` secret).", (
+    Text("prefix", r"(/[A-Za-z0-9_.~-]+)+", "a path like '/_edge-limiter' (no trailing slash)",
+         default=_OPS.admin_prefix, example="/_ops",
+         doc="Where the admin API lives; its paths are never forwarded."),
+))
 
-OVERRIDES = Table(
-    "overrides",
-    "Per-key overrides, changed at run time through the admin API.",
-    (
-        Duration(
-            name="refresh",
-            default=_OPS.overrides_refresh_ms,
-            minimum=1_000,
-            maximum=300_000,
-            example="30s",
-            doc="How often each isolate reloads the overrides: one is in effect everywhere "
-            "within `refresh + deny_cache.max_ttl`.",
-        ),
-    ),
-)
+OVERRIDES = Table("overrides", "Per-key overrides, changed at run time through the admin API.", (
+    Duration("refresh", 1_000, 300_000, default=_OPS.overrides_refresh_ms, example="30s",
+             doc="How often each isolate reloads the overrides: one is in effect everywhere "
+                 "within `refresh + deny_cache.max_ttl`."),
+))
 
-LOGGING = Table(
-    "logging",
-    "The JSON log lines of decisions (every denial, shadow hit, store failure is logged).",
-    (
-        Number(
-            name="sample_allowed",
-            default=_OPS.sample_allowed,
-            minimum=0,
-            maximum=1,
-            unit="share",
-            example=0.01,
-            doc="The share of allowed requests logged too.",
-        ),
-        Number(
-            name="near_limit",
-            default=_OPS.near_limit,
-            minimum=0,
-            maximum=1,
-            unit="share",
-            example=0.9,
-            doc="The share of a limit used from which a decision is marked `near_limit`.",
-        ),
-    ),
-)
+LOGGING = Table("logging", (
+    "The JSON log lines of decisions (every denial, shadow hit and store failure is logged)."
+), (
+    Number("sample_allowed", 0, 1, default=_OPS.sample_allowed, unit="share", example=0.01,
+           doc="The share of allowed requests logged too."),
+    Number("near_limit", 0, 1, default=_OPS.near_limit, unit="share", example=0.9,
+           doc="The share of a limit used from which a decision is marked `near_limit`."),
+))
 
-STORAGE = Table(
-    "storage",
-    "How the keys' Durable Objects keep their rows.",
-    (
-        Duration(
-            name="cleanup_after",
-            default=_OPS.cleanup_after_ms,
-            minimum=1_000,
-            maximum=86_400_000,
-            example="5m",
-            doc="Idle rows (a key whose limits are all replenished) are deleted by the "
-            "object's alarm, armed at most once per this interval.",
-        ),
-    ),
-)
+STORAGE = Table("storage", "How the keys' Durable Objects keep their rows.", (
+    Duration("cleanup_after", 1_000, 86_400_000, default=_OPS.cleanup_after_ms, example="5m",
+             doc="Idle rows (a key whose limits are all replenished) are deleted by the "
+                 "object's alarm, armed at most once per this interval."),
+))
 
-CORS = Table(
-    "cors",
-    "CORS on the gateway's own answers (`429`, `503`, the other problems, cache hits): "
-    "the origins listed get `Access-Control-Allow-Origin`, and every answer that allows a "
-    "page's origin exposes the rate-limit fields to its code.",
-    (
-        Hand(
-            name="allow_origins",
-            type="list of origins",
-            required=True,
-            example=["https://app.example.com", "https://*.preview.example.com"],
-            doc='Origins as browsers send them, or `"*"`; `https://*.example.com` is any '
-            "subdomain of it (not itself), with the same scheme and port.",
-        ),
-        Flag(
-            name="allow_credentials",
-            default=False,
-            example=True,
-            doc='Whether the answers allow credentials (cookies); not with `"*"`.',
-        ),
-    ),
-)
+CORS = Table("cors", (
+    "CORS on the gateway's own answers (`429`, `503`, the other problems, cache hits): the "
+    "origins listed get `Access-Control-Allow-Origin`, and every answer that allows a page's "
+    "origin exposes the rate-limit fields to its code."
+), (
+    Hand("allow_origins", "list of origins", required=True,
+         example=["https://app.example.com", "https://*.preview.example.com"],
+         doc='Origins as browsers send them, or `"*"`; `https://*.example.com` is any subdomain '
+             "of it (not itself), with the same scheme and port."),
+    Flag("allow_credentials", default=False, example=True,
+         doc='Whether the answers allow credentials (cookies); not with `"*"`.'),
+))
 
-CONFIG = Table(
-    "the top level",
-    "The config file (`edge-limiter.toml`, or the `EDGE_LIMITER` var): the settings every "
-    "route shares, then the routes. An invalid config is ONE error naming the route and "
-    "field of every problem; warnings say what is legal but probably not meant.",
-    (
-        Flag(
-            name="shadow",
-            default=False,
-            example=True,
-            doc="Every route counts and reports what it would block, and blocks nothing (for "
-            "rolling out a config).",
-        ),
-        Sub(name="storage", table=STORAGE, default_text="the defaults", example={}, doc=""),
-        Sub(name="deny_cache", table=DENY_CACHE, default_text="on", example={}, doc=""),
-        Sub(name="admin", table=ADMIN, default_text="the defaults", example={}, doc=""),
-        Sub(name="overrides", table=OVERRIDES, default_text="the defaults", example={}, doc=""),
-        Sub(name="logging", table=LOGGING, default_text="the defaults", example={}, doc=""),
-        Hand(
-            name="origin",
-            type="URL",
-            null_is_absent=True,
-            default_text="none",
-            example="https://api.example.com",
-            doc="Where admitted requests of routes without their own go, and requests no "
-            "route matches (forwarded unlimited). Without `origin` or `pool`, those get 404.",
-        ),
-        Hand(
-            name="pool",
-            type="pool name",
-            null_is_absent=True,
-            default_text="none",
-            example="regional",
-            example_with={"origin": None},
-            doc="As `origin`, a pool of `[pools]` (set one or the other).",
-        ),
-        Sub(
-            name="pools",
-            table=POOL,
-            shape="tables by name",
-            null_is_absent=True,
-            default_text="none",
-            example={"regional": {"origins": [{"name": "eu", "url": "https://eu.example.com"}]}},
-            doc="Named pools of origins.",
-        ),
-        Duration(
-            name="origin_timeout",
-            default=DEFAULT_ORIGIN_TIMEOUT_MS,
-            minimum=1,
-            maximum=MAX_ORIGIN_TIMEOUT_MS,
-            example="10s",
-            doc="Every route's `timeout` default, and the timeout of unmatched requests.",
-        ),
-        Integer(
-            name="store_timeout_ms",
-            default=DEFAULT_STORE_TIMEOUT_MS,
-            minimum=1,
-            maximum=MAX_STORE_TIMEOUT_MS,
-            unit="ms",
-            example=500,
+CONFIG = Table("the top level", (
+    "The config file (`edge-limiter.toml`, or the `EDGE_LIMITER` var): the settings every route "
+    "shares, then the routes. An invalid config is ONE error naming the route and field of "
+    "every problem; warnings say what is legal but probably not meant."
+), (
+    Flag("shadow", default=False, example=True,
+         doc="Every route counts and reports what it would block, and blocks nothing (for "
+             "rolling out a config)."),
+    Sub("storage", STORAGE, default_text="the defaults", example={}),
+    Sub("deny_cache", DENY_CACHE, default_text="on", example={}),
+    Sub("admin", ADMIN, default_text="the defaults", example={}),
+    Sub("overrides", OVERRIDES, default_text="the defaults", example={}),
+    Sub("logging", LOGGING, default_text="the defaults", example={}),
+    Hand("origin", "URL", null_is_absent=True, default_text="none",
+         example="https://api.example.com",
+         doc="Where admitted requests of routes without their own go, and requests no route "
+             "matches (forwarded unlimited). Without `origin` or `pool`, those get 404."),
+    Hand("pool", "pool name", null_is_absent=True, default_text="none", example="regional",
+         example_with={"origin": None}, doc="As `origin`, a pool of `[pools]` (one or the other)."),
+    Sub("pools", POOL, shape="tables by name", null_is_absent=True, default_text="none",
+        example={"regional": {"origins": [{"name": "eu", "url": "https://eu.example.com"}]}},
+        doc="Named pools of origins."),
+    Duration("origin_timeout", 1, MAX_ORIGIN_TIMEOUT_MS, default=DEFAULT_ORIGIN_TIMEOUT_MS,
+             example="10s",
+             doc="Every route's `timeout` default, and the timeout of unmatched requests."),
+    Integer("store_timeout_ms", 1, MAX_STORE_TIMEOUT_MS, default=DEFAULT_STORE_TIMEOUT_MS,
+            unit="ms", example=500,
             doc="The budget for one call to a key's Durable Object; past it the route's "
-            "`on_store_error` decides.",
-        ),
-        Sub(name="paths", table=PATHS, default_text="the defaults", example={}, doc=""),
-        Choice(
-            name="method_override",
-            default="apply",
-            options=OVERRIDE_MODES,
-            example="refuse",
-            doc="What a POST asking to be taken as another method (`X-HTTP-Method-Override`, "
-            "`_method`, ...) gets: `apply` matches, counts and forwards it as that method; "
-            "`refuse` answers `400`; `pass` forwards it as it came, counted as a POST (only "
-            "for an origin that ignores overrides).",
-        ),
-        Hand(
-            name="client_ip_header",
-            type="header name",
-            null_is_absent=True,
-            default_text="unset",
-            example="X-Forwarded-For",
-            doc="A field the gateway sets on every forwarded request to the client's "
-            "address, replacing whatever the client put there; unset, origins cannot tell "
-            "clients apart by address.",
-        ),
-        Flag(
-            name="forwarded_host",
-            default=False,
-            example=True,
-            doc="Set `X-Forwarded-Host` and `X-Forwarded-Proto` on every forwarded request "
-            "to the host and scheme the client asked for (replacing a client's copies).",
-        ),
-        Hand(
-            name="origin_headers",
-            type="table of field names",
-            null_is_absent=True,
-            default_text="none",
-            example={"X-Gateway-Key": "$GATEWAY_KEY"},
-            doc="Fields set on every request to an origin (each retry and health probe "
-            'too), replacing a client\'s copy: a value as written, or `"$NAME"` for the '
-            'Worker\'s secret `NAME` (`"$$..."` is a literal starting with `$`).',
-        ),
-        Sub(
-            name="cors",
-            table=CORS,
-            null_is_absent=True,
-            default_text="none",
-            example={"allow_origins": ["https://app.example.com"]},
-            doc="",
-        ),
-        Sub(
-            name="routes",
-            table=ROUTE,
-            shape="list of tables",
-            default_text="none",
-            example=[{"name": "all", "match": {"path": "*"}, "limits": "100/minute"}],
-            doc="The routes, in the order they are tried (`[[routes]]`).",
-        ),
-    ),
-)
+                "`on_store_error` decides."),
+    Sub("paths", PATHS, default_text="the defaults", example={}),
+    Choice("method_override", OVERRIDE_MODES, default="apply", example="refuse",
+           doc="What a POST asking to be taken as another method (`X-HTTP-Method-Override`, "
+               "`_method`, ...) gets: `apply` matches, counts and forwards it as that method; "
+               "`refuse` answers `400`; `pass` forwards it as it came, counted as a POST (only "
+               "for an origin that ignores overrides)."),
+    Hand("client_ip_header", "header name", null_is_absent=True, default_text="unset",
+         example="X-Forwarded-For",
+         doc="A field the gateway sets on every forwarded request to the client's address, "
+             "replacing whatever the client put there; unset, origins cannot tell clients apart "
+             "by address."),
+    Flag("forwarded_host", default=False, example=True,
+         doc="Set `X-Forwarded-Host` and `X-Forwarded-Proto` on every forwarded request to the "
+             "host and scheme the client asked for (replacing a client's copies)."),
+    Hand("origin_headers", "table of field names", null_is_absent=True, default_text="none",
+         example={"X-Gateway-Key": "$GATEWAY_KEY"},
+         doc="Fields set on every request to an origin (each retry and health probe too), "
+             'replacing a client\'s copy: a value as written, or `"$NAME"` for the Worker\'s '
+             'secret `NAME` (`"$$..."` is a literal starting with `$`).'),
+    Sub("cors", CORS, null_is_absent=True, default_text="none",
+        example={"allow_origins": ["https://app.example.com"]}),
+    Sub("routes", ROUTE, shape="list of tables", default_text="none",
+        example=[{"name": "all", "match": {"path": "*"}, "limits": "100/minute"}],
+        doc="The routes, in the order they are tried (`[[routes]]`)."),
+))
+# fmt: on
 
 
 def parse_operations(got: Reader, problems: Problems) -> Operations:
