@@ -39,91 +39,15 @@ from project_config import (  # noqa: E402
 
 from edge_limiter.core.caching.fields import is_token  # noqa: E402
 from edge_limiter.core.config import Config, parse_config  # noqa: E402
+from edge_limiter.core.config.describe import aligned, check_json, check_report  # noqa: E402
 from edge_limiter.core.durations import format_duration, parse_duration  # noqa: E402
 from edge_limiter.core.errors import (  # noqa: E402
     ConfigError,
     DurationError,
     ExplainError,
 )
-from edge_limiter.core.explain import (  # noqa: E402
-    describe_route,
-    explain,
-    explained_client,
-    header_line,
-)
-from edge_limiter.gateway.health import pools_of  # noqa: E402
+from edge_limiter.core.explain import explain, explained_client, header_line  # noqa: E402
 from edge_limiter.testing import DEFAULT_IP, Answer, Reply, Simulator, epoch_ms  # noqa: E402
-
-
-def _limits(route: dict[str, Any]) -> str:
-    parts = []
-    for limit in route["limits"]:
-        text = limit["rate"]
-        if limit["capacity"] != int(text.split(" ", 1)[0]):
-            text += f" (burst {limit['capacity']})"
-        if limit.get("algorithm"):
-            text += f" ({limit['algorithm']})"
-        parts.append(text)
-    extras = []
-    if route["cost"] != 1:
-        extras.append(f"cost {route['cost']}")
-    if route["leases"]:
-        extras.append(f"leases {route['leases']['ttl_ms']} ms")
-    if route["write_behind_ms"]:
-        extras.append(f"write-behind {route['write_behind_ms']} ms")
-    return "; ".join(parts) + (f" [{', '.join(extras)}]" if extras else "")
-
-
-def table(config: Config) -> str:
-    """The routes as an aligned text table, in the order they are tried."""
-    rows = [
-        [
-            "route",
-            "match",
-            "key",
-            "limits",
-            "algorithm",
-            "shadow",
-            "on failure",
-            "cache",
-            "idempotency",
-            "pool",
-        ]
-    ]
-    for route in config.routes:
-        info = describe_route(route)
-        match = info["match"]
-        methods = ",".join(match["methods"]) if isinstance(match["methods"], list) else "*"
-        host = "" if match["host"] == "*" else f" on {match['host']}"
-        cache = info["cache"]
-        idem = info["idempotency"]
-        rows.append(
-            [
-                info["name"],
-                f"{methods} {match['path']}{host}"
-                + (" (any case)" if match["case_insensitive"] else ""),
-                "+".join(info["key"]),
-                _limits(info),
-                info["algorithm"],
-                "yes" if info["shadow"] else "no",
-                info["on_store_error"],
-                f"{cache['ttl_ms'] // 1000}s {cache['scope']}" if cache else "-",
-                idem["mode"] if idem else "-",
-                f"{info['pool']} ({len(info['origins'])})",
-            ]
-        )
-    return aligned(rows)
-
-
-def aligned(rows: list[list[str]]) -> str:
-    """Rows as text columns, the first row a heading underlined."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def _secret_shown(name: str) -> str:
@@ -245,21 +169,6 @@ def _refused(problems: list[str], warnings: list[str], as_json: bool) -> int:
     for problem in problems:
         print(f"  - {problem}", file=sys.stderr)
     return 1
-
-
-def _checked(config: Config, where: str, env: str | None, warnings: list[str]) -> dict[str, Any]:
-    """``--json`` of a valid config: its routes in the order they are tried, and warnings."""
-    forward = config.forward
-    return {
-        "ok": True,
-        "config": where,
-        "env": env,
-        "problems": [],
-        "warnings": warnings,
-        "routes": [describe_route(route) for route in config.routes],
-        "unmatched": {"forward_to": forward.pool.name} if forward is not None else "404",
-        "shadow": config.ops.shadow,
-    }
 
 
 #: The options that describe the request to explain or simulate.
@@ -416,39 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if "error" not in result else 2
     where = path.name if path is not None else "vars.EDGE_LIMITER"
     if args.json:
-        print(json.dumps(_checked(config, where, args.env, check.warnings), indent=2))
-        return 0
-    env = f" [env.{args.env}]" if args.env else ""
-    print(f"{where}{env}: {len(config.routes)} routes, tried in this order\n")
-    print(table(config))
-    if config.forward is not None:
-        print(f"\nunmatched requests: forwarded to {config.forward.pool.name}, unlimited")
+        print(json.dumps(check_json(config, where, args.env, check.warnings), indent=2))
     else:
-        print("\nunmatched requests: 404 (no top-level origin)")
-    if config.ops.shadow:
-        print("global shadow mode: ON (nothing is blocked)")
-    print(f"method overrides on POST: {config.method_override}")
-    if config.origin_headers:
-        fields = ", ".join(f"{h.name} = {h.describe()}" for h in config.origin_headers)
-        print(f"set on every request to an origin: {fields}")
-    for pool in pools_of(config):
-        if pool.headers:
-            fields = ", ".join(f"{h.name} = {h.describe()}" for h in pool.headers)
-            print(f"set on requests to pool {pool.name}'s origins: {fields}")
-    if config.client_ip_header is not None:
-        print(f"the client's address goes to origins in: {config.client_ip_header}")
-    else:
-        print("the client's address goes to origins in: no field (client_ip_header unset)")
-    if config.forwarded_host:
-        print("the host and scheme asked for go to origins in: X-Forwarded-Host, X-Forwarded-Proto")
-    if config.cors is not None:
-        wildcards = [scheme + "*" + suffix for scheme, suffix in config.cors.wildcards]
-        origins = ", ".join(sorted([*config.cors.allow_origins, *wildcards]))
-        credentials = " (with credentials)" if config.cors.allow_credentials else ""
-        print(f"CORS on the gateway's own answers: {origins}{credentials}")
-    for warning in check.warnings:
-        print(f"warning: {warning}")
-    print("\nOK")
+        print(check_report(config, where, args.env, check.warnings))
     return 0
 
 

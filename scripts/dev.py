@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from build_worker import BUNDLED_MODULE, build  # noqa: E402
-from check_config import table  # noqa: E402
 from demo_origin import DemoOrigin  # noqa: E402
 from local_gateway import LocalGateway  # noqa: E402
 from project_config import (  # noqa: E402
@@ -52,6 +51,7 @@ from project_config import (  # noqa: E402
 )
 
 from edge_limiter.core.config import parse_config  # noqa: E402
+from edge_limiter.core.config.describe import check_table  # noqa: E402
 from edge_limiter.core.http.origin_headers import merged  # noqa: E402
 from edge_limiter.gateway.health import pools_of  # noqa: E402
 
@@ -294,7 +294,7 @@ def main() -> int:
         if not example or args.env:
             raw = read_toml(file) if file is not None else None
             source = file.name if file is not None else ""
-            routes = table(parse_config(raw_config(dep, raw, source)))
+            routes = check_table(parse_config(raw_config(dep, raw, source)))
         return serve(gateway, origins, persist, file, routes)
     finally:
         origins.stop()

@@ -390,7 +390,7 @@ def test_methods_may_be_any_token() -> None:
 
 
 def test_explain_says_which_leased_routes_are_planned() -> None:
-    from edge_limiter.core.explain import describe_route
+    from edge_limiter.core.config.describe import describe_route
 
     def planned(**extra: object) -> object:
         parsed = parse_config(config(route(leases=True, **extra)))

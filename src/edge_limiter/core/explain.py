@@ -1,5 +1,6 @@
 """What the gateway would do with a request, without doing it: for the config check's
-``--explain`` and the admin API's ``explain``."""
+``--explain`` and the admin API's ``explain`` (a route as plain data is
+:func:`~edge_limiter.core.config.describe.describe_route`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
-from .algorithms import ALGORITHMS
 from .caching.fields import connection_named, is_token
 from .canonical import admin_path, ascii_host, canonical_host, canonical_path, runtime_path
-from .config import Config, Route
+from .config import Config
 from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
 from .http.method_override import (
@@ -23,7 +23,6 @@ from .http.method_override import (
     without_override_param,
 )
 from .keys import object_name
-from .lease_plan import plans
 from .routing.geo import ClientLocation, order_origins
 from .routing.origins import CONTINENTS
 
@@ -38,62 +37,6 @@ _PORT_RE = re.compile(r":\d+$")
 _ESCAPES_RE = re.compile(r"(?:[^%]|%[0-9A-Fa-f]{2})*")
 #: ``request.cf.country`` / ``continent``: two letters (Cloudflare adds ``T1`` for Tor).
 _CODE_RE = re.compile(r"[A-Za-z][A-Za-z0-9]")
-
-
-def _leases(route: Route) -> dict[str, Any] | None:
-    """The route's leases: their ttl, and whether its window is shared out in plans."""
-    limits = route.limits
-    if not limits.lease_ttl_ms:
-        return None
-    windows = [lim.rate.window_ms for lim in limits.limits]
-    planned = plans(ALGORITHMS[limits.algorithm].lease_plans, windows, limits.lease_ttl_ms)
-    return {"ttl_ms": limits.lease_ttl_ms, "planned": planned}
-
-
-def describe_route(route: Route) -> dict[str, Any]:
-    """A route as plain data: what it matches, limits, and where it forwards."""
-    limits = route.limits
-    out: dict[str, Any] = {
-        "name": route.name,
-        "match": {
-            "path": route.match.path.source,
-            "methods": sorted(route.match.methods) if route.match.methods else "*",
-            "host": route.match.host or "*",
-            "case_insensitive": route.match.path.case_insensitive,
-        },
-        "algorithm": limits.algorithm,
-        "limits": [
-            {"name": lim.name, "rate": str(lim.rate), "capacity": lim.capacity}
-            | ({"algorithm": lim.algorithm} if lim.algorithm else {})
-            for lim in limits.limits
-        ],
-        "key": [str(part) for part in limits.key.parts],
-        "cost": limits.cost,
-        "shadow": limits.shadow,
-        "leases": _leases(route),
-        "write_behind_ms": limits.write_behind_ms,
-        "on_store_error": "open" if route.failure.fail_open else "closed",
-        "pool": route.forward.pool.name,
-        "origins": [origin.name for origin in route.forward.pool.origins],
-        "timeout_ms": route.forward.timeout_ms,
-        "retry_attempts": route.forward.retry.attempts,
-        "cache": None,
-        "idempotency": None,
-    }
-    if route.cache is not None:
-        out["cache"] = {
-            "ttl_ms": route.cache.ttl_ms,
-            "scope": route.cache.scope,
-            "stale_if_error_ms": route.cache.stale_if_error_ms,
-            "stale_while_revalidate_ms": route.cache.stale_while_revalidate_ms,
-        }
-    if route.idempotency is not None:
-        out["idempotency"] = {
-            "mode": route.idempotency.mode,
-            "methods": list(route.idempotency.methods),
-            "retention_ms": route.idempotency.retention_ms,
-        }
-    return out
 
 
 def header_line(text: str) -> tuple[str, str]:

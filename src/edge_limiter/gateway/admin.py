@@ -58,11 +58,11 @@ from urllib.parse import parse_qsl, unquote
 
 from ..core.canonical import admin_path, canonical_host, canonical_path, runtime_path
 from ..core.config import Config
+from ..core.config.describe import describe_route
 from ..core.decision import Reason
 from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
 from ..core.explain import (
     EXPLAINED_CLIENT_PARAMS,
-    describe_route,
     explain,
     explained_client,
     header_line,

@@ -23,13 +23,7 @@ PROBE_HEADER = "X-EdgeLimiter-Health-Check"
 
 def pools_of(config: Config) -> list[Pool]:
     """Every distinct pool the config forwards to."""
-    seen: dict[str, Pool] = {}
-    forwards = [route.forward for route in config.routes]
-    if config.forward is not None:
-        forwards.append(config.forward)
-    for forward in forwards:
-        seen.setdefault(forward.pool.name, forward.pool)
-    return list(seen.values())
+    return config.pools()
 
 
 async def probe(

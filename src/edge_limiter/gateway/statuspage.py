@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from ..core.config import Config
-from ..core.explain import describe_route
+from ..core.config.describe import describe_route
 from ..core.rates import Rate
 
 REFRESH_SECONDS = 5

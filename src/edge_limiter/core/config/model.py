@@ -165,6 +165,17 @@ class Config:
         specs = [route.limits.key for route in self.routes]
         object.__setattr__(self, "caller_fields", caller_fields(specs))
 
+    def pools(self) -> list[Pool]:
+        """Every distinct pool the config forwards to, in the order routes name them (the
+        unmatched requests' last)."""
+        seen: dict[str, Pool] = {}
+        forwards = [route.forward for route in self.routes]
+        if self.forward is not None:
+            forwards.append(self.forward)
+        for forward in forwards:
+            seen.setdefault(forward.pool.name, forward.pool)
+        return list(seen.values())
+
     def route(self, name: str) -> Route | None:
         """The route called ``name``."""
         for route in self.routes:
