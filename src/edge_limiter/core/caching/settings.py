@@ -39,6 +39,7 @@ MAX_STALE_WHILE_REVALIDATE_MS = 86_400_000
 #: ``ignore_query`` entry meaning "leave the whole query out of the key".
 ALL_PARAMS = "*"
 
+
 @dataclass(frozen=True, slots=True)
 class CacheSettings:
     """How one route caches its GET and HEAD responses in KV."""

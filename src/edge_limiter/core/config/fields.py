@@ -87,7 +87,7 @@ class Field:
             return "required"
         if self.default is None:
             return "unset"
-        return toml_value(self.written(self.default))
+        return f"`{toml_value(self.written(self.default))}`"
 
     def written(self, value: Any) -> Any:
         """A parsed value as a config writes it."""
@@ -163,10 +163,12 @@ class Integer(Field):
 
 
 def _size(count: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= size and count * 100 % size == 0:
-            return f"{count * 100 // size / 100:g} {unit}"
-    return f"{count} B"
+    """A number of bytes, with its size in KiB or MiB where that is a round figure."""
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            figure = count / size
+            return f"{count} ({figure:g} {unit})" if figure * 100 % 1 == 0 else f"{count}"
+    return str(count)
 
 
 @dataclass(frozen=True, eq=False)
@@ -391,15 +393,19 @@ class Hand(Field):
 
 @dataclass(frozen=True, eq=False)
 class Sub(Field):
-    """A field holding another table (or a list or map of them)."""
+    """A field holding another table, a list of them, or tables by name."""
 
     table: Table
     _: KW_ONLY
-    shape: str = "table"
-    """``table``, ``list of tables``, ``tables by name``, or a fuller type for the docs."""
+    many: str = ""
+    """``list`` (``[[routes]]``), ``map`` (``[pools.NAME]``), or empty: one table."""
+    type: str = ""
+    """Its type as the docs say it, where the table is not all it may be."""
 
     def type_text(self) -> str:
-        return self.shape
+        return self.type or {"list": "list of tables", "map": "tables by name"}.get(
+            self.many, "table"
+        )
 
     def written(self, value: Any) -> Any:
         return value

@@ -92,12 +92,12 @@ def _leases_shown(route: Route) -> dict[str, Any] | None:
 #: The route's fields that say what it counts and how, in the route table's order.
 # fmt: off
 RATE_LIMIT_FIELDS = (
-    Hand("limits", "rates, or a list of rates and limit tables", required=True,
-         example="10/second; 1000/hour", show=_limits_shown,
-         doc='Every limit must admit a request: `"10/second; 1000/hour"` (`,` or `|` separate '
-             'too), `"100 per 10 seconds"`, `"10000/week"` (units second, minute, hour, day, '
-             "week; a month is written in days), or a list of such strings and limit tables. No "
-             "thousands separator: `1,000/hour` is two limits."),
+    Sub("limits", LIMIT, many="list", type="rates, or a list of rates and limit tables",
+        required=True, example="10/second; 1000/hour", show=_limits_shown,
+        doc='Every limit must admit a request: `"10/second; 1000/hour"` (`,` or `|` separate '
+            'too), `"100 per 10 seconds"`, `"10000/week"` (units second, minute, hour, day, '
+            "week; a month is written in days), or a list of such strings and limit tables. No "
+            "thousands separator: `1,000/hour` is two limits."),
     Choice("algorithm", tuple(ALGORITHMS), hints=ALGORITHM_HINTS, default=DEFAULT_ALGORITHM,
            attr="limits.algorithm", example="token_bucket",
            doc="How the route counts: `sliding_window` (a weighted counter), `sliding_log` "
@@ -121,7 +121,7 @@ RATE_LIMIT_FIELDS = (
                  "this long after, for latency and one hot key's throughput; a restart of the "
                  "object forgets the admissions of at most that last interval. Off, every "
                  "decision is stored before the answer leaves."),
-    Sub("leases", LEASES, shape="boolean or table", null_is_absent=True, default_text="off",
+    Sub("leases", LEASES, type="boolean or table", null_is_absent=True, default_text="off",
         example=True, show=_leases_shown,
         doc='`true` or `{ ttl = "500ms" }`: isolates admit from units the key\'s object granted '
             "ahead (`token_bucket`, `gcra`, `fixed_window`, `sliding_window`; not on a shadow "

@@ -47,11 +47,11 @@ HEALTH = Table("health", (
     Text("path", r"/[^\x00-\x20]*", "a path like '/health'", required=True, default="/",
          null_is_absent=True, example="/health", doc="The path probed, on the origin's URL."),
     Duration("timeout", 1, MAX_HEALTH_TIMEOUT_MS, default=DEFAULT_HEALTH_TIMEOUT_MS,
-             example="2s", doc="How long a probe may take."),
+             example="5s", doc="How long a probe may take."),
     Statuses("statuses", non_empty=True, null_is_absent=True, default=(),
              default_text="any 2xx", example=[200], doc="The answers that count as healthy."),
     Integer("unhealthy_after", 1, 100, default=DEFAULT_UNHEALTHY_AFTER, unit="probes",
-            example=2, doc="How many failed probes in a row open the origin's breaker."),
+            example=3, doc="How many failed probes in a row open the origin's breaker."),
 ))
 
 ORIGIN = Table("origins", (
@@ -96,11 +96,11 @@ POOL = Table("[pools.NAME]", (
     '(or the top level) sends its requests there with `pool = "NAME"`.'
 ), (
     Sub("breaker", BREAKER, null_is_absent=True, default_text="the defaults",
-        example={"failure_rate": 50}),
+        example={"failure_rate": 25}),
     Sub("retry", RETRY, null_is_absent=True, default_text="the defaults",
         example={"attempts": 2},
         doc="How the pool's requests are retried (a route's own `retry` replaces it)."),
-    Sub("origins", ORIGIN, shape="list of tables", required=True,
+    Sub("origins", ORIGIN, many="list", required=True,
         example=[{"name": "eu", "url": "https://eu.api.example.com"}],
         doc="The pool's origins, at least one (`[[pools.NAME.origins]]`)."),
     Hand("headers", "table of field names", null_is_absent=True, default_text="none",

@@ -110,7 +110,7 @@ CONFIG = Table("the top level", (
              "matches (forwarded unlimited). Without `origin` or `pool`, those get 404."),
     Hand("pool", "pool name", null_is_absent=True, default_text="none", example="regional",
          example_with={"origin": None}, doc="As `origin`, a pool of `[pools]` (one or the other)."),
-    Sub("pools", POOL, shape="tables by name", null_is_absent=True, default_text="none",
+    Sub("pools", POOL, many="map", null_is_absent=True, default_text="none",
         example={"regional": {"origins": [{"name": "eu", "url": "https://eu.example.com"}]}},
         doc="Named pools of origins."),
     Duration("origin_timeout", 1, MAX_ORIGIN_TIMEOUT_MS, default=DEFAULT_ORIGIN_TIMEOUT_MS,
@@ -141,7 +141,7 @@ CONFIG = Table("the top level", (
              'secret `NAME` (`"$$..."` is a literal starting with `$`).'),
     Sub("cors", CORS, null_is_absent=True, default_text="none",
         example={"allow_origins": ["https://app.example.com"]}),
-    Sub("routes", ROUTE, shape="list of tables", default_text="none",
+    Sub("routes", ROUTE, many="list", default_text="none",
         example=[{"name": "all", "match": {"path": "*"}, "limits": "100/minute"}],
         doc="The routes, in the order they are tried (`[[routes]]`)."),
 ))

@@ -75,6 +75,7 @@ MAX_SLOW_CALL_MS = 600_000
 MAX_TRIAL_TIMEOUT_MS = 600_000
 OVERLOAD_STATUS = 429
 
+
 class Phase(StrEnum):
     """Where the state machine is."""
 

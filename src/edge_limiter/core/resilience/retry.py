@@ -28,6 +28,7 @@ MAX_BACKOFF_MS = 60_000
 MAX_BUDGET_WINDOW_MS = 300_000
 MAX_MIN_PER_SECOND = 1_000
 
+
 @dataclass(frozen=True, slots=True)
 class RetrySettings:
     """How a pool retries. ``attempts`` counts every attempt, the first included (1: never retry)."""

@@ -63,6 +63,7 @@ _COUNTRY_TABLE = """
 #: ISO 3166-1 alpha-2 codes in use, plus XK (Kosovo), which Cloudflare reports too.
 COUNTRIES = frozenset(_COUNTRY_TABLE.split())
 
+
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
     """An active health check: ``GET path`` at every Cron Trigger, given ``timeout_ms``.
