@@ -236,7 +236,8 @@ class Duration(Field):
             return BAD
 
     def bounds_text(self) -> str:
-        return f"{_bound_text(self.minimum, format_duration)}..{_bound_text(self.maximum, format_duration)}"
+        low = _bound_text(self.minimum, format_duration)
+        return f"{low}..{_bound_text(self.maximum, format_duration)}"
 
     def written(self, value: Any) -> Any:
         return format_duration(value) if isinstance(value, int) else value
@@ -332,9 +333,6 @@ class Statuses(Field):
         but = f" except {', '.join(map(str, sorted(self.excluded)))}" if self.excluded else ""
         return f"{self.minimum}..{self.maximum}{but}"
 
-    def written(self, value: Any) -> Any:
-        return list(value) if isinstance(value, tuple | frozenset) else value
-
 
 @dataclass(frozen=True, eq=False)
 class Names(Field):
@@ -375,9 +373,6 @@ class Names(Field):
     def type_text(self) -> str:
         return f"list of {self.noun}s"
 
-    def written(self, value: Any) -> Any:
-        return list(value) if isinstance(value, tuple) else value
-
 
 @dataclass(frozen=True, eq=False)
 class Hand(Field):
@@ -407,9 +402,6 @@ class Sub(Field):
             self.many, "table"
         )
 
-    def written(self, value: Any) -> Any:
-        return value
-
 
 @dataclass(frozen=True, eq=False)
 class Table:
@@ -420,11 +412,20 @@ class Table:
     doc: str
     fields: tuple[Field, ...]
     names: tuple[str, ...] = field(init=False)
-    by_name: dict[str, Field] = field(init=False, compare=False)
+    by_name: dict[str, Field] = field(init=False)
+    ref_bounded: frozenset[str] = field(init=False)
+    """The fields with a bound another field sets."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(f.name for f in self.fields))
         object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
+        bounded = {
+            f.name
+            for f in self.fields
+            if isinstance(getattr(f, "minimum", None), Ref)
+            or isinstance(getattr(f, "maximum", None), Ref)
+        }
+        object.__setattr__(self, "ref_bounded", frozenset(bounded))
 
     def read(self, value: object, where: str, problems: Problems) -> Reader | None:
         """A reader of ``value`` (a problem and ``None`` when it is not a table)."""
@@ -458,21 +459,21 @@ class Reader:
             return self._got[name]
         spec = self.spec.by_name[name]
         fallback = spec.default if default is _UNSET else default
-        if isinstance(spec, Integer | Duration) and fallback is not None:
+        if name in self.spec.ref_bounded and fallback is not None:
             # A default outside a bound another field sets moves inside it.
+            assert isinstance(spec, Integer | Duration)
             low, high = _resolved(spec.minimum, self), _resolved(spec.maximum, self)
             if isinstance(spec.maximum, Ref) and high is not None:
                 fallback = min(fallback, high)
             if isinstance(spec.minimum, Ref) and low is not None:
                 fallback = max(fallback, low)
-        where = f"{self.where}.{name}"
         if not self.given(name):
             if spec.required:
                 rule = getattr(spec, "rule", "") or spec.doc
-                self.problems.add(where, f"is required: {rule}")
+                self.problems.add(f"{self.where}.{name}", f"is required: {rule}")
             value = fallback
         else:
-            value = spec.parse(self.raw[name], where, self.problems, self)
+            value = spec.parse(self.raw[name], f"{self.where}.{name}", self.problems, self)
             if value is BAD:
                 self._refused.add(name)
                 value = fallback
@@ -506,10 +507,6 @@ class Reader:
         """A duration's milliseconds."""
         return self._typed(name, default, int)
 
-    def optional_ms(self, name: str) -> int | None:
-        value = self.get(name)
-        return None if value is None else self._typed(name, _UNSET, int)
-
     def number(self, name: str) -> float:
         return self._typed(name, _UNSET, float)
 
@@ -533,7 +530,7 @@ class Reader:
         }
 
     def _typed(self, name: str, default: Any, kind: type[T]) -> T:
-        value = self.get(name, default)
+        value = self._got[name] if name in self._got else self.get(name, default)
         if not isinstance(value, kind):
             raise TypeError(f"{self.where}.{name}: {value!r} is not a {kind.__name__}")
         return value

@@ -1,26 +1,11 @@
 """The strict config parser: plain data (TOML or JSON) in, frozen :class:`Config` out.
 
-::
-
-    origin = "https://api.example.com"   # where admitted and unmatched requests go
-                                         # (or pool = "NAME", one of [pools.NAME])
-    origin_timeout = "30s"               # how long a request may take at the origins
-    store_timeout_ms = 1000              # budget for one Durable Object call
-    paths = { case_insensitive = false, matrix_params = "keep" }
-
-    [[routes]]
-    name = "login"
-    match = { methods = ["POST"], path = "/v1/login", host = "api.example.com" }
-    limits = "5/minute; 20/hour"         # or [{ rate = "10/s", burst = 20, name = "burst" }]
-    algorithm = "sliding_log"
-    key = ["ip", "header:x-tenant"]
-    on_store_error = "closed"
-
-Every field is declared once, in the schema (:mod:`.schema`, ``docs/configuration.md``
-is written from it); this module reads the top level and the routes through it and
-checks the rules between them. Every problem in the whole config is collected and
-raised as ONE :class:`ConfigError`, each line naming the route and the field; warnings
-(legal, but probably not meant) are kept on the config. The first matching route wins.
+Every field is declared once, in the schema (the tables of :mod:`.top`, :mod:`.route` and
+the modules beside them; ``docs/configuration.md`` is written from it); this module reads
+the top level and the routes through it and checks the rules between them. Every problem
+in the whole config is collected and raised as ONE :class:`ConfigError`, each line naming
+the route and the field; warnings (legal, but probably not meant) are kept on the config.
+The first matching route wins.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""A route's idempotency settings, and their strict parser.
+"""A route's idempotency settings: the parsed ``idempotency`` table.
 
-In the config a route honours ``Idempotency-Key`` with a table::
-
-    idempotency = { mode = "required", retention = "24h", lock_timeout = "60s",
-                    fingerprint_headers = ["x-client-version"], methods = ["POST", "PATCH"],
-                    store_5xx = true, max_bytes = 1048576, max_request_bytes = 4194304 }
-
-Every field is optional. The parser records every problem in a
-:class:`~edge_limiter.core.validation.Problems` and never raises; a bad field takes its
-default, so the rest of the route is still checked in the same pass.
+Its fields, their defaults and bounds are declared once, in the config schema
+(:data:`edge_limiter.core.config.idempotency.IDEMPOTENCY`, which parses them and writes
+their docs).
 """
 
 from __future__ import annotations
@@ -54,29 +48,17 @@ NOT_PROCESSED = frozenset({408, 425, 429, 503, 521, 522, 523, 525, 526})
 
 @dataclass(frozen=True, slots=True)
 class IdempotencySettings:
-    """How one route treats ``Idempotency-Key``."""
+    """How one route treats ``Idempotency-Key``: the ``idempotency`` table's fields,
+    durations in ms, header names lower-case and methods upper-case, each sorted."""
 
     mode: str = DEFAULT_MODE
-    """``"required"``: a request without a key is refused (400); ``"optional"``: passed on."""
     retention_ms: int = DEFAULT_RETENTION_MS
-    """How long a completed response is replayed for its key."""
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
-    """How long a claim holds before another request may take it over.
-
-    Set it above the origin's timeout: a holder whose lock has run out cannot store its
-    response any more.
-    """
     fingerprint_headers: tuple[str, ...] = ()
-    """Request fields (lower case) that, with method, path, query and body, identify a request."""
     methods: tuple[str, ...] = DEFAULT_METHODS
-    """The methods the key applies to (upper case)."""
     store_5xx: bool = True
-    """Whether a 5xx from the origin is stored and replayed (else the claim is released)."""
     max_bytes: int = DEFAULT_MAX_BYTES
-    """The largest body stored; a larger one is recorded as too large, without the body."""
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    """The largest request body accepted (it is read whole to fingerprint it); a larger one
-    is refused with 413 and not forwarded."""
 
     @property
     def required(self) -> bool:
