@@ -11,11 +11,11 @@ Rules between fields stay hand-written, beside the table they belong to.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
 from math import isfinite
-from typing import Any, ClassVar, TypeVar
+from typing import Any, Self, TypeVar
 
 from ..caching.fields import is_token
 from ..durations import format_duration, parse_duration
@@ -25,11 +25,11 @@ from ..validation import Problems, is_int, shown, table, unknown_fields
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
 class Ref:
     """A bound that is another field's value, read first (``min_calls`` <= ``window``)."""
 
-    name: str
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 Bound = int | Ref | None
@@ -39,33 +39,51 @@ BAD: Any = object()
 _UNSET: Any = object()
 
 
-@dataclass(frozen=True, eq=False)
 class Field:
-    """One field of a table: what the docs say of it and how its value is checked."""
+    """One field of a table: what the docs say of it and how its value is checked.
 
-    name: str
-    _: KW_ONLY
-    doc: str = ""
-    """One paragraph: what the field does, for the docs (a table's own doc for a table)."""
-    default: Any = None
-    """The parsed value when the field is absent (or refused), e.g. ms for a duration."""
-    required: bool = False
-    example: Any = None
-    """A value as written in a config (checked by a test to be valid)."""
-    example_with: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of the same table the example needs beside it."""
-    default_text: str = ""
-    """The default as the docs say it, where it is not a plain value ("the quota")."""
-    null_is_absent: bool = False
-    """Whether a JSON ``null`` reads as the field left out (else it is a wrong type)."""
-    attr: str | None = ""
-    """Where the parsed value lands: a settings class's argument, or a dotted path into
-    the parsed object (``forward.timeout_ms`` of a route); empty: its :meth:`json_key`
-    (``ttl_ms`` for ``ttl``); ``None``: nowhere plainly (read and shown by hand)."""
-    show: Callable[[Any], object] | None = None
-    """The effective value as plain data, from the parsed object, where ``attr`` is not
-    enough; the JSON of ``check-config`` and ``/api/config`` is made of these."""
-    kind: ClassVar[str] = "value"
+    ``doc``: one paragraph for the docs (a table's own doc for a table). ``default``: the
+    parsed value when the field is absent or refused (ms for a duration); ``default_text``
+    the default as the docs say it, where it is not a plain value ("the quota").
+    ``example``: a value as written in a config (a test checks it is valid), with
+    ``example_with`` the fields of the same table it needs beside it. ``null_is_absent``:
+    a JSON ``null`` reads as the field left out (else it is a wrong type). ``attr``: where
+    the parsed value lands, a settings class's argument or a dotted path into the parsed
+    object (``forward.timeout_ms`` of a route); empty, its :meth:`json_key` (``ttl_ms``
+    for ``ttl``); ``None``, nowhere plainly (read and shown by hand). ``show``: the
+    effective value as plain data, from the parsed object, where ``attr`` is not enough
+    (the JSON of ``check-config`` and ``/api/config`` is made of these).
+
+    Plain classes, not dataclasses: building a dataclass costs about a millisecond of a
+    Worker's cold start on Pyodide.
+    """
+
+    kind = "value"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        doc: str = "",
+        default: Any = None,
+        required: bool = False,
+        example: Any = None,
+        example_with: Mapping[str, Any] | None = None,
+        default_text: str = "",
+        null_is_absent: bool = False,
+        attr: str | None = "",
+        show: Callable[[Any], object] | None = None,
+    ) -> None:
+        self.name, self.doc, self.default, self.required = name, doc, default, required
+        self.example, self.example_with = example, example_with or {}
+        self.default_text, self.null_is_absent = default_text, null_is_absent
+        self.attr, self.show = attr, show
+
+    def but(self, **changes: Any) -> Self:
+        """A copy with ``changes`` (one field declared for two tables, with two docs)."""
+        other = copy.copy(self)
+        vars(other).update(changes)
+        return other
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
         """``value`` checked (``where`` names it in problems), or :data:`BAD`."""
@@ -119,11 +137,10 @@ def _bound_text(bound: Bound, shown_as: Callable[[int], str] = str) -> str:
     return "" if bound is None else shown_as(bound)
 
 
-@dataclass(frozen=True, eq=False)
 class Flag(Field):
     """``true`` or ``false``."""
 
-    kind: ClassVar[str] = "boolean"
+    kind = "boolean"
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
         if isinstance(value, bool):
@@ -132,17 +149,24 @@ class Flag(Field):
         return BAD
 
 
-@dataclass(frozen=True, eq=False)
 class Integer(Field):
-    """A whole number within ``minimum..maximum`` (either may be another field)."""
+    """A whole number within ``minimum..maximum`` (either may be another field); ``rule``
+    says what it must be where the usual ``an integer 1..10`` does not."""
 
-    minimum: Bound = None
-    maximum: Bound = None
-    _: KW_ONLY
-    unit: str = ""
-    rule: str = ""
-    """What it must be, where the usual ``an integer 1..10`` does not say it."""
-    kind: ClassVar[str] = "integer"
+    kind = "integer"
+
+    def __init__(
+        self,
+        name: str,
+        minimum: Bound = None,
+        maximum: Bound = None,
+        *,
+        unit: str = "",
+        rule: str = "",
+        **common: Any,
+    ) -> None:
+        super().__init__(name, **common)
+        self.minimum, self.maximum, self.unit, self.rule = minimum, maximum, unit, rule
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
         low, high = _resolved(self.minimum, got), _resolved(self.maximum, got)
@@ -171,27 +195,35 @@ def _size(count: int) -> str:
     return str(count)
 
 
-@dataclass(frozen=True, eq=False)
 class Size(Integer):
     """A number of bytes."""
 
-    unit: str = "bytes"
-    kind: ClassVar[str] = "size"
+    kind = "size"
+
+    def __init__(self, name: str, minimum: Bound, maximum: Bound, **common: Any) -> None:
+        super().__init__(name, minimum, maximum, unit="bytes", **common)
 
     def bounds_text(self) -> str:
         return f"{_bound_text(self.minimum)}..{_bound_text(self.maximum, _size)}"
 
 
-@dataclass(frozen=True, eq=False)
 class Number(Field):
     """A finite number (integer or decimal) within ``minimum..maximum``."""
 
-    minimum: float
-    maximum: float
-    _: KW_ONLY
-    unit: str = ""
-    rule: str = ""
-    kind: ClassVar[str] = "number"
+    kind = "number"
+
+    def __init__(
+        self,
+        name: str,
+        minimum: float,
+        maximum: float,
+        *,
+        unit: str = "",
+        rule: str = "",
+        **common: Any,
+    ) -> None:
+        super().__init__(name, **common)
+        self.minimum, self.maximum, self.unit, self.rule = minimum, maximum, unit, rule
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
         if (
@@ -212,16 +244,17 @@ class Number(Field):
         return f"{self.minimum:g}..{self.maximum:g}"
 
 
-@dataclass(frozen=True, eq=False)
 class Duration(Field):
-    """A duration string (``"250ms"``, ``"30s"``, ``"1h30m"``), read as milliseconds."""
+    """A duration string (``"250ms"``, ``"30s"``, ``"1h30m"``), read as milliseconds;
+    ``rule`` says what the field is, for the problem when a required one is missing."""
 
-    minimum: Bound = 0
-    maximum: Bound = None
-    _: KW_ONLY
-    rule: str = ""
-    """What the field is, for the problem when a required one is missing."""
-    kind: ClassVar[str] = "duration"
+    kind = "duration"
+
+    def __init__(
+        self, name: str, minimum: Bound = 0, maximum: Bound = None, *, rule: str = "", **common: Any
+    ) -> None:
+        super().__init__(name, **common)
+        self.minimum, self.maximum, self.rule = minimum, maximum, rule
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
         if not isinstance(value, str):
@@ -246,19 +279,25 @@ class Duration(Field):
         return f"{self.name}_ms"
 
 
-@dataclass(frozen=True, eq=False)
 class Choice(Field):
-    """One of a few words."""
+    """One of a few words. ``hints``: other names people use for an option, and what to
+    write instead; ``suggest``: a value that is an option but for case, ``-`` or spaces
+    gets the option to write in its problem."""
 
-    options: tuple[str, ...]
-    _: KW_ONLY
-    hints: Mapping[str, str] = field(default_factory=dict)
-    """Other names people use for an option, and what to write instead."""
-    suggest: bool = True
-    """Whether a value that is an option but for case, ``-`` or spaces gets the option
-    to write in its problem."""
-    rule: str = ""
-    kind: ClassVar[str] = "string"
+    kind = "string"
+
+    def __init__(
+        self,
+        name: str,
+        options: tuple[str, ...],
+        *,
+        hints: Mapping[str, str] | None = None,
+        suggest: bool = True,
+        rule: str = "",
+        **common: Any,
+    ) -> None:
+        super().__init__(name, **common)
+        self.options, self.hints, self.suggest, self.rule = options, hints or {}, suggest, rule
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
         if isinstance(value, str) and value in self.options:
@@ -278,17 +317,18 @@ class Choice(Field):
         return "one of " + ", ".join(f"`{option}`" for option in self.options if option)
 
 
-@dataclass(frozen=True, eq=False)
 class Text(Field):
-    """A string matching ``pattern`` (a regular expression, matched whole)."""
+    """A string matching ``pattern`` (a regular expression, matched whole); ``rule`` is
+    what it must be, as the problems say it (``a path like '/health'``)."""
 
-    pattern: str
-    rule: str
-    """What it must be, as the problems say it (``a path like '/health'``)."""
-    kind: ClassVar[str] = "string"
+    kind = "string"
+
+    def __init__(self, name: str, pattern: str, rule: str, **common: Any) -> None:
+        super().__init__(name, **common)
+        self.pattern, self.rule = re.compile(pattern), rule
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
-        if isinstance(value, str) and re.fullmatch(self.pattern, value):
+        if isinstance(value, str) and self.pattern.fullmatch(value):
             return value
         problems.add(where, f"must be {self.rule}, got {shown(value)}")
         return BAD
@@ -297,24 +337,31 @@ class Text(Field):
         return self.rule
 
 
-@dataclass(frozen=True, eq=False)
 class Statuses(Field):
     """A list of HTTP status codes, read as a sorted tuple without repeats."""
 
-    _: KW_ONLY
-    minimum: int = 100
-    maximum: int = 599
-    excluded: frozenset[int] = frozenset()
-    non_empty: bool = False
-    repeats_refused: bool = False
-    rule: str = ""
-    kind: ClassVar[str] = "list of statuses"
+    kind = "list of statuses"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        minimum: int = 100,
+        maximum: int = 599,
+        excluded: frozenset[int] = frozenset(),
+        non_empty: bool = False,
+        repeats_refused: bool = False,
+        rule: str = "",
+        **common: Any,
+    ) -> None:
+        super().__init__(name, **common)
+        self.minimum, self.maximum, self.excluded = minimum, maximum, excluded
+        self.non_empty, self.repeats_refused = non_empty, repeats_refused
+        self.rule = rule or (
+            f"a {'non-empty ' if non_empty else ''}list of HTTP statuses {minimum}..{maximum}"
+        )
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
-        rule = self.rule or (
-            f"a {'non-empty ' if self.non_empty else ''}list of HTTP statuses "
-            f"{self.minimum}..{self.maximum}"
-        )
         if (
             not isinstance(value, list)
             or (self.non_empty and not value)
@@ -323,7 +370,7 @@ class Statuses(Field):
                 for v in value
             )
         ):
-            problems.add(where, f"must be {rule}, got {shown(value)}")
+            problems.add(where, f"must be {self.rule}, got {shown(value)}")
             return BAD
         if self.repeats_refused and len(set(value)) != len(value):
             problems.add(where, f"names a status twice, got {shown(value)}")
@@ -334,16 +381,22 @@ class Statuses(Field):
         return f"{self.minimum}..{self.maximum}{but}"
 
 
-@dataclass(frozen=True, eq=False)
 class Names(Field):
-    """A list of HTTP tokens (methods, field names), case-folded, sorted, each once."""
+    """A list of HTTP tokens, case-folded, sorted, each once: ``noun`` ``method`` (read
+    upper-case) or ``header name`` (lower-case). ``advice``: a warning for a name that is
+    legal but probably not meant."""
 
-    noun: str
-    """``method`` (read upper-case) or ``header name`` (lower-case)."""
-    _: KW_ONLY
-    advice: Callable[[str], str | None] = lambda name: None
-    """A warning for a name that is legal but probably not meant."""
-    at_least_one: bool = False
+    def __init__(
+        self,
+        name: str,
+        noun: str,
+        *,
+        advice: Callable[[str], str | None] | None = None,
+        at_least_one: bool = False,
+        **common: Any,
+    ) -> None:
+        super().__init__(name, **common)
+        self.noun, self.advice, self.at_least_one = noun, advice, at_least_one
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
         if not isinstance(value, list):
@@ -360,7 +413,7 @@ class Names(Field):
             if name in names:
                 problems.warn(f"{where}[{index}]", f"names {shown(name)} twice")
                 continue
-            advice = self.advice(name)
+            advice = self.advice(name) if self.advice is not None else None
             if advice is not None:
                 problems.warn(f"{where}[{index}]", advice)
             names.append(name)
@@ -374,28 +427,28 @@ class Names(Field):
         return f"list of {self.noun}s"
 
 
-@dataclass(frozen=True, eq=False)
 class Hand(Field):
     """A field whose value has a grammar of its own (a rate, a key, a URL), read by a
-    hand-written parser beside its table."""
+    hand-written parser beside its table; ``type`` is its type as the docs say it."""
 
-    type: str
-    """Its type as the docs say it."""
+    def __init__(self, name: str, type: str, **common: Any) -> None:
+        super().__init__(name, **common)
+        self.type = type
 
     def type_text(self) -> str:
         return self.type
 
 
-@dataclass(frozen=True, eq=False)
 class Sub(Field):
-    """A field holding another table, a list of them, or tables by name."""
+    """A field holding another table: ``many`` ``list`` (``[[routes]]``), ``map``
+    (``[pools.NAME]``), or empty for one; ``type`` its type as the docs say it, where
+    the table is not all it may be."""
 
-    table: Table
-    _: KW_ONLY
-    many: str = ""
-    """``list`` (``[[routes]]``), ``map`` (``[pools.NAME]``), or empty: one table."""
-    type: str = ""
-    """Its type as the docs say it, where the table is not all it may be."""
+    def __init__(
+        self, name: str, table: Table, *, many: str = "", type: str = "", **common: Any
+    ) -> None:
+        super().__init__(name, **common)
+        self.table, self.many, self.type = table, many, type
 
     def type_text(self) -> str:
         return self.type or {"list": "list of tables", "map": "tables by name"}.get(
@@ -403,29 +456,21 @@ class Sub(Field):
         )
 
 
-@dataclass(frozen=True, eq=False)
 class Table:
-    """A table of the config: its fields in the order the docs and problems list them."""
+    """A table of the config: its fields in the order the docs and problems list them;
+    ``title`` is how the docs name it."""
 
-    title: str
-    """How the docs name it (``cache``, ``[[routes]]``)."""
-    doc: str
-    fields: tuple[Field, ...]
-    names: tuple[str, ...] = field(init=False)
-    by_name: dict[str, Field] = field(init=False)
-    ref_bounded: frozenset[str] = field(init=False)
-    """The fields with a bound another field sets."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "names", tuple(f.name for f in self.fields))
-        object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
-        bounded = {
+    def __init__(self, title: str, doc: str, fields: tuple[Field, ...]) -> None:
+        self.title, self.doc, self.fields = title, doc, fields
+        self.names = tuple(f.name for f in fields)
+        self.by_name = {f.name: f for f in fields}
+        #: The fields with a bound another field sets.
+        self.ref_bounded = frozenset(
             f.name
-            for f in self.fields
+            for f in fields
             if isinstance(getattr(f, "minimum", None), Ref)
             or isinstance(getattr(f, "maximum", None), Ref)
-        }
-        object.__setattr__(self, "ref_bounded", frozenset(bounded))
+        )
 
     def read(self, value: object, where: str, problems: Problems) -> Reader | None:
         """A reader of ``value`` (a problem and ``None`` when it is not a table)."""

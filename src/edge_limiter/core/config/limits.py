@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from ..algorithms import ALGORITHMS, make_algorithm
@@ -50,7 +49,7 @@ LIMIT = Table("limits[]", "A limit written as a table, in a route's `limits` lis
          "1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit",
          default="", default_text="from the rate (`10-per-second`)", example="burst",
          doc="The limit's name in the IETF `RateLimit-Policy` field; unique in the route."),
-    replace(_BURST, doc="This limit's bucket size (`token_bucket`, `gcra`)."),
+    _BURST.but(doc="This limit's bucket size (`token_bucket`, `gcra`)."),
     Choice("algorithm", tuple(ALGORITHMS), hints=ALGORITHM_HINTS, default="",
            default_text="the route's", example="fixed_window",
            doc="Count this limit with an algorithm of its own."),
@@ -103,7 +102,7 @@ RATE_LIMIT_FIELDS = (
            doc="How the route counts: `sliding_window` (a weighted counter), `sliding_log` "
                "(exact), `fixed_window`, `token_bucket` or `gcra` (buckets that take a "
                "`burst`)."),
-    replace(_BURST, doc="The bucket size of the limit with the shortest window (`token_bucket`, "
+    _BURST.but(doc="The bucket size of the limit with the shortest window (`token_bucket`, "
                         "`gcra`); every other limit's bucket is its quota. Per limit: `burst` in "
                         "its table."),
     *KEY_FIELDS,
