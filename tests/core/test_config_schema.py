@@ -19,16 +19,15 @@ from edge_limiter.core.config.fields import (
     Flag,
     Integer,
     Names,
-    Reader,
     Ref,
     Size,
     Statuses,
     Sub,
-    Table,
     Text,
     toml_value,
 )
 from edge_limiter.core.config.route import ROUTE
+from edge_limiter.core.config.table import Reader, Table
 from edge_limiter.core.errors import ConfigError
 from edge_limiter.core.validation import Problems
 

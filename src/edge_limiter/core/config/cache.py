@@ -23,7 +23,8 @@ from ..caching.settings import (
 )
 from ..durations import format_duration
 from ..validation import Problems, is_int, shown
-from .fields import Choice, Duration, Flag, Hand, Size, Table
+from .fields import Choice, Duration, Flag, Hand, Size
+from .table import Table
 
 # Only used to hand back a whole settings object after a missing or bad ttl was recorded.
 _FALLBACK_TTL_MS = 60_000

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .fields import Sub, Table
+from .fields import Sub
 from .model import Config, Route
 from .route import ROUTE
+from .table import Table
 
 
 def describe(table: Table, value: object) -> dict[str, Any]:

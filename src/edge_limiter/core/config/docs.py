@@ -14,7 +14,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .fields import Field, Sub, Table, toml_value
+from .fields import Field, Sub, toml_value
+from .table import Table
 from .top import CONFIG
 
 #: The command that writes the file, as the stale-doc test tells it.

@@ -1,5 +1,5 @@
-"""The config schema's building blocks: one class per kind of field, the table that holds
-them, and the reader that checks one table of a config against its fields.
+"""The config schema's building blocks: one class per kind of field (the table that holds
+them, and the reader that checks a config's table against them, are :mod:`.table`).
 
 A field says once what it is: its name, kind, default, bounds, unit, whether it is
 required, a paragraph for the docs, an example, and where its value lands in the parsed
@@ -15,14 +15,15 @@ import copy
 import re
 from collections.abc import Callable, Mapping
 from math import isfinite
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self
 
 from ..caching.fields import is_token
 from ..durations import format_duration, parse_duration
 from ..errors import DurationError
-from ..validation import Problems, is_int, shown, table, unknown_fields
+from ..validation import Problems, is_int, shown
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from .table import Reader, Table
 
 
 class Ref:
@@ -36,7 +37,6 @@ Bound = int | Ref | None
 
 #: What :meth:`Field.parse` gives back after recording a problem: the reader uses the default.
 BAD: Any = object()
-_UNSET: Any = object()
 
 
 class Field:
@@ -124,7 +124,8 @@ class Field:
         return value
 
 
-def _resolved(bound: Bound, got: Reader) -> int | None:
+def resolved(bound: Bound, got: Reader) -> int | None:
+    """A bound's value: the other field's, read through ``got``, where it is one."""
     if isinstance(bound, Ref):
         value = got.get(bound.name)
         return value if isinstance(value, int) else None
@@ -169,7 +170,7 @@ class Integer(Field):
         self.minimum, self.maximum, self.unit, self.rule = minimum, maximum, unit, rule
 
     def parse(self, value: Any, where: str, problems: Problems, got: Reader) -> Any:
-        low, high = _resolved(self.minimum, got), _resolved(self.maximum, got)
+        low, high = resolved(self.minimum, got), resolved(self.maximum, got)
         if is_int(value) and (low is None or value >= low) and (high is None or value <= high):
             return int(value)
         rule = self.rule or f"an integer {low}..{high}"
@@ -261,7 +262,7 @@ class Duration(Field):
             # Said here, where a TOML date or time is shown as written (see shown).
             problems.add(where, f"must be a duration string like '30s' or '5m', got {shown(value)}")
             return BAD
-        low, high = _resolved(self.minimum, got), _resolved(self.maximum, got)
+        low, high = resolved(self.minimum, got), resolved(self.maximum, got)
         try:
             return parse_duration(value, minimum_ms=low or 0, maximum_ms=high)
         except DurationError as exc:
@@ -454,131 +455,6 @@ class Sub(Field):
         return self.type or {"list": "list of tables", "map": "tables by name"}.get(
             self.many, "table"
         )
-
-
-class Table:
-    """A table of the config: its fields in the order the docs and problems list them;
-    ``title`` is how the docs name it."""
-
-    def __init__(self, title: str, doc: str, fields: tuple[Field, ...]) -> None:
-        self.title, self.doc, self.fields = title, doc, fields
-        self.names = tuple(f.name for f in fields)
-        self.by_name = {f.name: f for f in fields}
-        #: The fields with a bound another field sets.
-        self.ref_bounded = frozenset(
-            f.name
-            for f in fields
-            if isinstance(getattr(f, "minimum", None), Ref)
-            or isinstance(getattr(f, "maximum", None), Ref)
-        )
-
-    def read(self, value: object, where: str, problems: Problems) -> Reader | None:
-        """A reader of ``value`` (a problem and ``None`` when it is not a table)."""
-        data = table(value, where, problems)
-        return None if data is None else Reader(self, data, where, problems)
-
-
-class Reader:
-    """One table of a config as its schema reads it: unknown fields are reported at once,
-    each field is checked when first asked for (so problems come in the order a parser
-    asks), and a missing or refused field gives its default."""
-
-    def __init__(self, spec: Table, raw: Mapping[str, Any], where: str, problems: Problems) -> None:
-        self.spec = spec
-        self.raw = raw
-        self.where = where
-        self.problems = problems
-        self._got: dict[str, Any] = {}
-        self._refused: set[str] = set()
-        unknown_fields(raw, spec.names, where, problems)
-
-    def given(self, name: str) -> bool:
-        """Whether the config writes the field (a ``null`` that means absent aside)."""
-        if name not in self.raw:
-            return False
-        return self.raw[name] is not None or not self.spec.by_name[name].null_is_absent
-
-    def get(self, name: str, default: Any = _UNSET) -> Any:
-        """The field's value, checked (``default`` in place of the schema's, if given)."""
-        if name in self._got:
-            return self._got[name]
-        spec = self.spec.by_name[name]
-        fallback = spec.default if default is _UNSET else default
-        if name in self.spec.ref_bounded and fallback is not None:
-            # A default outside a bound another field sets moves inside it.
-            assert isinstance(spec, Integer | Duration)
-            low, high = _resolved(spec.minimum, self), _resolved(spec.maximum, self)
-            if isinstance(spec.maximum, Ref) and high is not None:
-                fallback = min(fallback, high)
-            if isinstance(spec.minimum, Ref) and low is not None:
-                fallback = max(fallback, low)
-        if not self.given(name):
-            if spec.required:
-                rule = getattr(spec, "rule", "") or spec.doc
-                self.problems.add(f"{self.where}.{name}", f"is required: {rule}")
-            value = fallback
-        else:
-            value = spec.parse(self.raw[name], f"{self.where}.{name}", self.problems, self)
-            if value is BAD:
-                self._refused.add(name)
-                value = fallback
-        self._got[name] = value
-        return value
-
-    def sub(self, name: str) -> Reader | None:
-        """A reader of the table the field holds (absent: an empty one), or ``None`` after
-        the problem that it is not a table."""
-        spec = self.spec.by_name[name]
-        if not isinstance(spec, Sub):
-            raise TypeError(f"{name} holds no table")
-        return spec.table.read(self.raw.get(name, {}), f"{self.where}.{name}", self.problems)
-
-    def refused(self, name: str) -> bool:
-        """Whether the field's value was refused (a problem says why; it took its default)."""
-        self.get(name)
-        return name in self._refused
-
-    def flag(self, name: str, default: Any = _UNSET) -> bool:
-        return self._typed(name, default, bool)
-
-    def integer(self, name: str, default: Any = _UNSET) -> int:
-        return self._typed(name, default, int)
-
-    def optional_integer(self, name: str) -> int | None:
-        value = self.get(name)
-        return None if value is None else self._typed(name, _UNSET, int)
-
-    def ms(self, name: str, default: Any = _UNSET) -> int:
-        """A duration's milliseconds."""
-        return self._typed(name, default, int)
-
-    def number(self, name: str) -> float:
-        return self._typed(name, _UNSET, float)
-
-    def text(self, name: str, default: Any = _UNSET) -> str:
-        return self._typed(name, default, str)
-
-    def optional_text(self, name: str) -> str | None:
-        value = self.get(name)
-        return None if value is None else self._typed(name, _UNSET, str)
-
-    def words(self, name: str) -> tuple[Any, ...]:
-        """A list field's values (statuses, names)."""
-        return self._typed(name, _UNSET, tuple)
-
-    def settings(self) -> dict[str, Any]:
-        """Every field the schema checks, by its settings class's argument (``attr``)."""
-        return {
-            spec.attr or spec.json_key(): self.get(spec.name)
-            for spec in self.spec.fields
-            if spec.attr is not None and not isinstance(spec, Hand | Sub)
-        }
-
-    def _typed(self, name: str, default: Any, kind: type[T]) -> T:
-        value = self._got[name] if name in self._got else self.get(name, default)
-        if not isinstance(value, kind):
-            raise TypeError(f"{self.where}.{name}: {value!r} is not a {kind.__name__}")
-        return value
 
 
 def toml_value(value: Any) -> str:

@@ -27,7 +27,8 @@ from ..idempotency.settings import (
     IdempotencySettings,
 )
 from ..validation import Problems
-from .fields import Choice, Duration, Flag, Names, Size, Table
+from .fields import Choice, Duration, Flag, Names, Size
+from .table import Table
 
 
 def _method_advice(name: str) -> str | None:

@@ -7,7 +7,8 @@ from ..errors import KeySpecError
 from ..http.origin_headers import FORWARDED_AS_FIELDS, PATH_OVERRIDE_FIELDS
 from ..keys import KeyPart, KeySpec, parse_key_part
 from ..validation import Problems
-from .fields import Hand, Integer, Reader
+from .fields import Hand, Integer
+from .table import Reader
 
 #: Request fields that never reach an origin: a key on one counts what nobody checks.
 _NEVER_FORWARDED = HOP_BY_HOP | {"expect", *PATH_OVERRIDE_FIELDS, *FORWARDED_AS_FIELDS}

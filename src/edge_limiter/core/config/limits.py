@@ -14,9 +14,10 @@ from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..protocol import algorithm_of
 from ..rates import MAX_QUOTA, Limit, Rate, parse_rate, parse_rates
 from ..validation import Problems, shown
-from .fields import Choice, Duration, Flag, Hand, Integer, Reader, Sub, Table, Text
+from .fields import Choice, Duration, Flag, Hand, Integer, Sub, Text
 from .keys import KEY_FIELDS
 from .model import Route
+from .table import Reader, Table
 
 DEFAULT_ALGORITHM = "sliding_window"
 POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from ..errors import PatternError
 from ..matching import PathPattern, parse_host_pattern
 from ..validation import Problems, shown
-from .fields import Flag, Hand, Reader, Table
+from .fields import Flag, Hand
 from .model import Match
+from .table import Reader, Table
 
 #: Methods are RFC 9110 tokens, matched as written (upper case by convention).
 METHOD_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")

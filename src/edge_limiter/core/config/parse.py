@@ -18,10 +18,10 @@ from ..http.origin_headers import FORWARDED_HOST_FIELDS, OriginHeader, parse_ori
 from ..matching import host_covers
 from ..routing.origins import parse_origin_url
 from ..validation import Problems, shown
-from .fields import Reader
 from .model import Config, Forwarding, Route
 from .pools import parse_pools, raw_pools
 from .route import Defaults, Upstreams, parse_route, route_name
+from .table import Reader
 from .top import CONFIG, client_ip_header, parse_cors, parse_operations
 
 

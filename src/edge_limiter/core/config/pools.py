@@ -31,8 +31,9 @@ from ..routing.origins import (
     parse_origin_url,
 )
 from ..validation import Problems, shown, table
-from .fields import Duration, Hand, Integer, Number, Statuses, Sub, Table, Text
+from .fields import Duration, Hand, Integer, Number, Statuses, Sub, Text
 from .resilience import BREAKER, RETRY, parse_breaker, parse_retry
+from .table import Table
 
 # Codes people write that ISO does not assign, with the one they mean.
 _COUNTRY_HINTS = {"UK": "GB", "EL": "GR"}

@@ -40,7 +40,8 @@ from ..resilience.retry import (
     RetrySettings,
 )
 from ..validation import Problems, shown
-from .fields import Duration, Flag, Integer, Number, Ref, Statuses, Table
+from .fields import Duration, Flag, Integer, Number, Ref, Statuses
+from .table import Table
 
 # fmt: off
 BREAKER = Table("breaker", (

@@ -17,7 +17,7 @@ from ..resilience.retry import IDEMPOTENT_METHODS, RetrySettings
 from ..routing.origins import PLAIN_LABEL, Origin, Pool, fit_trial_timeout, parse_origin_url
 from ..validation import Problems, shown
 from .cache import CACHE, parse_cache
-from .fields import Duration, Hand, Reader, Statuses, Sub, Table
+from .fields import Duration, Hand, Statuses, Sub
 from .idempotency import IDEMPOTENCY, parse_idempotency
 from .keys import parse_key
 from .limits import (
@@ -39,6 +39,7 @@ from .model import (
     Route,
 )
 from .resilience import RETRY, parse_retry
+from .table import Reader, Table
 
 ROUTE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: The bulkhead of a plain ``origin`` URL: no cap.

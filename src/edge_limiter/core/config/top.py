@@ -9,7 +9,7 @@ from ..http.cors import CorsSettings, origin_problem
 from ..http.method_override import MODES as OVERRIDE_MODES
 from ..http.origin_headers import NEVER_SET, NOT_AN_ADDRESS
 from ..validation import Problems, shown
-from .fields import Choice, Duration, Flag, Hand, Integer, Number, Reader, Sub, Table, Text
+from .fields import Choice, Duration, Flag, Hand, Integer, Number, Sub, Text
 from .model import (
     DEFAULT_ORIGIN_TIMEOUT_MS,
     DEFAULT_STORE_TIMEOUT_MS,
@@ -19,6 +19,7 @@ from .model import (
 )
 from .pools import POOL
 from .route import ROUTE
+from .table import Reader, Table
 
 _OPS = Operations()
 
