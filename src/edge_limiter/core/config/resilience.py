@@ -71,7 +71,7 @@ BREAKER = Table("breaker", (
     Integer("half_open_calls", 1, MAX_HALF_OPEN_CALLS, default=DEFAULT_HALF_OPEN_CALLS,
             unit="calls", example=5,
             doc="How many trial calls go through once `open_for` has passed (at most that many "
-                "at once per isolate; the others get a `503` with `Retry-After`)."),
+                "at once per isolate; the others are turned away meanwhile)."),
     Integer("success_threshold", 1, Ref("half_open_calls"), default=DEFAULT_SUCCESS_THRESHOLD,
             unit="calls", example=1,
             doc="How many successful trials close the breaker; any failed trial opens it again, "

@@ -52,7 +52,7 @@ DENY_CACHE = Table("deny_cache", (
                  "another isolate frees a key here within this."),
 ))
 
-ADMIN = Table("admin", "The admin API and status page (enabled by the `ADMIN_TOKEN` secret).", (
+ADMIN = Table("admin", "The admin API and status page (enabled by the `EDGE_LIMITER_ADMIN_TOKEN` secret).", (
     Text("prefix", r"(/[A-Za-z0-9_.~-]+)+", "a path like '/_edge-limiter' (no trailing slash)",
          default=_OPS.admin_prefix, example="/_ops",
          doc="Where the admin API lives; its paths are never forwarded."),
