@@ -110,7 +110,7 @@ def test_a_token_that_names_no_key_tries_the_few_that_fit() -> None:
     token = parse_token(signer("RS256").token())
     assert len(select_keys(token, keys)) == 1
     many = [parse_jwk({**signer("RS256").public_jwk, "kid": str(n)}) for n in range(5)]
-    assert MAX_UNNAMED_TRIES < len(many)
+    assert len(many) > MAX_UNNAMED_TRIES
     with pytest.raises(TokenError, match="names no key"):
         select_keys(token, many)
     assert len(keys_of(many)) == 1  # one key under five names

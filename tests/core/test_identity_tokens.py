@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from typing import Any
 
@@ -188,7 +189,7 @@ times = st.integers(NOW_S - 200, NOW_S + 200)
     iss=st.sampled_from(["a", "b"]),
     aud=st.one_of(st.sampled_from(["x", "y"]), st.lists(st.sampled_from(["x", "y", "z"]))),
 )
-def test_the_claim_checks_agree_with_a_model(
+def test_the_claim_checks_agree_with_a_model(  # noqa: PLR0917 - hypothesis draws each
     exp: int, nbf: int | None, iat: int | None, leeway: int, iss: str, aud: Any
 ) -> None:
     claims: dict[str, Any] = {"exp": exp, "iss": iss, "aud": aud}
@@ -218,7 +219,5 @@ def test_random_segments_never_raise_anything_else(head: bytes, body: bytes) -> 
         return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
     header = seg(json.dumps({"alg": "ES256"}).encode() if len(head) % 2 else head)
-    try:
+    with contextlib.suppress(TokenError):
         parse_token(f"{header}.{seg(body)}.{seg(head or b'x')}")
-    except TokenError:
-        pass

@@ -355,7 +355,7 @@ def test_webcrypto_verifies_every_algorithms_tokens_and_refuses_tampered_ones() 
         from edge_limiter.core.identity.tokens import parse_token
         from edge_limiter.platform.crypto import WebCryptoVerifier
 
-        CASES = json.loads(%r)
+        CASES = json.loads(CASES_TEXT)
 
         async def main():
             verifier = WebCryptoVerifier()
@@ -370,6 +370,6 @@ def test_webcrypto_verifies_every_algorithms_tokens_and_refuses_tampered_ones() 
                 other = await verifier.verify(alg, key, token.signing_input + b"x", token.signature)
                 out[alg] = [good, again, bad, other]
             return json.dumps(out)
-        """ % json.dumps(cases)
-    result = run(program)
+        """
+    result = run(f"CASES_TEXT = {json.dumps(cases)!r}\n" + textwrap.dedent(program))
     assert result == {alg: [True, True, False, False] for alg in ALGS}
