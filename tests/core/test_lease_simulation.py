@@ -1,4 +1,4 @@
-"""The lease simulation (``scripts/lease_sim.py``) on a small grid: never over-admits.
+"""The lease simulation (``edge_limiter.tools.lease_sim``) on a small grid: never over-admits.
 
 The issue's efficiency goal at 10,000 requests/s over 100 isolates (at most one Durable
 Object call per 20 admitted requests, at most 1% under-admission once the limit is
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from edge_limiter.core.rates import Limit, Rate
-from scripts.lease_sim import Scenario, over_admission, simulate
+from edge_limiter.tools.lease_sim import Scenario, over_admission, simulate
 
 ALGORITHMS = ("token_bucket", "gcra", "fixed_window", "sliding_window")
 

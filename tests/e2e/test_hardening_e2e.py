@@ -41,7 +41,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from local_gateway import LocalGateway
+
+from edge_limiter.tools.local_gateway import LocalGateway
 
 from .conftest import fresh_ip, track
 

@@ -26,8 +26,8 @@ the old measure, counted from the counter's first denial, go negative.
 Time runs in microseconds here; the core sees integer milliseconds (``t // 1000``), as the
 platform's clocks give them. All clocks are the same clock (no skew).
 
-    python scripts/lease_sim.py            # the grid, as a markdown table
-    python scripts/lease_sim.py --quick    # a smaller grid
+    .venv/bin/python -m edge_limiter.tools.lease_sim            # the grid, as a markdown table
+    .venv/bin/python -m edge_limiter.tools.lease_sim --quick    # a smaller grid
 """
 
 from __future__ import annotations
@@ -38,17 +38,13 @@ import heapq
 import random
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
-
-from edge_limiter.core.algorithms import make_algorithm  # noqa: E402
-from edge_limiter.core.keystore import KeyStore  # noqa: E402
-from edge_limiter.core.leases import Ask, Holding, default_ttl  # noqa: E402
-from edge_limiter.core.protocol import StoreRequest, StoreResponse  # noqa: E402
-from edge_limiter.core.rates import Limit, Rate  # noqa: E402
+from edge_limiter.core.algorithms import make_algorithm
+from edge_limiter.core.keystore import KeyStore
+from edge_limiter.core.leases import Ask, Holding, default_ttl
+from edge_limiter.core.protocol import StoreRequest, StoreResponse
+from edge_limiter.core.rates import Limit, Rate
 
 
 class NullSql:
@@ -408,7 +404,9 @@ def table(results: list[Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m edge_limiter.tools.lease_sim", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--algorithm",
         action="append",

@@ -1,8 +1,9 @@
 """Runs the HTTP cache test suite (npm http-cache-tests) against the gateway's response cache.
 
-    scripts/cache_suite.py [--write-doc] [--results FILE] [--json FILE] [--echo]
-    scripts/cache_suite.py --from-results FILE [--write-doc]   (classify an earlier run)
-    scripts/cache_suite.py --id TEST                           (one test, every request shown)
+    .venv/bin/python -m edge_limiter.tools.cache_suite [--write-doc] [--results FILE] [--json FILE]
+                                                       [--echo]
+    ... --from-results FILE [--write-doc]   (classify an earlier run)
+    ... --id TEST                           (one test, every request shown)
 
 The suite is the public one behind cache-tests.fyi; the gateway runs on local workerd, and
 its results are shown beside the suite's published ones.
@@ -43,14 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(REPO / "src"))
-
-from build_worker import build  # noqa: E402
-from local_gateway import LocalGateway  # noqa: E402
-
-from edge_limiter.core.config.parse import parse_config  # noqa: E402
+from edge_limiter.core.config.parse import parse_config
+from edge_limiter.tools import ROOT as REPO
+from edge_limiter.tools.build_worker import build
+from edge_limiter.tools.local_gateway import LocalGateway
 
 PACKAGE = "http-cache-tests"
 SUITE_DIR = REPO / "node_modules" / PACKAGE
@@ -58,7 +55,7 @@ SUMMARY_SCRIPT = REPO / "scripts" / "cache_suite_summary.mjs"
 TRANSPORT_SCRIPT = REPO / "scripts" / "cache_suite_transport.mjs"
 EXCEPTIONS_FILE = REPO / "scripts" / "cache_suite_exceptions.toml"
 DOC = REPO / "docs" / "cache-tests.md"
-COMMAND = "scripts/cache_suite.py --write-doc"
+COMMAND = "python -m edge_limiter.tools.cache_suite --write-doc"
 #: The name of the gateway's results beside the peers'.
 NAME = "edge-limiter"
 #: How long the suite's client may take (about 20 s here: see the doc).
@@ -777,7 +774,9 @@ def measured_lines(doc: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m edge_limiter.tools.cache_suite", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--write-doc", action="store_true", help=f"write {DOC.relative_to(REPO)}")
     parser.add_argument("--results", type=Path, help="write the client's raw results here")
     parser.add_argument("--json", type=Path, help="write the classified results here")
