@@ -20,6 +20,20 @@ from edge_limiter.tools.build_worker import build
 from edge_limiter.tools.local_gateway import LocalGateway
 
 
+def _gateway_paths(origin: str, gateway: str, peer: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """The paths of the gateway section on one runtime: name -> (URL, headers)."""
+    return {
+        "origin (Node, direct)": (f"{origin}/x", {}),
+        "JS Worker: forward": (f"{peer}/forward/x", {}),
+        "JS Worker: JS Durable Object + forward": (f"{peer}/limited/x", {}),
+        "Python: unmatched path (forward)": (f"{gateway}/unmatched/x", {}),
+        "Python: limited route (object + forward)": (f"{gateway}/limited/x", {KEY: "hot"}),
+        "Python: limited, write_behind 50ms": (f"{gateway}/behind/x", {KEY: "hot"}),
+        "Python: limited, token leases": (f"{gateway}/leased/x", {KEY: "hot"}),
+        "Python: denied (429)": (f"{gateway}/small/x", {KEY: "denied"}),
+    }
+
+
 def section_gateway(report: Report, quick: bool, origin: str) -> None:
     requests = 200 if quick else 1000
     many = 400 if quick else 2000
@@ -42,24 +56,9 @@ def section_gateway(report: Report, quick: bool, origin: str) -> None:
     for _ in range(repeat):
         # A fresh runtime per round (see _fresh_runtimes below), all paths interleaved in it.
         with rt.runtime(origin) as gw:
-            peer = gw.peer_urls["peer"]
             # The denial path: a key exhausted first (100/minute).
             rt.load(f"{gw.url}/small/x", requests=150, concurrency=1, headers={KEY: "denied"})
-            measure(
-                {
-                    "origin (Node, direct)": (f"{origin}/x", {}),
-                    "JS Worker: forward": (f"{peer}/forward/x", {}),
-                    "JS Worker: JS Durable Object + forward": (f"{peer}/limited/x", {}),
-                    "Python: unmatched path (forward)": (f"{gw.url}/unmatched/x", {}),
-                    "Python: limited route (object + forward)": (
-                        f"{gw.url}/limited/x",
-                        {KEY: "hot"},
-                    ),
-                    "Python: limited, write_behind 50ms": (f"{gw.url}/behind/x", {KEY: "hot"}),
-                    "Python: limited, token leases": (f"{gw.url}/leased/x", {KEY: "hot"}),
-                    "Python: denied (429)": (f"{gw.url}/small/x", {KEY: "denied"}),
-                }
-            )
+            measure(_gateway_paths(origin, gw.url, gw.peer_urls["peer"]))
         # The floor of any Python Worker on this host (a runtime of its own, same round),
         # and of any Python rate limiter: the least a Python Durable Object does per call.
         with rt.bare_python(origin) as bare:
