@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -28,7 +29,10 @@ def fp(
 
 
 def test_is_a_sha256_hex_digest() -> None:
-    assert len(fp()) == 64 and int(fp(), 16) >= 0
+    # 64 lower-case hex digits, nothing else: the form records store and compare (int(x, 16)
+    # would also take upper case, spaces, underscores and a 0x prefix).
+    assert re.fullmatch(r"[0-9a-f]{64}", fp()), fp()
+    assert fp() == fp()  # the same request, the same fingerprint
 
 
 def test_each_part_counts() -> None:
