@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# wrangler (Node) builds and bundles the Worker: the full run's, not the fast loop's.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 WRANGLER = ROOT / "node_modules" / ".bin" / "wrangler"
 #: The project's tools: the edge-limiter command, never uploaded.

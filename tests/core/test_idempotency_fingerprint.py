@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.caching.query import canonical_query
 from edge_limiter.core.idempotency.fingerprint import fingerprint
+from tests.examples import examples
 
 BODY = hashlib.sha256(b'{"amount":100}').hexdigest()
 OTHER_BODY = hashlib.sha256(b'{"amount":101}').hexdigest()
@@ -90,7 +91,7 @@ def test_the_body_digest_must_be_sha256_hex() -> None:
 TRICKY = 'ab"[],\\ =&%'
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.tuples(
