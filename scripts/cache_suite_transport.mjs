@@ -1,5 +1,5 @@
 // Loaded with `node --import` before the HTTP cache test suite's server and client
-// (scripts/cache_suite.py): takes connection reuse out of the measurement, changing no
+// (edge_limiter.tools.cache_suite): takes connection reuse out of the measurement, changing no
 // field any test sends or checks (the gateway drops `Connection`, a hop-by-hop field).
 //
 // - The client (node-fetch 2 over Node's global agent) would keep its connections to the

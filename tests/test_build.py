@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "build_worker.py"
 
 WRANGLER = 'name = "x"\nmain = "build/worker/entry.py"\ncompatibility_date = "2025-11-01"\n'
 GOOD_ROUTE = """
@@ -35,9 +34,19 @@ origin = "https://staging.example.com"
 def run(
     config: Path, out: Path, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "CLOUDFLARE_ENV"}
+    """The build as wrangler runs it (wrangler.toml's [build]): a module, from src/."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("CLOUDFLARE_ENV", "PYTHONPATH")}
     return subprocess.run(
-        [sys.executable, str(SCRIPT), str(out), "--config", str(config), *extra],
+        [
+            sys.executable,
+            "-m",
+            "edge_limiter.tools.build_worker",
+            str(out),
+            "--config",
+            str(config),
+            *extra,
+        ],
+        cwd=ROOT / "src",
         capture_output=True,
         text=True,
         check=False,
@@ -57,6 +66,9 @@ def test_build_writes_the_worker_module_root(tmp_path: Path) -> None:
     } <= written
     assert not any(p.startswith(("tests", "scripts")) for p in written)
     assert "edge_limiter/testing.py" not in written  # the users' simulator stays home
+    # Nor do the project's tools (the edge-limiter command) go to the Worker.
+    assert not any(p.startswith("edge_limiter/tools") for p in written)
+    assert (ROOT / "src" / "edge_limiter" / "tools" / "build_worker.py").exists()
     assert "config bundled from edge-limiter.toml" in done.stdout
 
 

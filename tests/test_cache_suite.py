@@ -1,5 +1,5 @@
-"""scripts/cache_suite.py without the gateway: the route it sets up, the suite's own
-classification of results, the judgement against the documented exceptions, the doc, and
+"""The cache suite (``edge_limiter.tools.cache_suite``) without the gateway: the route it sets
+up, the suite's own classification of results, the judgement against the documented exceptions, the doc, and
 the suite's origin behind the connection settings (the whole run is
 tests/e2e/test_cache_suite_e2e.py)."""
 
@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 import tomllib
 import uuid
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import cache_suite  # noqa: E402
-from cache_suite import Documented, Outcome, SuiteTest, Summary  # noqa: E402
-
-from edge_limiter.core.config.parse import parse_config  # noqa: E402
-from edge_limiter.core.resilience import breaker  # noqa: E402
+from edge_limiter.core.config.parse import parse_config
+from edge_limiter.core.resilience import breaker
+from edge_limiter.tools import cache_suite
+from edge_limiter.tools.cache_suite import Documented, Outcome, SuiteTest, Summary
 
 
 def test_the_route_is_an_rfc_9111_shared_cache_and_its_origin_is_never_cut_off() -> None:
@@ -200,7 +195,7 @@ def test_the_committed_doc_shows_the_exceptions_file_and_the_setup() -> None:
     exceptions = cache_suite.load_exceptions()
     assert listed == {t: (e.kind, e.reason) for t, e in exceptions.items()}, (
         "docs/cache-tests.md does not list scripts/cache_suite_exceptions.toml: run "
-        "scripts/cache_suite.py --write-doc"
+        "python -m edge_limiter.tools.cache_suite --write-doc"
     )
     block = doc.split("```toml\n", 1)[1].split("```", 1)[0]
     assert tomllib.loads(block) == cache_suite.gateway_config("http://127.0.0.1:PORT")

@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from edge_limiter.core.errors import ConfigError
 from edge_limiter.testing import Simulator
+from edge_limiter.tools import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "check_config.py"
 WRANGLER = 'name = "x"\nmain = "build/worker/entry.py"\ncompatibility_date = "2025-11-01"\n'
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False, cwd=ROOT
-    )
+    """``scripts/check-config ARGS`` from the project's root: the command's own ``main`` (its
+    parser, its output, its exit status), in this process rather than a new Python each."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = check_config.main(list(args))
+        except SystemExit as exc:  # argparse's errors
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def test_the_example_config_prints_its_routes_in_order() -> None:

@@ -10,18 +10,24 @@ from pathlib import Path
 
 import pytest
 
+# wrangler (Node) builds and bundles the Worker: the full run's, not the fast loop's.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 WRANGLER = ROOT / "node_modules" / ".bin" / "wrangler"
+#: The project's tools: the edge-limiter command, never uploaded.
+TOOLS = "edge_limiter/tools/"
 
 
 def project_modules() -> set[str]:
     """What the build step must put in the module root: src/ and durable_objects/ .py files,
-    and the config file bundled as a module."""
+    and the config file bundled as a module; neither the users' simulator nor the project's
+    tools (src/edge_limiter/tools/, the edge-limiter command)."""
     modules = {str(p.relative_to(ROOT / "src")) for p in (ROOT / "src").rglob("*.py")}
     modules |= {str(p.relative_to(ROOT)) for p in (ROOT / "durable_objects").rglob("*.py")}
     modules.add("edge_limiter_config.py")
     modules.discard("edge_limiter/testing.py")  # the users' simulator, not the Worker's
-    return {m for m in modules if "__pycache__" not in m}
+    return {m for m in modules if "__pycache__" not in m and not m.startswith(TOOLS)}
 
 
 @pytest.fixture(scope="module", params=[None, "staging"])
@@ -53,7 +59,8 @@ def test_dry_run_lists_exactly_the_project_modules(dry_run: tuple[str, Path]) ->
     assert listed == expected
     written = {str(p.relative_to(out)) for p in out.rglob("*.py")}
     assert written == project_modules()
-    assert not any(m.startswith(("tests/", "node_modules/", "scripts/")) for m in written)
+    assert not any(m.startswith(("tests/", "node_modules/", "scripts/", TOOLS)) for m in written)
+    assert not any(m.startswith(TOOLS) for m in listed)
 
 
 def test_dry_run_has_the_bindings(dry_run: tuple[str, Path]) -> None:

@@ -1,4 +1,4 @@
-"""scripts/dev before it starts a runtime: where each configured origin goes, a busy port."""
+"""edge-limiter dev (scripts/dev) before it starts a runtime: where each configured origin goes, a busy port."""
 
 from __future__ import annotations
 
@@ -9,10 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from dev import OriginMap, is_loopback, rewrite_origins  # noqa: E402
+from edge_limiter.tools.dev import OriginMap, is_loopback, rewrite_origins
 
 
 @pytest.mark.parametrize(
@@ -55,9 +52,9 @@ def test_an_origin_on_this_machine_is_used_as_configured() -> None:
 
 
 def run_dev(*args: str) -> subprocess.CompletedProcess[str]:
-    """scripts/dev with ``args``, for the ways it stops before starting the runtime."""
+    """edge-limiter dev with ``args``, for the ways it stops before starting the runtime."""
     return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "dev.py"), *args],
+        [sys.executable, "-m", "edge_limiter.tools", "dev", *args],
         capture_output=True,
         text=True,
         check=False,

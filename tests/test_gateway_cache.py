@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.gateway import OriginRequest
 from edge_limiter.gateway.cache import LINGER_MS
+from tests.examples import examples
 
 from .fakes import FakeOrigin, answering, body_json, cut_off, harness, request, streaming
 
@@ -605,7 +606,7 @@ def test_an_origin_body_cut_off_is_a_502_and_never_stored() -> None:
 _FIELD_TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=60)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     st.lists(
         st.tuples(

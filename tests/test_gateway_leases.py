@@ -12,7 +12,7 @@ import pytest
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.core.keystore import RATE_MEMORY_TTLS
 from edge_limiter.core.rates import Limit, parse_rates
-from scripts.lease_sim import over_admission
+from edge_limiter.tools.lease_sim import over_admission
 
 from .fakes import (
     FailingStore,

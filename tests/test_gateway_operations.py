@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.overrides import parse_override
+from tests.examples import examples
 
 from .fakes import Harness, harness, request
 
@@ -85,7 +86,7 @@ def test_the_last_admitted_request_primes_the_deny_cache(algorithm: str) -> None
     assert len(h.events("cached_denial")) == 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     algorithm=st.sampled_from(ALGORITHMS),
     quota=st.integers(1, 4),

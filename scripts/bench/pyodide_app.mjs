@@ -7,8 +7,8 @@ import { loadPyodide } from "pyodide";
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 
 /**
- * Pyodide with src/ and durable_objects/ copied into its memory file system as /app,
- * compiled to bytecode (as the local host serves them) and on sys.path, and an empty
+ * Pyodide with src/ (less the tools, edge_limiter/tools/) and durable_objects/ copied into
+ * its memory file system as /app, compiled to bytecode (as the local host serves them) and on sys.path, and an empty
  * stand-in `workers` module for the SDK (its classes only, nothing runs through it).
  * `stdout` (optional) receives what Python prints.
  */
@@ -20,7 +20,11 @@ export async function loadWorkerApp({ stdout } = {}) {
 import compileall, shutil, sys, types
 
 skip = shutil.ignore_patterns("__pycache__")
-shutil.copytree("/repo/src", "/app", ignore=skip)
+# The project's tools (edge_limiter/tools) are never uploaded, so never loaded here either.
+def worker_only(folder, names):
+    return [*skip(folder, names), *(["tools"] if folder.endswith("/edge_limiter") else [])]
+
+shutil.copytree("/repo/src", "/app", ignore=worker_only)
 shutil.copytree("/repo/durable_objects", "/app/durable_objects", ignore=skip)
 compileall.compile_dir("/app", quiet=1)
 sys.path.insert(0, "/app")

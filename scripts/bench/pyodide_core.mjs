@@ -1,7 +1,7 @@
-// Runs scripts/bench/core_bench.py on npm Pyodide (the version production runs) in Node, with
+// Runs edge_limiter.tools.bench.core_bench on npm Pyodide (the version production runs) in Node, with
 // the project's source mounted read-only, and prints its JSON line.
 //
-//   node scripts/bench/pyodide_core.mjs [core_bench.py arguments]
+//   node scripts/bench/pyodide_core.mjs [core_bench arguments]
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadPyodide } from "pyodide";
@@ -12,9 +12,9 @@ pyodide.FS.mkdirTree("/repo");
 pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: REPO }, "/repo");
 pyodide.globals.set("bench_args", pyodide.toPy(process.argv.slice(2)));
 const result = await pyodide.runPythonAsync(`
-import json, runpy, sys
-sys.path.insert(0, "/repo/scripts/bench")
-import core_bench
+import json, sys
+sys.path.insert(0, "/repo/src")
+from edge_limiter.tools.bench import core_bench
 json.dumps(core_bench.main(list(bench_args)))
 `);
 process.stdout.write(`${result}\n`);

@@ -23,13 +23,14 @@ from hypothesis import strategies as st
 from edge_limiter.core.algorithms import Algorithm, make_algorithm
 from edge_limiter.core.decision import Decision, Reason
 from edge_limiter.core.rates import Limit, Rate
+from tests.examples import examples
 
 NAMES = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
 BUCKETS = ("token_bucket", "gcra")
 EPOCH_MS = 1_700_000_000_000
 JS_SAFE = 2**53
 
-PROPERTY = settings(max_examples=200, deadline=None)
+PROPERTY = settings(max_examples=examples(200), deadline=None)
 
 Request = tuple[int, int]
 

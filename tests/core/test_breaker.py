@@ -36,6 +36,7 @@ from edge_limiter.core.resilience.breaker import (
     record_many,
 )
 from edge_limiter.core.validation import Problems
+from tests.examples import examples
 
 EPOCH_MS = 1_700_000_000_000
 S, F, W = Outcome.SUCCESS, Outcome.FAILURE, Outcome.SLOW
@@ -628,7 +629,7 @@ STEP = st.tuples(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(breaker_configs(), st.lists(STEP, max_size=60))
 def test_breaker_matches_the_reference_model(
     config: BreakerSettings, steps: list[tuple[str, int]]
@@ -665,7 +666,7 @@ def test_breaker_matches_the_reference_model(
         assert decode_state(json.loads(json.dumps(encode_state(state)))) == state
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(breaker_configs(), st.lists(STEP, max_size=40), st.integers(0, 5))
 def test_reports_under_a_stale_permit_never_change_the_state(
     config: BreakerSettings, steps: list[tuple[str, int]], back: int

@@ -37,6 +37,7 @@ from edge_limiter.core.resilience.shared import (
     state_from_json,
     state_to_json,
 )
+from tests.examples import examples
 
 SETTINGS = BreakerSettings(failure_rate=50, window=4, min_calls=4, open_for_ms=10_000)
 T0 = 1_700_000_000_000
@@ -149,7 +150,7 @@ def test_unreadable_stored_state_is_a_fresh_breaker() -> None:
     assert decode_shared(None) == SharedState()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 30_000), st.sampled_from(list(Outcome))), max_size=40))
 def test_the_shared_state_never_goes_half_open_before_its_open_time(
     steps: list[tuple[int, Outcome]],
@@ -295,7 +296,7 @@ def test_calls_admitted_while_closed_keep_counting_across_an_answer() -> None:
     assert after.recent == "f"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.tuples(

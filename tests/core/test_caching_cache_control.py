@@ -12,6 +12,7 @@ from edge_limiter.core.caching.cache_control import (
     delta_seconds,
     parse_cache_control,
 )
+from tests.examples import examples
 
 
 def test_absent_or_empty_field() -> None:
@@ -85,7 +86,7 @@ def test_items_that_are_not_directives_are_skipped() -> None:
     assert [name for name, _ in cc.directives] == ["max-age", "no-store"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet=st.sampled_from('abc-=," \\\t;maxgeostr0129\x00é'), max_size=60))
 def test_garbage_never_raises(value: str) -> None:
     cc = parse_cache_control(value)
@@ -93,7 +94,7 @@ def test_garbage_never_raises(value: str) -> None:
         assert name == name.lower() and name
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -24,9 +24,10 @@ from edge_limiter.core.caching.entry import (
 )
 from edge_limiter.core.caching.fields import connection_named
 from edge_limiter.core.errors import CacheEntryError
+from tests.examples import examples
 
 NOW = 1_700_000_000_000
-PROPERTY = settings(max_examples=200, deadline=None)
+PROPERTY = settings(max_examples=examples(200), deadline=None)
 
 
 def entry(**fields: object) -> Entry:

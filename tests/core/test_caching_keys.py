@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 from edge_limiter.core.caching.keys import base_key, method_class, normalize_vary, variant_key
 from edge_limiter.core.caching.query import canonical_query, normalize_part, query_params
 from edge_limiter.core.caching.settings import CacheSettings
+from tests.examples import examples
 
 from .query_readers import READERS
 
 PUBLIC = CacheSettings(ttl_ms=60_000)
 KEYED = CacheSettings(ttl_ms=60_000, scope="key")
-PROPERTY = settings(max_examples=200, deadline=None)
+PROPERTY = settings(max_examples=examples(200), deadline=None)
 # What a KV key built here may contain: ASCII, no spaces or controls.
 KEY_CHARS = re.compile(r"^[A-Za-z0-9/:@!$'()*+,;=&%|#._~-]+$")
 

@@ -21,6 +21,7 @@ from edge_limiter.core.caching.policy import (
     store_decision,
 )
 from edge_limiter.core.caching.settings import CacheSettings
+from tests.examples import examples
 
 NOW = 1_700_000_000_000
 # Most settings here give answers without freshness the route's lifetime (default_ttl, an
@@ -417,7 +418,7 @@ def test_entries_built_from_a_decision() -> None:
         manifest_entry(decide({}), NOW)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     max_age=st.one_of(st.none(), st.integers(0, 10**7)),
     s_maxage=st.one_of(st.none(), st.integers(0, 10**7)),

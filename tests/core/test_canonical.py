@@ -16,6 +16,7 @@ from edge_limiter.core.config import parse_config
 from edge_limiter.core.errors import PathError
 from edge_limiter.core.http.messages import Client, Request
 from edge_limiter.core.keys import object_name
+from tests.examples import examples
 
 
 @pytest.mark.parametrize(
@@ -137,7 +138,7 @@ def respell(path: str, draw: st.DrawFn) -> str:
     return "/" + "/".join(out)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(segment_text, min_size=1, max_size=5))
 def test_canonicalizing_is_idempotent(segments: list[str]) -> None:
     raw = "/" + "/".join(segments)
@@ -175,7 +176,7 @@ def route_and_counter(raw: str) -> tuple[str, str] | None:
     return route.name, object_name(route.name, route.limits.key.compute(request, params))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_every_spelling_hits_the_same_route_and_counter(data: st.DataObject) -> None:
     base = data.draw(

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.config import parse_config
 from edge_limiter.core.errors import ConfigError
+from tests.examples import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE: dict[str, Any] = tomllib.loads((ROOT / "edge-limiter.toml").read_text())
@@ -75,7 +76,7 @@ def assert_named_or_valid(raw: object) -> None:
             assert "Traceback" not in problem
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     place=st.sampled_from(PLACES),
     action=st.sampled_from(["replace", "remove", "extra"]),
@@ -100,14 +101,14 @@ def test_one_field_broken_anywhere_gives_a_named_error(
     assert_named_or_valid(raw)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(top=st.dictionaries(st.sampled_from([*EXAMPLE, "nonsense"]), JSON, max_size=6))
 def test_arbitrary_values_at_the_top_give_a_named_error(top: dict[str, Any]) -> None:
     assert_named_or_valid(top)
     assert_named_or_valid({**EXAMPLE, **top})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(route=st.dictionaries(st.sampled_from([*EXAMPLE["routes"][0], "x"]), JSON, max_size=8))
 def test_arbitrary_routes_give_a_named_error(route: dict[str, Any]) -> None:
     assert_named_or_valid({"origin": "https://api.example.com", "routes": [route]})

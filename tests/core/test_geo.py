@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.routing.geo import ClientLocation, great_circle_km, order_origins
 from edge_limiter.core.routing.origins import Origin
+from tests.examples import examples
 
 EU = Origin(
     "eu",
@@ -243,7 +244,7 @@ def reference_key(origin: Origin, client: ClientLocation) -> tuple[int, int, flo
     return (tier(origin, client), 0, distance, origin.priority, origin.name)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(origin_lists(), locations(), st.randoms(use_true_random=False))
 def test_order_is_a_deterministic_permutation_with_matches_first(
     origins: list[Origin], client: ClientLocation, rng: random.Random

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from edge_limiter.core.errors import IdempotencyKeyError
 from edge_limiter.core.http.fields import sf_string
 from edge_limiter.core.idempotency.keys import parse_idempotency_key, scoped_name
+from tests.examples import examples
 
 UUID = "8e03978e-40d5-43e8-bc93-6894a57f9324"
 PRINTABLE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=255)
@@ -70,7 +71,7 @@ def test_the_longest_key() -> None:
     assert parse_idempotency_key("k" * 255) == "k" * 255
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(PRINTABLE)
 def test_any_printable_key_survives_quoting(key: str) -> None:
     assert parse_idempotency_key(sf_string(key)) == key
@@ -78,7 +79,7 @@ def test_any_printable_key_survives_quoting(key: str) -> None:
         assert parse_idempotency_key(key) == key
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=300))
 @example("\n")  # "$" in a regex also matches before a trailing newline
 def test_anything_parses_or_raises_the_specific_error(value: str) -> None:
@@ -102,7 +103,7 @@ def test_two_callers_with_the_same_key_never_meet() -> None:
     assert scoped_name("r", "a", UUID) != scoped_name("s", "a", UUID)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.tuples(

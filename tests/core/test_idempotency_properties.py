@@ -38,6 +38,7 @@ from edge_limiter.core.idempotency.records import (
     is_live,
     release,
 )
+from tests.examples import examples
 
 EPOCH_MS = 1_700_000_000_000
 LOCK = 1_000
@@ -128,7 +129,7 @@ def response_for(number: int) -> StoredResponse:
     return StoredResponse(200 + number % 5, (("X-Claim", str(number)),), body, body is None)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(steps)
 # Claimed and released within one millisecond, then deleted at once: the next claim must
 # still get a higher token.
@@ -225,7 +226,7 @@ def test_interleavings_match_the_model_in_every_world(plan: list[Step]) -> None:
                 assert record.token == world.tokens[number]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(steps)
 def test_at_most_one_live_claim_and_it_is_the_latest(plan: list[Step]) -> None:
     """Whatever the order, a live in-flight record belongs to the latest claim only."""

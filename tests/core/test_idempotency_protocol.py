@@ -24,6 +24,7 @@ from edge_limiter.core.idempotency.records import (
     decode_record,
     idle_at,
 )
+from tests.examples import examples
 
 from .conftest import FakeClock
 
@@ -191,7 +192,7 @@ answers = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(calls, answers)
 def test_any_valid_call_and_answer_round_trip(
     call: IdempotencyCall, answer: IdempotencyAnswer

@@ -25,6 +25,7 @@ from edge_limiter.core.protocol import (
 )
 from edge_limiter.core.rates import Limit, Rate, parse_rates
 from edge_limiter.testing import SqliteSql
+from tests.examples import examples
 
 ALGORITHMS = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
 RATES = tuple(Limit(rate) for rate in parse_rates("2/second; 3/minute"))
@@ -148,7 +149,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(algorithm=st.sampled_from(ALGORITHMS), ops=OPS)
 def test_restarts_never_change_a_decision(algorithm: str, ops: list[tuple[str, int, int]]) -> None:
     """Every change is written before the answer: an object restarted at any point (a new

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.lease_plan import SCALE, Allowance, Plan, plan_window
+from tests.examples import examples
 
 T0 = 1_700_000_040_000  # a multiple of every window used here (60 s included)
 
@@ -52,7 +53,7 @@ def plan_of(case: Case) -> Plan | None:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(plans())
 def test_the_allowances_never_pass_the_windows_room(case: Case) -> None:
     window, quota, previous, current, now, rates = case
@@ -84,7 +85,7 @@ def test_the_allowances_never_pass_the_windows_room(case: Case) -> None:
     assert plan.committed <= room(quota, current, previous, window, end - 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(plans(), st.data())
 def test_reaches_at_is_the_first_instant_an_allowance_has_the_units(
     case: Case, data: st.DataObject

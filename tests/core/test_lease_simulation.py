@@ -1,4 +1,4 @@
-"""The lease simulation (``scripts/lease_sim.py``) on a small grid: never over-admits.
+"""The lease simulation (``edge_limiter.tools.lease_sim``) on a small grid: never over-admits.
 
 The issue's efficiency goal at 10,000 requests/s over 100 isolates (at most one Durable
 Object call per 20 admitted requests, at most 1% under-admission once the limit is
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from edge_limiter.core.rates import Limit, Rate
-from scripts.lease_sim import Scenario, over_admission, simulate
+from edge_limiter.tools.lease_sim import Scenario, over_admission, simulate
 
 ALGORITHMS = ("token_bucket", "gcra", "fixed_window", "sliding_window")
 
@@ -48,6 +48,7 @@ def test_the_goal_at_10000_per_second_over_100_isolates(algorithm: str) -> None:
     assert result.under_pct is not None and result.under_pct <= 1.0
 
 
+@pytest.mark.slow  # three simulated minutes of 10,000 requests/s: about 5 s
 def test_the_sliding_window_meets_the_goal_when_its_window_is_a_minute() -> None:
     """The same traffic (10,000 requests/s over 100 isolates, half of it allowed) against
     300,000/minute instead of 5,000/second: planned once a minute, the holders remembered

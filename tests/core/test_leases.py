@@ -27,6 +27,7 @@ from edge_limiter.core.leases import (
 from edge_limiter.core.protocol import StoreRequest, StoreResponse
 from edge_limiter.core.rates import Limit, Rate
 from edge_limiter.testing import SqliteSql
+from tests.examples import examples
 
 T0 = 1_700_000_000_000  # a multiple of every window used here
 LEASABLE = ("token_bucket", "gcra", "fixed_window", "sliding_window")
@@ -477,7 +478,7 @@ def lease_runs(draw: st.DrawFn) -> tuple[str, Limit, int, list[tuple[int, ...]]]
     return algorithm, limit, ttl, steps
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(lease_runs())
 def test_leases_never_admit_more_than_the_limit(
     run: tuple[str, Limit, int, list[tuple[int, ...]]],
@@ -644,7 +645,7 @@ def drive_holdings(
     return sorted(uses), planned
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(holding_runs())
 def test_holdings_never_admit_more_than_the_limit_whatever_the_order_of_calls(
     run: tuple[str, Limit, int, list[tuple[int, ...]]],
@@ -678,7 +679,7 @@ def busy_sliding_runs(draw: st.DrawFn) -> tuple[Limit, list[tuple[int, ...]]]:
     return limit, steps
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(busy_sliding_runs())
 def test_planned_windows_never_admit_more_than_the_limit_whatever_the_order_of_calls(
     run: tuple[Limit, list[tuple[int, ...]]],

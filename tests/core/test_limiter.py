@@ -28,6 +28,7 @@ from edge_limiter.core.limiter import (
     refund_all,
 )
 from edge_limiter.core.rates import HOUR_MS, SECOND_MS, Limit, Rate, parse_rate, parse_rates
+from tests.examples import examples
 
 from .conftest import ALGORITHM_NAMES, FakeClock
 
@@ -215,7 +216,7 @@ def rules(draw: st.DrawFn) -> tuple[list[Algorithm[Any]], list[tuple[int, int]]]
     return limits, requests
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(scenario=rules())
 def test_a_rule_admits_exactly_when_every_limit_alone_would(
     scenario: tuple[list[Algorithm[Any]], list[tuple[int, int]]],
@@ -277,7 +278,7 @@ def test_a_route_burst_sizes_only_the_shortest_limit(algorithm: str) -> None:
     assert admitted == 20 + 59_950 // 100 == 619
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data())
 def test_a_multi_limit_bucket_admits_what_its_tightest_limit_allows(data: st.DataObject) -> None:
     """Over any interval t, the rule admits at most min over limits of
@@ -339,7 +340,7 @@ def _limit_pairs(draw: st.DrawFn) -> tuple[str, Limit, Limit]:
     return algorithm, limits[0], limits[1]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     _limit_pairs(),
     st.lists(st.tuples(st.integers(0, 400_000), st.integers(1, 3)), min_size=1, max_size=60),

@@ -20,6 +20,7 @@ from edge_limiter.core.rates import (
     parse_rate,
     parse_rates,
 )
+from tests.examples import examples
 
 UNITS = {
     SECOND_MS: ("s", "sec", "secs", "second", "seconds"),
@@ -165,7 +166,7 @@ def test_rate_validates_its_fields() -> None:
         Rate(1, MAX_WINDOW_MS + 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     quota=st.integers(1, MAX_QUOTA),
     count=st.integers(1, 400),

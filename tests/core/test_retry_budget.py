@@ -28,6 +28,7 @@ from edge_limiter.core.resilience.retry import (
     resend_is_free,
 )
 from edge_limiter.core.validation import Problems
+from tests.examples import examples
 
 EPOCH_MS = 1_700_000_000_000  # a whole second, so bucket boundaries are easy to read
 EMPTY = RetryBudgetState()
@@ -159,7 +160,7 @@ def budgets(draw: st.DrawFn) -> RetryBudget:
     return RetryBudget(ratio, draw(st.integers(0, 3)), bucket * buckets, bucket)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(budgets(), st.lists(EVENT, max_size=120))
 def test_retries_never_exceed_ratio_of_requests_plus_floor(
     budget: RetryBudget, events: list[tuple[bool, int]]

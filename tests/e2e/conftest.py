@@ -12,7 +12,6 @@ import itertools
 import os
 import socket
 import struct
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +19,11 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from edge_limiter.tools.build_worker import build
+from edge_limiter.tools.demo_origin import DemoOrigin
+from edge_limiter.tools.local_gateway import LocalGateway
 
-from build_worker import build  # noqa: E402
-from demo_origin import DemoOrigin  # noqa: E402
-from local_gateway import LocalGateway  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 _addresses = itertools.count(1)
 

@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 pytestmark = pytest.mark.e2e
 
 
 def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--json", str(out)],
+        [sys.executable, "-m", "edge_limiter.tools", "bench", "--quick", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -11,10 +11,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from demo_origin import DemoOrigin
-from local_gateway import LocalGateway
 
 from edge_limiter.gateway.cache import LINGER_MS
+from edge_limiter.tools.demo_origin import DemoOrigin
+from edge_limiter.tools.local_gateway import LocalGateway
 
 from .conftest import fresh_ip, leave_midway
 

@@ -1,12 +1,12 @@
 """The public HTTP cache test suite (npm ``http-cache-tests``) against the response cache, once.
 
 The built Worker runs on local workerd in front of the suite's own origin with issue 37's
-catch-all cached route (``scripts/cache_suite.py``); the suite's client runs every test (about
-20 s: a hundred tests at a time, with the real 3 s pauses its freshness tests need). Every
+catch-all cached route (``edge_limiter.tools.cache_suite``); the suite's client runs every
+test (about 20 s: a hundred tests at a time, with the real 3 s pauses its freshness tests need). Every
 required test that fails must have a documented reason in
 ``scripts/cache_suite_exceptions.toml``, every listed test must still fail, and
-``docs/cache-tests.md`` must show what this run measured (``scripts/cache_suite.py
---write-doc`` writes it).
+``docs/cache-tests.md`` must show what this run measured (``python -m
+edge_limiter.tools.cache_suite --write-doc`` writes it).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import difflib
 from collections.abc import Iterator
 from pathlib import Path
 
-import cache_suite
 import pytest
+
+from edge_limiter.tools import cache_suite
 
 from .conftest import track
 
@@ -56,7 +57,7 @@ def test_every_failure_that_hides_a_required_test_has_a_documented_reason(
     }
     assert missing == {}, (
         f"failed with no reason in {cache_suite.EXCEPTIONS_FILE.name} (fix the cache, or add "
-        "the reason and run scripts/cache_suite.py --write-doc)"
+        "the reason and run python -m edge_limiter.tools.cache_suite --write-doc)"
     )
 
 
@@ -66,7 +67,7 @@ def test_every_documented_failure_still_fails(suite_run: cache_suite.Run) -> Non
         "passing now": [],
         "no such test": [],
     }, (
-        f"remove these from {cache_suite.EXCEPTIONS_FILE.name}, then run scripts/cache_suite.py --write-doc"
+        f"remove these from {cache_suite.EXCEPTIONS_FILE.name}, then run python -m edge_limiter.tools.cache_suite --write-doc"
     )
 
 
@@ -80,5 +81,5 @@ def test_the_doc_shows_what_this_run_measured(suite_run: cache_suite.Run, tmp_pa
     diff = "\n".join(difflib.unified_diff(shown, expected, "committed", "measured", lineterm=""))
     assert shown == expected, (
         f"docs/cache-tests.md is not what this run measured (this run's doc: "
-        f"{tmp_path / 'cache-tests.md'}); run scripts/cache_suite.py --write-doc\n{diff}"
+        f"{tmp_path / 'cache-tests.md'}); run python -m edge_limiter.tools.cache_suite --write-doc\n{diff}"
     )

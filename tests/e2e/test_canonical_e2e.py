@@ -7,8 +7,9 @@ import json
 import socket
 
 import pytest
-from demo_origin import DemoOrigin
-from local_gateway import LocalGateway
+
+from edge_limiter.tools.demo_origin import DemoOrigin
+from edge_limiter.tools.local_gateway import LocalGateway
 
 from .conftest import fresh_ip
 

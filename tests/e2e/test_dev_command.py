@@ -13,7 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from demo_origin import DemoOrigin
+
+from edge_limiter.tools.demo_origin import DemoOrigin
 
 pytestmark = pytest.mark.e2e
 
@@ -29,14 +30,15 @@ def start_dev(
 ) -> tuple[subprocess.Popen[str], list[str], str]:
     """Start scripts/dev with ``options``; the process, its output so far and its URL.
 
-    ``wrapper``: through the README's ``scripts/dev`` (bootstrap, then dev.py), run in ``cwd``.
+    ``wrapper``: through the README's ``scripts/dev`` (bootstrap, then ``edge-limiter dev``),
+    run in ``cwd``; else ``python -m edge_limiter.tools dev``.
     ``logs_unread``: its stderr (the Worker's logs) on a pipe nobody reads.
     """
     env = {**os.environ, "EDGE_LIMITER_DEV_STATE": str(tmp_path / "state")}
     command = (
         [str(ROOT / "scripts" / "dev")]
         if wrapper
-        else [sys.executable, str(ROOT / "scripts" / "dev.py")]
+        else [sys.executable, "-m", "edge_limiter.tools", "dev"]
     )
     process = subprocess.Popen(
         [*command, "--port", "0", "--fresh", *options],
@@ -194,7 +196,9 @@ def test_dev_refuses_an_origin_mapping_the_config_does_not_name(tmp_path: Path) 
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "dev.py"),
+            "-m",
+            "edge_limiter.tools",
+            "dev",
             "--origin",
             "nowhere.test=http://127.0.0.1:1",
         ],

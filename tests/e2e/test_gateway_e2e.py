@@ -14,11 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from build_worker import build
-from demo_origin import DemoOrigin
-from local_gateway import LocalGateway, project_deployment
 
 from edge_limiter.core.http.messages import JOINED_BY_RUNTIME
+from edge_limiter.tools.build_worker import build
+from edge_limiter.tools.demo_origin import DemoOrigin
+from edge_limiter.tools.local_gateway import LocalGateway, project_deployment
 
 from .conftest import ROOT, fresh_ip, track
 

@@ -18,6 +18,10 @@ For every answer:
 
 Afterwards the gateway still counts exactly: a fresh client gets its route's limit, no more.
 The figures (requests, statuses) are printed for ``SECURITY.md``.
+
+Two fuzz runs: a fixed corpus (derandomized: the same 10,200 requests every run, so a
+failure reproduces as is) and a smaller one drawn anew each run from a random seed (new
+cases every run; the seed is printed, and ``FUZZ_SEED=N`` sends the same requests again).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import collections
 import contextlib
 import json
 import os
+import secrets
 import socketserver
 import subprocess
 import sys
@@ -39,9 +44,10 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
-from local_gateway import LocalGateway
+
+from edge_limiter.tools.local_gateway import LocalGateway
 
 from .conftest import fresh_ip, track
 
@@ -51,6 +57,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "fuzz-admin-token-77c2"
 BATCH = 50
 BATCHES = int(os.environ.get("FUZZ_BATCHES", "204"))  # 10,200 requests
+#: The batches drawn anew each run (from a random seed, or FUZZ_SEED).
+NEW_BATCHES = int(os.environ.get("FUZZ_NEW_BATCHES", "20"))  # 1,000 requests
 DEADLINE_S = 20.0
 ORIGIN_MARK = "x-origin"  # the gateway names the origin on every answer that came from one
 
@@ -65,10 +73,6 @@ class Tally:
     malformed_sent: int = 0
     seconds: float = 0.0
     slowest: list[tuple[float, str]] = field(default_factory=list)
-
-
-TALLY = Tally()
-FUZZED: list[LocalGateway] = []  # the fuzzed runtime, for its log lines
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +152,6 @@ def fuzz_gateway(
     try:
         # The config is valid and the origin reachable: the fuzz must test something.
         assert httpx.get(f"{gw.url}/unmatched", timeout=30).status_code == 200
-        FUZZED.append(gw)
         yield gw
     finally:
         gw.stop()
@@ -419,9 +422,10 @@ class Answer:
     body: bytes
 
 
-async def exchange(port: int, data: bytes, head_only: bool = False) -> Answer | None:
+async def exchange(port: int, data: bytes, tally: Tally, head_only: bool = False) -> Answer | None:
     """Send ``data`` while reading the answer, as a browser does (a server may answer
-    before it has read a body); None if the connection closed with no answer."""
+    before it has read a body); None if the connection closed with no answer. A slow
+    exchange goes on ``tally``'s list."""
     started = time.monotonic()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
 
@@ -442,7 +446,7 @@ async def exchange(port: int, data: bytes, head_only: bool = False) -> Answer | 
         writer.close()
         took = time.monotonic() - started
         if took > 1.0:
-            TALLY.slowest.append((took, repr(data[:160])))
+            tally.slowest.append((took, repr(data[:160])))
 
 
 async def read_answer(reader: asyncio.StreamReader, head_only: bool) -> Answer:
@@ -478,8 +482,9 @@ def shown(request: Generated | bytes) -> str:
     )
 
 
-def judge(request: Generated | bytes, answer: Answer | None) -> str:
-    """Where the answer came from; fails the test on an answer the gateway must not give."""
+def judge(request: Generated | bytes, answer: Answer | None, gateway: LocalGateway) -> str:
+    """Where the answer came from; fails the test on an answer the gateway must not give
+    (with the ``gateway``'s log lines of a 500)."""
     malformed = isinstance(request, bytes) or request.malformed
     where = request if isinstance(request, bytes) else request.method + " " + request.target[:200]
     if answer is None:
@@ -490,7 +495,7 @@ def judge(request: Generated | bytes, answer: Answer | None) -> str:
     content_type = answer.headers.get("content-type", "")
     if status == 500 and (not malformed or content_type.startswith("application/problem")):
         reference = answer.body.split(b'"reference":"')[-1][:12].decode("latin-1")
-        logs = [line for line in FUZZED[-1].stderr_tail(400).splitlines() if reference in line]
+        logs = [line for line in gateway.stderr_tail(400).splitlines() if reference in line]
         raise AssertionError(f"500 for {shown(request)}: {answer.body[:300]!r}, log: {logs}")
     if ORIGIN_MARK in answer.headers:
         # The origin's own HTTP parser may refuse what the gateway passed on (Node answers
@@ -522,60 +527,96 @@ def judge(request: Generated | bytes, answer: Answer | None) -> str:
     return f"runtime {status}"
 
 
-@settings(
-    max_examples=BATCHES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    # Each example is 50 requests to a live runtime: report the first failure as it is.
-    phases=[Phase.explicit, Phase.generate],
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(batch=st.lists(requests(), min_size=BATCH, max_size=BATCH))
-def test_generated_requests_never_get_a_500_or_an_unexplained_error(
-    fuzz_gateway: LocalGateway, batch: list[Generated | bytes]
-) -> None:
-    port = fuzz_gateway.port
+def fuzz(gateway: LocalGateway, batches: int, drawn_from: int | None) -> Tally:
+    """Send ``batches`` batches of generated requests to ``gateway``, judging every answer.
+
+    ``drawn_from`` None: the fixed corpus (derandomized, the same requests every run);
+    else the seed the requests are drawn from.
+    """
+    tally = Tally()
+    port = gateway.port
     host = f"127.0.0.1:{port}"
 
-    async def run() -> list[Answer | None]:
-        calls = [
-            exchange(port, item)
-            if isinstance(item, bytes)
-            else exchange(port, item.wire(host), head_only=item.method == "HEAD")
-            for item in batch
-        ]
-        return await asyncio.wait_for(asyncio.gather(*calls), DEADLINE_S)
+    @settings(
+        max_examples=batches,
+        deadline=None,
+        derandomize=drawn_from is None,
+        database=None,
+        # Each example is 50 requests to a live runtime: report the first failure as it is.
+        phases=[Phase.explicit, Phase.generate],
+        print_blob=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(batch=st.lists(requests(), min_size=BATCH, max_size=BATCH))
+    def send(batch: list[Generated | bytes]) -> None:
+        async def run() -> list[Answer | None]:
+            calls = [
+                exchange(port, item, tally)
+                if isinstance(item, bytes)
+                else exchange(port, item.wire(host), tally, head_only=item.method == "HEAD")
+                for item in batch
+            ]
+            return await asyncio.wait_for(asyncio.gather(*calls), DEADLINE_S)
 
-    started = time.monotonic()
-    answers = asyncio.run(run())
-    TALLY.seconds += time.monotonic() - started
-    for item, answer in zip(batch, answers, strict=True):
-        source = judge(item, answer)
-        TALLY.sent += 1
-        TALLY.malformed_sent += isinstance(item, bytes) or item.malformed
-        TALLY.by_source[source.split()[0]] += 1
-        if answer is not None:
-            TALLY.statuses[answer.status] += 1
+        started = time.monotonic()
+        answers = asyncio.run(run())
+        tally.seconds += time.monotonic() - started
+        for item, answer in zip(batch, answers, strict=True):
+            source = judge(item, answer, gateway)
+            tally.sent += 1
+            tally.malformed_sent += isinstance(item, bytes) or item.malformed
+            tally.by_source[source.split()[0]] += 1
+            if answer is not None:
+                tally.statuses[answer.status] += 1
+
+    (send if drawn_from is None else seed(drawn_from)(send))()
+    return tally
 
 
-def test_after_the_fuzz_the_gateway_still_counts_exactly(fuzz_gateway: LocalGateway) -> None:
-    assert TALLY.sent >= BATCH * BATCHES >= 10_000 or "FUZZ_BATCHES" in os.environ, TALLY.sent
+def still_counts_exactly(gateway: LocalGateway) -> None:
+    """A fresh client gets exactly the ``exact`` route's limit (5/hour), and the runtime lives."""
     ip = fresh_ip()
     statuses = [
-        httpx.get(f"{fuzz_gateway.url}/exact/x", headers={"cf-connecting-ip": ip}).status_code
+        httpx.get(f"{gateway.url}/exact/x", headers={"cf-connecting-ip": ip}).status_code
         for _ in range(7)
     ]
     assert statuses == [200] * 5 + [429] * 2
-    assert fuzz_gateway.running
+    assert gateway.running
+
+
+def print_tally(name: str, tally: Tally) -> None:
     print(
-        f"\nfuzz: {TALLY.sent} requests ({TALLY.malformed_sent} not valid HTTP/1.1), "
-        f"in {TALLY.seconds:.0f} s of sending, answered by {dict(TALLY.by_source)}, statuses {dict(sorted(TALLY.statuses.items()))}",
+        f"\n{name}: {tally.sent} requests ({tally.malformed_sent} not valid HTTP/1.1), "
+        f"in {tally.seconds:.0f} s of sending, answered by {dict(tally.by_source)}, "
+        f"statuses {dict(sorted(tally.statuses.items()))}",
         file=sys.stderr,
     )
-    for took, request in sorted(TALLY.slowest, reverse=True)[:10]:
+    for took, request in sorted(tally.slowest, reverse=True)[:10]:
         print(f"slow: {took:.1f} s {request}", file=sys.stderr)
+
+
+def test_a_fixed_corpus_of_generated_requests_gets_no_500_and_leaves_counting_exact(
+    fuzz_gateway: LocalGateway,
+) -> None:
+    tally = fuzz(fuzz_gateway, BATCHES, None)
+    assert tally.sent >= BATCH * BATCHES >= 10_000 or "FUZZ_BATCHES" in os.environ, tally.sent
+    print_tally("fuzz (fixed corpus)", tally)
+    still_counts_exactly(fuzz_gateway)
+
+
+def test_requests_drawn_anew_each_run_get_no_500_and_leave_counting_exact(
+    fuzz_gateway: LocalGateway,
+) -> None:
+    drawn_from = int(os.environ.get("FUZZ_SEED") or secrets.randbits(32))
+    print(f"\nfuzz seed: {drawn_from} (FUZZ_SEED={drawn_from} sends the same)", file=sys.stderr)
+    try:
+        tally = fuzz(fuzz_gateway, NEW_BATCHES, drawn_from)
+    except Exception as exc:
+        exc.add_note(f"fuzz seed {drawn_from}: FUZZ_SEED={drawn_from} sends the same requests")
+        raise
+    assert tally.sent >= BATCH * NEW_BATCHES, tally.sent
+    print_tally(f"fuzz (seed {drawn_from})", tally)
+    still_counts_exactly(fuzz_gateway)
 
 
 # --- load ------------------------------------------------------------------------------
@@ -587,15 +628,33 @@ LOAD_IN_FLIGHT = 100
 EXACT = ("token_bucket", "gcra", "sliding_log", "fixed_window")
 
 
+class BrokenOrigin(socketserver.ThreadingTCPServer):
+    """An origin on loopback that answers by path (see :class:`_BrokenOriginHandler`) and
+    keeps the path of every request it got."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _BrokenOriginHandler)
+        self.paths: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
 class _BrokenOriginHandler(socketserver.StreamRequestHandler):
     """Answers by path: ``/garbage`` with bytes that are not HTTP, ``/cut`` with a 200 whose
     body stops at 10 of its 1,000 announced bytes, then closes the connection."""
+
+    server: BrokenOrigin
 
     def handle(self) -> None:
         request_line = self.rfile.readline().decode("latin-1")
         while self.rfile.readline() not in (b"\r\n", b"\n", b""):
             pass
         path = request_line.split(" ")[1] if " " in request_line else "/"
+        self.server.paths.append(path)
         if "/garbage" in path:
             self.wfile.write(b"this is not HTTP at all\r\n\r\n\x00\xff")
         else:
@@ -605,13 +664,12 @@ class _BrokenOriginHandler(socketserver.StreamRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def broken_origin() -> Iterator[str]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _BrokenOriginHandler)
-    server.daemon_threads = True
+def broken_origin() -> Iterator[BrokenOrigin]:
+    server = BrokenOrigin()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield server
     finally:
         server.shutdown()
         server.server_close()
@@ -700,12 +758,12 @@ def workerd_rss_kb(gw: LocalGateway) -> int:
 def load_gateway(
     worker_dir: Path,
     fast_origin: str,
-    broken_origin: str,
+    broken_origin: BrokenOrigin,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[LocalGateway]:
     gw = LocalGateway(
         worker_dir,
-        {"EDGE_LIMITER": load_config(fast_origin, broken_origin)},
+        {"EDGE_LIMITER": load_config(fast_origin, broken_origin.url)},
         persist_dir=tmp_path_factory.mktemp("load"),
     )
     track(gw.start())
@@ -849,7 +907,9 @@ def test_a_crash_mid_load_loses_no_admission_and_the_restart_admits_no_extra(
     )
 
 
-def test_an_origin_that_answers_garbage_or_cuts_its_body_off(load_gateway: LocalGateway) -> None:
+def test_an_origin_that_answers_garbage_or_cuts_its_body_off(
+    load_gateway: LocalGateway, broken_origin: BrokenOrigin
+) -> None:
     """Garbage instead of HTTP is a 502; a body cut off mid-way is never cached or kept for
     an idempotent replay (502 ``origin_body_broken``), and a retry of the idempotent request
     is never forwarded again (its status and fields are replayed)."""
@@ -869,13 +929,19 @@ def test_an_origin_that_answers_garbage_or_cuts_its_body_off(load_gateway: Local
     assert retry.status_code == 200 and retry.headers["idempotent-replayed"] == "true"
     assert "cut off" in retry.headers["idempotent-replayed-body"]
     # Streamed straight through, the body is the runtime's to end: locally workerd ends it
-    # early (an empty chunked body, status 200). Never padded, never stored: the next
-    # request goes to the origin again and is cut again.
+    # early (an empty chunked body, status 200), or the connection breaks. Never padded,
+    # never stored: each request goes to the origin again and is cut again.
+    reached = broken_origin.paths.count
+    before = reached("/broken/cut")
+    answered: list[int | str] = []
     for _ in range(2):
         try:
             cut = httpx.get(f"{base}/broken/cut", timeout=30)
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
+            answered.append(type(exc).__name__)
             continue
+        answered.append(cut.status_code)
         assert cut.status_code == 200 and len(cut.content) < 1000, cut.headers
+    assert reached("/broken/cut") - before == 2, (answered, broken_origin.paths[-5:])
     # And the gateway is fine afterwards.
     assert httpx.get(f"{base}/load/gcra", headers={"x-api-key": "after-broken"}).status_code == 200

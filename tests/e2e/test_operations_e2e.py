@@ -20,8 +20,9 @@ from urllib.parse import parse_qsl, quote
 
 import httpx
 import pytest
-from demo_origin import DemoOrigin
-from local_gateway import LocalGateway
+
+from edge_limiter.tools.demo_origin import DemoOrigin
+from edge_limiter.tools.local_gateway import LocalGateway
 
 from .conftest import fresh_ip, track
 

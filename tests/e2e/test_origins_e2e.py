@@ -21,8 +21,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from demo_origin import DemoOrigin
-from local_gateway import LocalGateway
+
+from edge_limiter.tools.demo_origin import DemoOrigin
+from edge_limiter.tools.local_gateway import LocalGateway
 
 from .conftest import fresh_ip, leave_midway, track
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.local_gateway import LocalGateway
+from edge_limiter.tools.local_gateway import LocalGateway
 
 FIXTURE_WORKER = Path(__file__).resolve().parent.parent / "runtime_fixture"
 FIXTURE_CONFIG = {"routes": [{"path": "/api", "limit": "10/second"}], "enabled": True}

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scripts.local_gateway import LocalGateway, LocalGatewayError
+from edge_limiter.tools.local_gateway import LocalGateway, LocalGatewayError
 
 from .conftest import FIXTURE_CONFIG, alive, command_line, group_pids
 
@@ -186,9 +186,9 @@ def test_sqlite_and_kv_survive_restart(gateway: LocalGateway) -> None:
     assert httpx.get(f"{gateway.url}/kv/persisted-{name}").text == "still here"
 
 
+# Run with the project's root as the working directory: `python -c` imports from there.
 PARENT_SCRIPT = """
-import sys, time
-sys.path.insert(0, sys.argv[1])
+import time
 from tests.e2e_runtime.conftest import make_gateway
 runtime = make_gateway().start()
 print(runtime.pid, flush=True)
@@ -199,7 +199,7 @@ time.sleep(600)
 def test_runtime_exits_when_its_parent_is_killed() -> None:
     repo = Path(__file__).resolve().parents[2]
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT_SCRIPT, str(repo)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", PARENT_SCRIPT], cwd=repo, stdout=subprocess.PIPE, text=True
     )
     try:
         assert parent.stdout is not None

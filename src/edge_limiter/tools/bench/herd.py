@@ -1,7 +1,8 @@
 """A herd on a cached route: many clients ask for one URI nobody has fetched yet.
 
     scripts/dev --port 8936 --quiet &        # the example config and its demo origins
-    .venv/bin/python scripts/bench/herd.py http://127.0.0.1:8936 [--clients 100] [--rounds 3]
+    .venv/bin/python -m edge_limiter.tools.bench.herd http://127.0.0.1:8936 [--clients 100]
+                                                     [--rounds 3]
 
 Each round sends ``--clients`` GETs at once for a new URI under the example config's
 cached ``catalog`` route, each from its own address, with the demo origin answering after

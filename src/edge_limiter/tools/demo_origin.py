@@ -1,6 +1,6 @@
 """Demo origins: plain HTTP servers on loopback that echo what reached them.
 
-Used by ``scripts/dev`` (to have something to put the gateway in front of) and by the
+Used by ``edge-limiter dev`` (to have something to put the gateway in front of) and by the
 end-to-end tests (to see exactly what the gateway forwarded). Standard library only.
 
 Every request is answered ``200`` with JSON: the origin's name, the method, path, query,

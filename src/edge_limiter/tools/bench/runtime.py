@@ -8,24 +8,20 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from edge_limiter.core.protocol import StoreRequest
+from edge_limiter.core.rates import Limit, parse_rate
+from edge_limiter.tools import ROOT
+from edge_limiter.tools.build_worker import build
+from edge_limiter.tools.local_gateway import LocalGateway
 
-sys.path.insert(0, str(ROOT / "src"))
-
-from build_worker import build  # noqa: E402
-from local_gateway import LocalGateway  # noqa: E402
-
-from edge_limiter.core.protocol import StoreRequest  # noqa: E402
-from edge_limiter.core.rates import Limit, parse_rate  # noqa: E402
-
+#: The header that carries the benchmark's rate-limit key.
+KEY = "x-bench-key"
 LOAD = ROOT / "scripts" / "load.mjs"
 ORIGIN = ROOT / "scripts" / "bench" / "origin.mjs"
 PEER = ROOT / "scripts" / "bench" / "peer.mjs"

@@ -26,8 +26,8 @@ the old measure, counted from the counter's first denial, go negative.
 Time runs in microseconds here; the core sees integer milliseconds (``t // 1000``), as the
 platform's clocks give them. All clocks are the same clock (no skew).
 
-    python scripts/lease_sim.py            # the grid, as a markdown table
-    python scripts/lease_sim.py --quick    # a smaller grid
+    .venv/bin/python -m edge_limiter.tools.lease_sim            # the grid, as a markdown table
+    .venv/bin/python -m edge_limiter.tools.lease_sim --quick    # a smaller grid
 """
 
 from __future__ import annotations
@@ -38,17 +38,13 @@ import heapq
 import random
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
-
-from edge_limiter.core.algorithms import make_algorithm  # noqa: E402
-from edge_limiter.core.keystore import KeyStore  # noqa: E402
-from edge_limiter.core.leases import Ask, Holding, default_ttl  # noqa: E402
-from edge_limiter.core.protocol import StoreRequest, StoreResponse  # noqa: E402
-from edge_limiter.core.rates import Limit, Rate  # noqa: E402
+from edge_limiter.core.algorithms import make_algorithm
+from edge_limiter.core.keystore import KeyStore
+from edge_limiter.core.leases import Ask, Holding, default_ttl
+from edge_limiter.core.protocol import StoreRequest, StoreResponse
+from edge_limiter.core.rates import Limit, Rate
 
 
 class NullSql:
@@ -157,64 +153,118 @@ def _zipf_cumulative(isolates: int, skew: float) -> list[float]:
 
 def simulate(scenario: Scenario) -> Result:
     """Run one scenario; its measurements."""
-    rng = random.Random(scenario.seed)
-    limit, ttl, lead = scenario.limit, scenario.ttl, scenario.lead_ms
-    store = KeyStore(NullSql())
-    algorithm = make_algorithm(scenario.algorithm, limit)
-    merge, grows = algorithm.lease_records_merge, algorithm.lease_supply_grows
-    isolates = [
-        _Isolate(
-            f"iso-{index}",
-            Holding(ttl, limit.capacity, lead, 1000, merge=merge, young_rates=grows),
-        )
-        for index in range(scenario.isolates)
-    ]
-    cumulative = _zipf_cumulative(scenario.isolates, scenario.skew)
-    result = Result(scenario)
-    uses: list[int] = []
-    call_times: list[int] = []
-    admitted_arrivals: list[int] = []
-    events: list[tuple[int, int, int, int, Any]] = []
-    sequence = 0
-    low, high = scenario.delay_us
+    return _Run(scenario).run()
 
-    def send(index: int, now_us: int, covered: int) -> None:
-        nonlocal sequence
-        isolate = isolates[index]
+
+Event = tuple[int, int, int, int, Any]
+"""(at, sequence, where: ``_AT_DO`` or ``_AT_ISOLATE``, isolate index, data), in a heap."""
+
+
+class _Run:
+    """One scenario's run: its isolates, the object's step, the messages in flight, and the
+    exact single counter fed the same arrivals."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.rng = random.Random(scenario.seed)
+        self.limit = scenario.limit
+        self.store = KeyStore(NullSql())
+        algorithm = make_algorithm(scenario.algorithm, scenario.limit)
+        merge, grows = algorithm.lease_records_merge, algorithm.lease_supply_grows
+        self.isolates = [
+            _Isolate(
+                f"iso-{index}",
+                Holding(
+                    scenario.ttl,
+                    scenario.limit.capacity,
+                    scenario.lead_ms,
+                    1000,
+                    merge=merge,
+                    young_rates=grows,
+                ),
+            )
+            for index in range(scenario.isolates)
+        ]
+        self.cumulative = _zipf_cumulative(scenario.isolates, scenario.skew)
+        self.result = Result(scenario)
+        self.uses: list[int] = []
+        self.call_times: list[int] = []
+        self.admitted_arrivals: list[int] = []
+        self.events: list[Event] = []
+        self.sequence = 0
+        # The exact single counter, fed the same arrivals.
+        self.reference = make_algorithm(scenario.algorithm, scenario.limit)
+        self.reference_state: Any = None
+        self.reference_admits: list[int] = []
+
+    def run(self) -> Result:
+        end_us = self.scenario.duration_ms * 1000
+        per_us = self.scenario.rate / 1_000_000
+        next_arrival = int(self.rng.expovariate(per_us)) if per_us > 0 else end_us
+        while True:
+            if self.events and self.events[0][0] <= next_arrival:
+                self._deliver(heapq.heappop(self.events))
+                continue
+            if next_arrival >= end_us:
+                if not self.events:
+                    break
+                next_arrival = max(next_arrival, self.events[0][0])
+                if next_arrival > end_us + 1_000_000:
+                    break
+                continue
+            now_us = next_arrival
+            next_arrival += max(1, int(self.rng.expovariate(per_us)))
+            self._arrive(now_us)
+        return self._measured()
+
+    def _push(self, at_us: int, where: int, index: int, data: Any) -> None:
+        """A message that arrives ``where`` after a random network delay from ``at_us``."""
+        low, high = self.scenario.delay_us
+        self.sequence += 1
+        heapq.heappush(
+            self.events, (at_us + self.rng.randint(low, high), self.sequence, where, index, data)
+        )
+
+    def _send(self, index: int, now_us: int, covered: int) -> None:
+        """The isolate ``index`` asks the object for a lease sized for ``covered`` requests."""
+        isolate = self.isolates[index]
         now = now_us // 1000
         ask = isolate.holding.request(now, max(1, covered))
         payload = StoreRequest(
             "lease",
-            scenario.algorithm,
-            (limit,),
+            self.scenario.algorithm,
+            (self.limit,),
             ask.wanted,
-            lease_ttl_ms=ttl,
+            lease_ttl_ms=self.scenario.ttl,
             holder=isolate.holder,
             returned=ask.returned,
             returned_until=ask.returned_until,
             min_units=ask.min_units,
             observed_rate=ask.observed_rate,
         ).to_json()
-        result.calls += 1
-        call_times.append(now)
-        sequence += 1
-        heapq.heappush(
-            events,
-            (now_us + rng.randint(low, high), sequence, _AT_DO, index, (payload, ask, covered)),
-        )
+        self.result.calls += 1
+        self.call_times.append(now)
+        self._push(now_us, _AT_DO, index, (payload, ask, covered))
 
-    def admit(arrived: int, used_at: int) -> None:
-        uses.append(used_at)
-        admitted_arrivals.append(arrived)
+    def _admit(self, arrived: int, used_at: int) -> None:
+        self.uses.append(used_at)
+        self.admitted_arrivals.append(arrived)
 
-    def take(isolate: _Isolate, now: int) -> bool:
-        return isolate.holding.take(1, now) is not None
+    def _deliver(self, event: Event) -> None:
+        at_us, _, where, index, data = event
+        if where == _AT_DO:
+            payload, ask, covered = data
+            decided = at_us // 1000
+            answer = self.store.decide(payload, decided)
+            self._push(at_us, _AT_ISOLATE, index, (answer, ask, decided, covered))
+        else:
+            self._answered(index, at_us, data)
 
-    def on_answer(index: int, now_us: int, data: tuple[str, Ask, int, int]) -> None:
+    def _answered(self, index: int, now_us: int, data: tuple[str, Ask, int, int]) -> None:
         answer, ask, decided, covered = data
-        isolate = isolates[index]
+        isolate = self.isolates[index]
         now = now_us // 1000
-        response = StoreResponse.from_json(answer, (limit,))
+        response = StoreResponse.from_json(answer, (self.limit,))
         waiting, isolate.waiting = isolate.waiting, []
         # The requests the grant was sized for are admitted as of the grant, as a check's.
         lease = isolate.holding.answered(response, ask, now, reserved=covered)
@@ -223,101 +273,71 @@ def simulate(scenario: Scenario) -> Result:
         # (A planned allowance is taken as the answer arrives, on the isolate's clock.)
         used_at = now if response.allowance is not None else decided
         for arrived in waiting[:covered]:
-            admit(arrived, used_at)
+            self._admit(arrived, used_at)
         for position, arrived in enumerate(waiting[covered:], start=covered):
-            if take(isolate, now):
-                admit(arrived, now)
+            if isolate.holding.take(1, now) is not None:
+                self._admit(arrived, now)
             elif isolate.holding.ask_at(now):
                 return  # the rest are denied: its share accrues later (or it was denied)
             else:
                 isolate.waiting = waiting[position:]
-                send(index, now_us, len(isolate.waiting))
+                self._send(index, now_us, len(isolate.waiting))
                 return
 
-    # The exact single counter, fed the same arrivals.
-    reference = make_algorithm(scenario.algorithm, limit)
-    reference_state: Any = None
-    reference_admits: list[int] = []
-
-    end_us = scenario.duration_ms * 1000
-    per_us = scenario.rate / 1_000_000
-    next_arrival = int(rng.expovariate(per_us)) if per_us > 0 else end_us
-    while True:
-        if events and events[0][0] <= next_arrival:
-            at_us, _, kind, index, data = heapq.heappop(events)
-            if kind == _AT_DO:
-                payload, ask, covered = data
-                decided = at_us // 1000
-                answer = store.decide(payload, decided)
-                sequence += 1
-                heapq.heappush(
-                    events,
-                    (
-                        at_us + rng.randint(low, high),
-                        sequence,
-                        _AT_ISOLATE,
-                        index,
-                        (answer, ask, decided, covered),
-                    ),
-                )
-            else:
-                on_answer(index, at_us, data)
-            continue
-        if next_arrival >= end_us:
-            if not events:
-                break
-            next_arrival = max(next_arrival, events[0][0])
-            if next_arrival > end_us + 1_000_000:
-                break
-            continue
-        now_us = next_arrival
-        next_arrival += max(1, int(rng.expovariate(per_us)))
+    def _arrive(self, now_us: int) -> None:
+        """A request arrives at one isolate (Zipf-chosen), and at the exact counter."""
         now = now_us // 1000
+        result = self.result
         result.arrivals += 1
-        decision, reference_state = reference.check(reference_state, now, 1)
+        decision, self.reference_state = self.reference.check(self.reference_state, now, 1)
         if decision.allowed:
-            reference_admits.append(now)
+            self.reference_admits.append(now)
         elif result.reached_at_ms is None:
             result.reached_at_ms = now
-        index = bisect.bisect_left(cumulative, rng.random())
-        isolate = isolates[index]
+        index = bisect.bisect_left(self.cumulative, self.rng.random())
+        isolate = self.isolates[index]
         isolate.holding.meter.observe(now)
         if isolate.waiting:
             isolate.waiting.append(now)
-            continue
+            return
         holding = isolate.holding
-        if take(isolate, now):
-            admit(now, now)
+        if holding.take(1, now) is not None:
+            self._admit(now, now)
             if not holding.in_flight and holding.wants_refresh(now):
-                send(index, now_us, 0)
-            continue
+                self._send(index, now_us, 0)
+            return
         if holding.ask_at(now):
             # Denied until its retry_after, or rationed: its share is used up, and asking
             # again before the lease ends would only take from the others' shares.
-            continue
+            return
         isolate.waiting.append(now)
         if not holding.in_flight:
-            send(index, now_us, 1)
+            self._send(index, now_us, 1)
 
-    result.admitted = len(uses)
-    result.reference_admitted = len(reference_admits)
-    result.over = over_admission(scenario.algorithm, limit, sorted(uses))
-    if result.reached_at_ms is not None:
-        window = limit.rate.window_ms
+    def _measured(self) -> Result:
+        result, scenario = self.result, self.scenario
+        result.admitted = len(self.uses)
+        result.reference_admitted = len(self.reference_admits)
+        result.over = over_admission(scenario.algorithm, self.limit, sorted(self.uses))
+        if result.reached_at_ms is None:
+            return result
+        window = self.limit.rate.window_ms
         first = result.reached_at_ms // window + 1
-        admitted_sorted = sorted(admitted_arrivals)
+        admitted = sorted(self.admitted_arrivals)
+
+        def within(times: list[int], start: int, stop: int) -> int:
+            return bisect.bisect_left(times, stop) - bisect.bisect_left(times, start)
+
         for index in range(first, scenario.duration_ms // window):
             start, stop = index * window, (index + 1) * window
             result.windows.append(
                 (
-                    bisect.bisect_left(admitted_sorted, stop)
-                    - bisect.bisect_left(admitted_sorted, start),
-                    bisect.bisect_left(reference_admits, stop)
-                    - bisect.bisect_left(reference_admits, start),
-                    bisect.bisect_left(call_times, stop) - bisect.bisect_left(call_times, start),
+                    within(admitted, start, stop),
+                    within(self.reference_admits, start, stop),
+                    within(self.call_times, start, stop),
                 )
             )
-    return result
+        return result
 
 
 def over_admission(algorithm: str, limit: Limit, uses: list[int]) -> int:
@@ -408,7 +428,9 @@ def table(results: list[Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m edge_limiter.tools.lease_sim", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--algorithm",
         action="append",

@@ -1,18 +1,22 @@
-"""``scripts/check-config``: check the gateway config exactly as the Worker parses it.
+"""``edge-limiter check``, ``explain`` and ``simulate``: the gateway config exactly as the
+Worker parses it.
 
-    scripts/check-config [FILE] [--wrangler wrangler.toml] [--env NAME]
-    scripts/check-config --explain METHOD URL [--header "Name: value"] [--ip ADDR]
+    edge-limiter check [FILE] [--wrangler wrangler.toml] [--env NAME] [--json]
+    edge-limiter explain METHOD URL [--config FILE] [--header "Name: value"] [--ip ADDR]
                          [--country CC --continent XX --asn N --lat LAT --lon LON]
-    scripts/check-config --simulate METHOD URL [--times N] [--every 1s] [--at ISO-TIME]
+    edge-limiter simulate METHOD URL [--times N] [--every 1s] [--at ISO-TIME]
                          [--origin-status 503] [--origin-latency 2s] [--body TEXT]
-                         [the same options]
+                         [the options of explain]
 
-Prints the effective table of routes (match, key, limits with burst, algorithm, shadow,
-failure policy, cache, idempotency, origin pool) and every warning; exits 1 listing every
-error with its route and field. ``--explain`` prints which route a request would hit, its
-canonical path, its key, and the Durable Object it maps to. ``--simulate`` sends it
+``check`` prints the effective table of routes (match, key, limits with burst, algorithm,
+shadow, failure policy, cache, idempotency, origin pool) and every warning; exits 1 listing
+every error with its route and field. ``explain`` prints which route a request would hit,
+its canonical path, its key, and the Durable Object it maps to. ``simulate`` sends it
 ``--times`` times, ``--every`` apart, through the whole gateway on a simulated clock (no
 runtime, origins that answer 200) and prints each answer's status and rate-limit fields.
+
+``scripts/check-config`` is the one command with all three: ``[FILE]``, ``--explain METHOD
+URL`` or ``--simulate METHOD URL`` (:func:`main`).
 """
 
 from __future__ import annotations
@@ -24,11 +28,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "src"))
-
-from project_config import (  # noqa: E402
+from edge_limiter.core.caching.fields import is_token
+from edge_limiter.core.config import Config, parse_config
+from edge_limiter.core.config.describe import aligned, check_json, check_report
+from edge_limiter.core.durations import format_duration, parse_duration
+from edge_limiter.core.errors import (
+    ConfigError,
+    DurationError,
+    ExplainError,
+)
+from edge_limiter.core.explain import (
+    explain,
+    explained_client,
+    header_line,
+)
+from edge_limiter.testing import DEFAULT_IP, Answer, Reply, Simulator, epoch_ms
+from edge_limiter.tools import ROOT
+from edge_limiter.tools.project_config import (
     ProjectConfigError,
     check_project,
     config_file,
@@ -36,18 +52,6 @@ from project_config import (  # noqa: E402
     raw_config,
     read_toml,
 )
-
-from edge_limiter.core.caching.fields import is_token  # noqa: E402
-from edge_limiter.core.config import Config, parse_config  # noqa: E402
-from edge_limiter.core.config.describe import aligned, check_json, check_report  # noqa: E402
-from edge_limiter.core.durations import format_duration, parse_duration  # noqa: E402
-from edge_limiter.core.errors import (  # noqa: E402
-    ConfigError,
-    DurationError,
-    ExplainError,
-)
-from edge_limiter.core.explain import explain, explained_client, header_line  # noqa: E402
-from edge_limiter.testing import DEFAULT_IP, Answer, Reply, Simulator, epoch_ms  # noqa: E402
 
 
 def _secret_shown(name: str) -> str:
@@ -175,18 +179,18 @@ def _refused(problems: list[str], warnings: list[str], as_json: bool) -> int:
 EXPLAIN_ONLY = ("header", "ip", "country", "continent", "asn", "lat", "lon")
 #: The options of a simulation only.
 SIMULATE_ONLY = ("times", "every", "at", "origin_status", "origin_latency", "body")
+CHECK = "Check the gateway config exactly as the Worker parses it: its routes, in order."
+EXPLAIN = "Which route a request hits, its canonical path, its key and its Durable Object."
+SIMULATE = "Send a request through the whole gateway on a simulated clock (no runtime)."
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/check-config", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "file", nargs="?", type=Path, help="config file (default: edge-limiter.toml)"
-    )
+def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wrangler", type=Path, default=ROOT / "wrangler.toml")
     parser.add_argument("--env", default=None, help="a wrangler environment")
-    parser.add_argument("--explain", nargs=2, metavar=("METHOD", "URL"))
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _request_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--header", action="append", default=[], metavar="'Name: value'")
     parser.add_argument("--ip", default="", help="the client address (CF-Connecting-IP)")
     parser.add_argument("--country", default="")
@@ -194,33 +198,80 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--asn", default="")
     parser.add_argument("--lat", default="", help="the client's latitude (request.cf)")
     parser.add_argument("--lon", default="", help="the client's longitude (request.cf)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _simulation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--times", type=int, default=None, help="how many requests (1)")
+    parser.add_argument(
+        "--every",
+        default=None,
+        help="the pause after each answer before the next request ('100ms', '1s'; default "
+        "0: the next goes as the answer comes)",
+    )
+    parser.add_argument(
+        "--at",
+        default=None,
+        help="when the first is sent, ISO 8601 ('2026-12-01T10:00:00Z') or epoch "
+        "milliseconds; default now",
+    )
+    parser.add_argument("--origin-status", type=int, default=None, help="what origins answer (200)")
+    parser.add_argument("--origin-latency", default=None, help="how long they take ('0ms')")
+    parser.add_argument("--body", default=None, help="the requests' body (text)")
+
+
+def _request_parser(command: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"edge-limiter {command}", description=description)
+    parser.add_argument("method", metavar="METHOD", help="GET, POST, ...")
+    parser.add_argument("url", metavar="URL", help="absolute, or a path on the first route's host")
+    parser.add_argument(
+        "--config", dest="file", type=Path, help="config file (default: edge-limiter.toml)"
+    )
+    _config_options(parser)
+    _request_options(parser)
+    return parser
+
+
+def check_main(argv: list[str] | None = None) -> int:
+    """``edge-limiter check``: the table of routes, or every problem."""
+    parser = argparse.ArgumentParser(prog="edge-limiter check", description=CHECK)
+    parser.add_argument(
+        "file", nargs="?", type=Path, help="config file (default: edge-limiter.toml)"
+    )
+    _config_options(parser)
+    return _run(parser, parser.parse_args(argv), None)
+
+
+def explain_main(argv: list[str] | None = None) -> int:
+    """``edge-limiter explain METHOD URL``."""
+    parser = _request_parser("explain", EXPLAIN)
+    return _run(parser, parser.parse_args(argv), "explain")
+
+
+def simulate_main(argv: list[str] | None = None) -> int:
+    """``edge-limiter simulate METHOD URL``."""
+    parser = _request_parser("simulate", SIMULATE)
+    _simulation_options(parser)
+    return _run(parser, parser.parse_args(argv), "simulate")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``scripts/check-config``: check, ``--explain`` or ``--simulate`` in one command."""
+    parser = argparse.ArgumentParser(
+        prog="scripts/check-config", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "file", nargs="?", type=Path, help="config file (default: edge-limiter.toml)"
+    )
+    _config_options(parser)
+    parser.add_argument("--explain", nargs=2, metavar=("METHOD", "URL"))
+    _request_options(parser)
     parser.add_argument(
         "--simulate",
         nargs=2,
         metavar=("METHOD", "URL"),
         help="send the request through the whole gateway on a simulated clock",
     )
-    parser.add_argument("--times", type=int, default=None, help="--simulate: how many (1)")
-    parser.add_argument(
-        "--every",
-        default=None,
-        help="--simulate: the pause after each answer before the next request ('100ms', "
-        "'1s'; default 0: the next goes as the answer comes)",
-    )
-    parser.add_argument(
-        "--at",
-        default=None,
-        help="--simulate: when the first is sent, ISO 8601 ('2026-12-01T10:00:00Z') or "
-        "epoch milliseconds; default now",
-    )
-    parser.add_argument(
-        "--origin-status", type=int, default=None, help="--simulate: what origins answer (200)"
-    )
-    parser.add_argument(
-        "--origin-latency", default=None, help="--simulate: how long they take ('0ms')"
-    )
-    parser.add_argument("--body", default=None, help="--simulate: the requests' body (text)")
+    _simulation_options(parser)
     args = parser.parse_args(argv)
     if args.explain and args.simulate:
         parser.error("--explain and --simulate: one at a time")
@@ -236,6 +287,16 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if given:
             parser.error(f"{', '.join(given)}: only with --simulate METHOD URL")
+    mode = "simulate" if args.simulate else "explain" if args.explain else None
+    if mode is not None:
+        args.method, args.url = args.simulate or args.explain
+    return _run(parser, args, mode)
+
+
+def _simulation_settings(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> dict[str, int]:
+    """The simulation's options as numbers; argparse's error (exit 2) on a bad one."""
     times = 1 if args.times is None else args.times
     if not 1 <= times <= 100_000:
         parser.error(f"--times must be from 1 to 100000, got {times}")
@@ -246,7 +307,6 @@ def main(argv: list[str] | None = None) -> int:
             durations[option] = 0 if text in (None, "0") else parse_duration(text)
         except DurationError as exc:
             parser.error(f"--{option.replace('_', '-')}: {exc}")
-    every_ms, latency_ms = durations["every"], durations["origin_latency"]
     origin_status = 200 if args.origin_status is None else args.origin_status
     if not 200 <= origin_status <= 599:
         parser.error(f"--origin-status must be a final status, 200 to 599, got {origin_status}")
@@ -254,7 +314,19 @@ def main(argv: list[str] | None = None) -> int:
         start = int(time.time() * 1000) if args.at is None else epoch_ms(args.at)
     except ValueError as exc:
         parser.error(f"--at: {exc}")
+    return {
+        "times": times,
+        "every_ms": durations["every"],
+        "origin_latency_ms": durations["origin_latency"],
+        "origin_status": origin_status,
+        "start": start,
+    }
 
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str | None) -> int:
+    """Check the config, then explain or simulate the request of ``mode`` (None: print the
+    check)."""
+    settings = _simulation_settings(parser, args) if mode == "simulate" else {}
     # Problems of the wrangler environments not asked for are warnings here (the build,
     # which cannot tell which one wrangler deploys, refuses them all).
     check = check_project(args.wrangler, args.file, deploying=args.env)
@@ -267,68 +339,74 @@ def main(argv: list[str] | None = None) -> int:
         config = parse_config(raw_config(dep, document, path.name if path else ""))
     except (ProjectConfigError, ConfigError) as exc:
         return _refused([str(exc)], check.warnings, args.json)
-    if args.explain or args.simulate:
-        headers = []
-        for header in args.header:
-            try:
-                headers.append(header_line(header))
-            except ExplainError:
-                parser.error(f"--header {header!r}: expected 'Name: value'")
-        given = {
-            "ip": args.ip,
-            "country": args.country,
-            "continent": args.continent,
-            "asn": args.asn,
-            "latitude": args.lat,
-            "longitude": args.lon,
-        }
-        try:
-            client = explained_client(**given)
-            if args.simulate:
-                method, url = args.simulate
-                if not is_token(method):
-                    raise ExplainError(f"{method!r} is not an HTTP method name (GET, POST, ...)")
-                results = simulate(
-                    config,
-                    method,
-                    url,
-                    times=times,
-                    every_ms=every_ms,
-                    headers=headers,
-                    client={
-                        "ip": client.ip or DEFAULT_IP,
-                        "country": client.country,
-                        "continent": client.continent,
-                        "asn": client.asn,
-                        "latitude": client.latitude,
-                        "longitude": client.longitude,
-                    },
-                    start=start,
-                    body=args.body,
-                    origin_status=origin_status,
-                    origin_latency_ms=latency_ms,
-                )
-                if args.json:
-                    print(json.dumps(results, indent=2))
-                else:
-                    print(simulation_table(results))
-                return 0
-            result = explain(config, args.explain[0], args.explain[1], headers, client)
-        except ExplainError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            for name, value in result.items():
-                print(f"{name + ':':<18}{_shown(value)}")
-        return 0 if "error" not in result else 2
+    if mode is not None:
+        return _request(parser, args, config, settings)
     where = path.name if path is not None else "vars.EDGE_LIMITER"
     if args.json:
         print(json.dumps(check_json(config, where, args.env, check.warnings), indent=2))
     else:
         print(check_report(config, where, args.env, check.warnings))
     return 0
+
+
+def _request(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    config: Config,
+    settings: dict[str, int],
+) -> int:
+    """Explain the request ``args`` describe or, with ``settings``, simulate it."""
+    headers = []
+    for header in args.header:
+        try:
+            headers.append(header_line(header))
+        except ExplainError:
+            parser.error(f"--header {header!r}: expected 'Name: value'")
+    given = {
+        "ip": args.ip,
+        "country": args.country,
+        "continent": args.continent,
+        "asn": args.asn,
+        "latitude": args.lat,
+        "longitude": args.lon,
+    }
+    try:
+        client = explained_client(**given)
+        if settings:
+            if not is_token(args.method):
+                raise ExplainError(f"{args.method!r} is not an HTTP method name (GET, POST, ...)")
+            results = simulate(
+                config,
+                args.method,
+                args.url,
+                times=settings["times"],
+                every_ms=settings["every_ms"],
+                headers=headers,
+                client={
+                    "ip": client.ip or DEFAULT_IP,
+                    "country": client.country,
+                    "continent": client.continent,
+                    "asn": client.asn,
+                    "latitude": client.latitude,
+                    "longitude": client.longitude,
+                },
+                start=settings["start"],
+                body=args.body,
+                origin_status=settings["origin_status"],
+                origin_latency_ms=settings["origin_latency_ms"],
+            )
+            print(json.dumps(results, indent=2) if args.json else simulation_table(results))
+            return 0
+        result = explain(config, args.method, args.url, headers, client)
+    except ExplainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for name, value in result.items():
+            print(f"{name + ':':<18}{_shown(value)}")
+    return 0 if "error" not in result else 2
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Runs the built Python Worker on local workerd, for the end-to-end tests and scripts/dev.
+"""Runs the built Python Worker on local workerd, for the end-to-end tests and ``edge-limiter dev``.
 
 `LocalGateway` starts `node scripts/local_runtime/launch.mjs SPEC.json` in its own process group,
 waits for its `READY <url>` line, and stops it (and workerd with it) on exit::
@@ -34,10 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-
-from project_config import Deployment, deployment, read_toml  # noqa: E402
+from edge_limiter.tools import ROOT as REPO
+from edge_limiter.tools.project_config import Deployment, deployment, read_toml
 
 LAUNCHER = REPO / "scripts" / "local_runtime" / "launch.mjs"
 #: Console lines held for the echo when this process's stderr is not being read.

@@ -17,7 +17,8 @@ round every candidate runs once, interleaved, so machine noise hits them alike):
   the requests keep full: ``token_bucket`` at 1,000,000/hour and ``sliding_log`` at
   10,000/hour with its log full (10,000 entries), one request per 360 ms of clock.
 
-    python scripts/bench/core_bench.py [--calls 200000] [--repeat 7]
+    python -m edge_limiter.tools.bench.core_bench [--calls 200000] [--repeat 7]
+    node scripts/bench/pyodide_core.mjs [the same arguments]     (on npm Pyodide)
 """
 
 from __future__ import annotations
@@ -28,16 +29,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent / "src"))
-
-from edge_limiter.core.algorithms import make_algorithm  # noqa: E402
-from edge_limiter.core.keystore import KeyStore  # noqa: E402
-from edge_limiter.core.protocol import StoreRequest  # noqa: E402
-from edge_limiter.core.rates import Limit, Rate  # noqa: E402
+from edge_limiter.core.algorithms import make_algorithm
+from edge_limiter.core.keystore import KeyStore
+from edge_limiter.core.protocol import StoreRequest
+from edge_limiter.core.rates import Limit, Rate
 
 ALGORITHMS = ("token_bucket", "gcra", "sliding_window", "fixed_window", "sliding_log")
 HOUR_MS = 3_600_000

@@ -1,7 +1,7 @@
 """The project's deploy config as the Worker and the local runtime see it.
 
 Reads ``wrangler.toml`` (and one ``--env NAME``, with wrangler's inheritance rules) and the
-edge-limiter config file, so that the build step, ``scripts/dev``, the config check and
+edge-limiter config file, so that the build step, ``edge-limiter dev``, the config check and
 the end-to-end tests all start from exactly what production gets: the compatibility date
 and flags, the vars, the Durable Object and KV bindings, and the gateway config.
 
@@ -11,17 +11,13 @@ Standard library plus the project's own pure core; runs under CPython 3.11+.
 from __future__ import annotations
 
 import json
-import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
-
-from edge_limiter.core.config import Config, parse_config  # noqa: E402
-from edge_limiter.core.config.sources import (  # noqa: E402
+from edge_limiter.core.config import Config, parse_config
+from edge_limiter.core.config.sources import (
     CONFIG_VAR,
     DEFAULT_FILE,
     ENV_VAR,
@@ -29,7 +25,7 @@ from edge_limiter.core.config.sources import (  # noqa: E402
     apply_environment,
     select_config,
 )
-from edge_limiter.core.errors import ConfigError  # noqa: E402
+from edge_limiter.core.errors import ConfigError
 
 __all__ = [
     "CONFIG_VAR",
@@ -114,7 +110,7 @@ def deployment(wrangler: dict[str, Any], env: str | None = None) -> Deployment:
     durable = section.get("durable_objects") or {}
     bindings = {b["name"]: b["class_name"] for b in durable.get("bindings", [])}
     kv = tuple(n["binding"] for n in section.get("kv_namespaces", []))
-    other = {
+    other: dict[str, list[Any]] = {
         key: list(section[key])
         for key in ("analytics_engine_datasets", "services", "r2_buckets", "d1_databases")
         if key in section
@@ -277,7 +273,7 @@ def bundled_module(document: dict[str, Any], source: str) -> str:
     """The Python module the build step writes for a config file."""
     text = json.dumps(document, separators=(",", ":"), ensure_ascii=True, sort_keys=False)
     return (
-        f'"""The gateway config, bundled from {source} by scripts/build_worker.py: do not edit."""\n'
+        f'"""The gateway config, bundled from {source} by edge_limiter.tools.build_worker: do not edit."""\n'
         "\n"
         "import json\n"
         "\n"

@@ -1,12 +1,12 @@
-"""``scripts/dev``: the gateway on localhost, on real local workerd.
+"""``edge-limiter dev`` (``scripts/dev``): the gateway on localhost, on real local workerd.
 
 By default it runs the project's own config (``edge-limiter.toml``, or the
 ``EDGE_LIMITER`` var of ``wrangler.toml``) with the compatibility date, flags, vars and
 bindings ``wrangler.toml`` gives production, in front of local demo origins (one echo
 server per origin URL the config names). Your own config in front of your own backend::
 
-    scripts/dev --config my-limits.toml --origin https://api.example.com=http://127.0.0.1:3000
-    scripts/dev --env staging --origin default=http://localhost:8080
+    edge-limiter dev --config my-limits.toml --origin https://api.example.com=http://127.0.0.1:3000
+    edge-limiter dev --env staging --origin default=http://localhost:8080
 
 ``--origin NAME=URL`` sends the origin NAME (its URL as written in the config, its host,
 a pool origin's ``name``, or ``default`` for the top-level ``origin``) to URL; origins not
@@ -32,15 +32,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from build_worker import BUNDLED_MODULE, build  # noqa: E402
-from demo_origin import DemoOrigin  # noqa: E402
-from local_gateway import LocalGateway  # noqa: E402
-from project_config import (  # noqa: E402
+from edge_limiter.core.config import parse_config
+from edge_limiter.core.config.describe import check_table
+from edge_limiter.core.http.origin_headers import merged
+from edge_limiter.gateway.health import pools_of
+from edge_limiter.tools import ROOT
+from edge_limiter.tools.build_worker import BUNDLED_MODULE, build
+from edge_limiter.tools.demo_origin import DemoOrigin
+from edge_limiter.tools.local_gateway import LocalGateway
+from edge_limiter.tools.project_config import (
     CONFIG_VAR,
     DEFAULT_FILE,
+    Deployment,
     ProjectConfigError,
     bundled_module,
     check_project,
@@ -50,10 +53,7 @@ from project_config import (  # noqa: E402
     read_toml,
 )
 
-from edge_limiter.core.config import parse_config  # noqa: E402
-from edge_limiter.core.config.describe import check_table  # noqa: E402
-from edge_limiter.core.http.origin_headers import merged  # noqa: E402
-from edge_limiter.gateway.health import pools_of  # noqa: E402
+DESCRIPTION = "The gateway on localhost, on real local workerd, in front of demo origins."
 
 
 def rewrite_origins(document: Any, local: Callable[..., str]) -> Any:
@@ -189,12 +189,8 @@ class OriginMap:
             demo.stop()
 
 
-def main() -> int:
-    # Line by line, also into a file or a pipe: the runtime's own lines go to stderr
-    # between ours, and must not land in the middle of one.
-    if isinstance(sys.stdout, io.TextIOWrapper):
-        sys.stdout.reconfigure(line_buffering=True)
-    parser = argparse.ArgumentParser(prog="scripts/dev", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edge-limiter dev", description=DESCRIPTION)
     parser.add_argument(
         "--port", type=port_number, default=8787, help="gateway port (default 8787; 0: any free)"
     )
@@ -225,11 +221,20 @@ def main() -> int:
         action="store_true",
         help="do not print the Worker's logs (one JSON line per denial, origin failure, ...)",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Line by line, also into a file or a pipe: the runtime's own lines go to stderr
+    # between ours, and must not land in the middle of one.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
+    parser = _parser()
+    args = parser.parse_args(argv)
     mappings = parse_mappings(args.origin)
     if args.port and not port_free(args.port):
         print(
-            f"port {args.port} on 127.0.0.1 is in use (another scripts/dev?): stop it, "
+            f"port {args.port} on 127.0.0.1 is in use (another edge-limiter dev?): stop it, "
             f"or pick another with --port",
             file=sys.stderr,
         )
@@ -254,8 +259,6 @@ def main() -> int:
     persist = Path(os.environ.get("EDGE_LIMITER_DEV_STATE") or ROOT / ".local" / "dev")
     if args.fresh:
         shutil.rmtree(persist, ignore_errors=True)
-    worker_dir = ROOT / "build" / "dev-worker"
-    origins = OriginMap(mappings)
     overrides: dict[str, Any] = dict(dev_vars(args.wrangler))
     missing = missing_secrets(dep, file, {**dep.vars, **overrides})
     if missing:
@@ -268,6 +271,24 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    return _build_and_serve(
+        args, dep, file=file, mappings=mappings, overrides=overrides, persist=persist
+    )
+
+
+def _build_and_serve(
+    args: argparse.Namespace,
+    dep: Deployment,
+    *,
+    file: Path | None,
+    mappings: dict[str, str],
+    overrides: dict[str, Any],
+    persist: Path,
+) -> int:
+    """Build the Worker with the config's origins sent where ``mappings`` say (or to demo
+    origins), then serve it until interrupted."""
+    worker_dir = ROOT / "build" / "dev-worker"
+    origins = OriginMap(mappings)
     try:
         build(worker_dir)
         if file is not None:
@@ -344,7 +365,7 @@ def serve(
             print("  admin API: off (put EDGE_LIMITER_ADMIN_TOKEN=... in .dev.vars to enable it)")
         print()
         if routes is not None:
-            print("Routes, tried in order (scripts/check-config --explain shows one request):")
+            print("Routes, tried in order (edge-limiter explain METHOD URL shows one request):")
             print(routes)
         else:
             _print_example_requests(url)

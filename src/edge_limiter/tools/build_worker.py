@@ -1,9 +1,15 @@
 """Assemble the Worker's modules into build/worker/ (wrangler's [build] command).
 
+    python3 -m edge_limiter.tools.build_worker [OUT] [--config wrangler.toml] [--config-file FILE]
+
+wrangler runs it from ``src/`` (``[build] cwd``) with the system's ``python3``: it needs
+the standard library only, no ``.venv``.
+
 wrangler uploads every ``*.py`` under the directory of ``main``. The project keeps the
 Worker in ``src/`` and the Durable Objects in a top-level ``durable_objects/``, beside
 ``tests/``; uploading from the project root would ship the tests. So the build copies
-exactly the Worker's Python modules into one module root:
+exactly the Worker's Python modules into one module root (never this package, the tools,
+nor the users' simulator ``edge_limiter/testing.py``):
 
     build/worker/entry.py
     build/worker/edge_limiter/...
@@ -26,11 +32,8 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "build" / "worker"
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from project_config import (  # noqa: E402
+from edge_limiter.tools import ROOT
+from edge_limiter.tools.project_config import (
     EVERY,
     ProjectConfigError,
     bundled_module,
@@ -39,16 +42,22 @@ from project_config import (  # noqa: E402
     read_toml,
 )
 
+OUT = ROOT / "build" / "worker"
 BUNDLED_MODULE = "edge_limiter_config.py"
-#: Modules of src/ that are not the Worker's: the simulator for users' own tests
-#: (CPython only; it needs the standard library's sqlite3).
-NOT_SHIPPED = frozenset({Path("edge_limiter") / "testing.py"})
+#: What of src/ is not the Worker's: the simulator for users' own tests (CPython only; it
+#: needs the standard library's sqlite3) and the project's tools, this package.
+NOT_SHIPPED = frozenset({Path("edge_limiter") / "testing.py", Path("edge_limiter") / "tools"})
+
+
+def shipped(relative: Path) -> bool:
+    """Whether the module at ``relative`` (to src/) goes into the Worker."""
+    return not NOT_SHIPPED.intersection((relative, *relative.parents))
 
 
 def _copy_python(src: Path, dest: Path) -> list[Path]:
     copied = []
     for path in sorted(src.rglob("*.py")):
-        if "__pycache__" in path.parts or path.relative_to(src) in NOT_SHIPPED:
+        if "__pycache__" in path.parts or not shipped(path.relative_to(src)):
             continue
         target = dest / path.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,136 @@
+"""The benchmarks: every figure a median over repeated runs and a ratio against a peer
+measured in the same run, on the same workload. Results go in BENCHMARKS.md.
+
+Sections (``--only`` picks some; all by default):
+
+- ``core``     the pure core on CPython: ``check`` per algorithm against a minimal token
+               bucket and the ``limits`` library's memory storage; the Durable Object step
+               (``token_bucket`` against ``sliding_log`` at 10,000/hour); the same on npm
+               Pyodide in Node (the version production runs) against CPython;
+- ``gateway``  on local workerd, one request at a time and N in flight: the origin alone
+               (the load generator's own ceiling), a JavaScript Worker forwarding to it, a
+               JavaScript gateway with a JavaScript Durable Object, a bare Python Worker
+               (the floor), and the Python gateway on an unmatched path, a limited route,
+               the same with write-behind and with token leases, and a denial; then the
+               gateway's own work per request on npm Pyodide in Node, without workerd
+               (``scripts/bench/pyodide_gateway.mjs``), against a bare forward;
+- ``object``   one hot key at 50 in flight: the project's Durable Object against a
+               JavaScript Durable Object doing the same read-modify-write, both called from
+               the same JavaScript Worker;
+- ``flood``    a noisy key at 10x its limit (the deny cache's share of denials, exactness),
+               and one flooded at R requests/s (open loop, ``hey`` when installed) while 10
+               clients of another key run: their throughput and p99 against alone;
+- ``leases``   two copies of the Worker (two isolates) driving one hot key at once, on a
+               route with token leases against the same route without: requests/s, p50,
+               Durable Object calls per admitted request, and the total admitted when the
+               limit binds (it must be exactly the limit);
+- ``startup``  time to the first answer of a fresh runtime: the project against a bare
+               Python Worker on the same host (with and without the project's bindings),
+               and where importing the Worker goes on npm Pyodide
+               (``scripts/bench/pyodide_imports.mjs``);
+- ``memory``   workerd's RSS at boot, after N requests and after K distinct keys; storage
+               rows left once the keys are idle and cleaned up.
+
+``--quick`` runs every section with small numbers (the test suite does, so the benchmarks
+cannot rot); its figures mean nothing. Talks to 127.0.0.1 only.
+
+    edge-limiter bench [--quick] [--only core,gateway,...] [--json PATH]
+
+The sections live in :mod:`.interpreters` (core, the gateway on Pyodide, imports),
+:mod:`.workerd` (gateway, object, flood, leases) and :mod:`.footprint` (startup, memory);
+what they share (the origin, the load generator, the runtime and its peers) in
+:mod:`.runtime`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from edge_limiter.tools.bench import runtime as rt
+from edge_limiter.tools.bench.footprint import section_memory, section_startup
+from edge_limiter.tools.bench.interpreters import (
+    section_core,
+    section_gateway_python,
+    section_imports,
+)
+from edge_limiter.tools.bench.report import Report
+from edge_limiter.tools.bench.workerd import (
+    section_flood,
+    section_gateway,
+    section_leases,
+    section_object,
+)
+
+SECTIONS = ("core", "gateway", "object", "flood", "leases", "startup", "memory")
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    node = subprocess.run(
+        [rt.NODE, "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}, "
+        f"CPython {platform.python_version()}, Node {node}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="edge-limiter bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny numbers: a smoke test")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--json", type=Path, help="also write every number here")
+    parser.add_argument(
+        "--flood-rates",
+        default="400",
+        help="the flood section's rates (req/s), comma-separated, e.g. 50,100,200,400",
+    )
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    report = Report()
+    report.note(
+        f"Machine: {machine()}. Command: edge-limiter bench {' '.join(sys.argv[1:] if argv is None else argv)}"
+    )
+    if "core" in chosen:
+        section_core(report, args.quick)
+    with rt.origin_server() as origin:
+        # Each section (and each round) runs on a fresh runtime, so none inherits another's
+        # heap, timers or counters.
+        if "gateway" in chosen:
+            section_gateway(report, args.quick, origin)
+            section_gateway_python(report, args.quick)
+        if "object" in chosen:
+            section_object(report, args.quick, origin)
+        if "flood" in chosen:
+            rates = tuple(int(rate) for rate in args.flood_rates.split(",") if rate.strip())
+            section_flood(report, args.quick, origin, rates)
+        if "leases" in chosen:
+            section_leases(report, args.quick, origin)
+        if "startup" in chosen:
+            section_startup(report, args.quick, origin)
+            section_imports(report, args.quick)
+        if "memory" in chosen:
+            section_memory(report, args.quick, origin)
+    if args.json:
+        args.json.write_text(json.dumps(report.data, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""The sections on local workerd: the gateway per request against JavaScript peers, one hot
+key's Durable Object, a flooded key beside other clients, and token leases across two
+isolates."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from edge_limiter.tools.bench import runtime as rt
+from edge_limiter.tools.bench.report import Report
+from edge_limiter.tools.bench.runtime import KEY
+from edge_limiter.tools.build_worker import build
+from edge_limiter.tools.local_gateway import LocalGateway
+
+
+def _gateway_paths(origin: str, gateway: str, peer: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """The paths of the gateway section on one runtime: name -> (URL, headers)."""
+    return {
+        "origin (Node, direct)": (f"{origin}/x", {}),
+        "JS Worker: forward": (f"{peer}/forward/x", {}),
+        "JS Worker: JS Durable Object + forward": (f"{peer}/limited/x", {}),
+        "Python: unmatched path (forward)": (f"{gateway}/unmatched/x", {}),
+        "Python: limited route (object + forward)": (f"{gateway}/limited/x", {KEY: "hot"}),
+        "Python: limited, write_behind 50ms": (f"{gateway}/behind/x", {KEY: "hot"}),
+        "Python: limited, token leases": (f"{gateway}/leased/x", {KEY: "hot"}),
+        "Python: denied (429)": (f"{gateway}/small/x", {KEY: "denied"}),
+    }
+
+
+def section_gateway(report: Report, quick: bool, origin: str) -> None:
+    requests = 200 if quick else 1000
+    many = 400 if quick else 2000
+    repeat = 1 if quick else 3
+    inflight = 50
+    samples: dict[str, list[dict[str, Any]]] = {}
+    order: list[str] = []
+
+    def measure(paths: dict[str, tuple[str, dict[str, str]]]) -> None:
+        for name, (url, headers) in paths.items():
+            if name not in order:
+                order.append(name)
+            samples.setdefault(name + "|1", []).append(
+                rt.load(url, requests=requests, concurrency=1, headers=headers)
+            )
+            samples.setdefault(name + f"|{inflight}", []).append(
+                rt.load(url, requests=many, concurrency=inflight, headers=headers)
+            )
+
+    for _ in range(repeat):
+        # A fresh runtime per round (see _fresh_runtimes below), all paths interleaved in it.
+        with rt.runtime(origin) as gw:
+            # The denial path: a key exhausted first (100/minute).
+            rt.load(f"{gw.url}/small/x", requests=150, concurrency=1, headers={KEY: "denied"})
+            measure(_gateway_paths(origin, gw.url, gw.peer_urls["peer"]))
+        # The floor of any Python Worker on this host (a runtime of its own, same round),
+        # and of any Python rate limiter: the least a Python Durable Object does per call.
+        with rt.bare_python(origin) as bare:
+            measure(
+                {
+                    "bare Python Worker: answer": (f"{bare.url}/x", {}),
+                    "bare Python Worker: forward": (f"{bare.url}/forward/x", {}),
+                    "bare Python Worker: minimal Python Durable Object + forward": (
+                        f"{bare.url}/object-floor/x",
+                        {},
+                    ),
+                }
+            )
+    # The floor's rows beside the JavaScript ones (origin, forward, object) they compare with.
+    floor = [name for name in order if name.startswith("bare ")]
+    rest = [name for name in order if name not in floor]
+    order = rest[:3] + floor + rest[3:]
+    forward_p50 = rt.median(samples["JS Worker: forward|1"], "p50")
+    rows = []
+    table: dict[str, Any] = {}
+    for name in order:
+        one, burst = samples[name + "|1"], samples[name + f"|{inflight}"]
+        p50, p99 = rt.median(one, "p50"), rt.median(one, "p99")
+        rps = rt.median(burst, "rps")
+        statuses = sorted({status for run in one + burst for status in run["statuses"]})
+        table[name] = {"p50": p50, "p99": p99, "rps": rps, "statuses": statuses}
+        rows.append([name, p50, p50 - forward_p50, p99, rps, ",".join(statuses)])
+    report.data["gateway"] = table
+    report.table(
+        f"Per request on local workerd ({requests} requests one at a time, {many} with "
+        f"{inflight} in flight; medians of {repeat} rounds, each on a fresh runtime)",
+        [
+            "path",
+            "p50 ms",
+            "p50 above JS forward",
+            "p99 ms",
+            f"req/s, {inflight} in flight",
+            "statuses",
+        ],
+        rows,
+    )
+
+
+def section_object(report: Report, quick: bool, origin: str) -> None:
+    """The project's object against the JavaScript one on the same workerd; then, on a
+    runtime of their own (the same round), the floor: the least a Python Durable Object
+    does for the same read-modify-write, and for nothing at all, each against the
+    JavaScript object measured again on that runtime."""
+    requests = 500 if quick else 5000
+    repeat = 1 if quick else 5
+    results: dict[str, list[dict[str, Any]]] = {}
+    # each row -> the JavaScript object row of the runtime it ran on
+    runtimes: dict[str, str] = {}
+    project_js = "JS Durable Object"
+    floor_js = "JS Durable Object (the floor's runtime)"
+
+    def measure(runtime_name: str, urls: list[tuple[str, str]]) -> None:
+        for name, url in urls:
+            runtimes[name] = runtime_name
+            results.setdefault(name, []).append(rt.load(url, requests=requests, concurrency=50))
+
+    for _ in range(repeat):
+        with rt.runtime(origin) as gw:
+            peer = gw.peer_urls["peer"]
+            measure(
+                project_js,
+                [
+                    (project_js, f"{peer}/object?key=hot-js"),
+                    ("Python Durable Object (this project's)", f"{peer}/python-object?key=hot-py"),
+                    (
+                        f"Python, write_behind {rt.BENCH_WRITE_BEHIND_MS} ms (opt-in; no write "
+                        "per decision)",
+                        f"{peer}/python-object-behind?key=hot-py-behind",
+                    ),
+                ],
+            )
+        with rt.bare_python(origin) as bare:
+            peer = bare.peer_urls["peer"]
+            measure(
+                floor_js,
+                [
+                    (floor_js, f"{peer}/object?key=hot-js"),
+                    (
+                        "minimal Python Durable Object: the same read-modify-write (the floor)",
+                        f"{peer}/floor-object?key=hot-floor",
+                    ),
+                    (
+                        "minimal Python Durable Object: a method that does nothing",
+                        f"{peer}/floor-nothing?key=hot-nothing",
+                    ),
+                ],
+            )
+    rows = []
+    for name, runs_ in results.items():
+        base = rt.median(results[runtimes[name]], "rps")
+        rps = rt.median(runs_, "rps")
+        rows.append([name, rps, base / rps, rt.median(runs_, "p50"), rt.median(runs_, "p99")])
+    report.data["object"] = {row[0]: row[1:] for row in rows}
+    report.data["object_statuses"] = {
+        name: sorted({status for run in runs_ for status in run["statuses"]})
+        for name, runs_ in results.items()
+    }
+    report.table(
+        f"One hot key, 50 in flight, called from the same JavaScript Worker ({requests} "
+        f"requests, medians of {repeat} rounds, each on a fresh runtime; each ratio against "
+        "the JavaScript object on the same runtime)",
+        ["object", "decisions/s", "JS / this", "p50 ms", "p99 ms"],
+        rows,
+    )
+
+
+def _decide_calls(gw: Any) -> int:
+    return int(gw.durable_object_calls().get("RateLimiter.decide", 0))
+
+
+def section_flood(
+    report: Report, quick: bool, origin: str, flood_rates: tuple[int, ...] = (400,)
+) -> None:
+    with rt.runtime(origin) as gw:
+        _flood(report, quick, gw, flood_rates)
+
+
+def _flood(report: Report, quick: bool, gw: Any, flood_rates: tuple[int, ...]) -> None:
+    seconds = 2 if quick else 10
+    # Goal 2: one key at 10x its limit (100/minute -> 1,000/minute) for `seconds`.
+    rate = 1000 / 60
+    before = _decide_calls(gw)
+    abusive = rt.load(
+        f"{gw.url}/small/x",
+        requests=int(rate * seconds),
+        rate=rate,
+        headers={KEY: f"abusive-{time.time_ns()}"},
+        warmup=0,
+    )
+    calls = _decide_calls(gw) - before
+    admitted = abusive["statuses"].get("200", 0)
+    denied = abusive["statuses"].get("429", 0)
+    allowance = 100 + 100 * seconds / 60  # the bucket, and what refills meanwhile
+    report.data["abusive"] = {"admitted": admitted, "denied": denied, "calls": calls}
+    report.table(
+        f"A key at 10x its limit (100/minute, {rate:.1f} req/s for {seconds} s)",
+        [
+            "requests",
+            "admitted",
+            "allowed at most",
+            "denied",
+            "object calls",
+            "denials answered with no call",
+        ],
+        [
+            [
+                admitted + denied,
+                admitted,
+                int(allowance),
+                denied,
+                calls,
+                f"{max(0, denied - (calls - admitted)) / max(1, denied):.1%}",
+            ]
+        ],
+    )
+
+    # Goal 6: 10 clients of one key, alone and beside a flood of another key, at each rate.
+    victims_alone = rt.load(
+        f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
+    )
+    rows: list[list[Any]] = [
+        ["alone", "-", victims_alone["rps"], victims_alone["p50"], victims_alone["p99"], 1.0, 1.0]
+    ]
+    report.data["flood"] = {"alone": victims_alone, "rates": {}}
+    tool = "scripts/load.mjs --rate R"
+    for flood_rate in flood_rates:
+        flood, tool = _start_flood(gw, flood_rate, seconds)
+        victims_flooded = rt.load(
+            f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
+        )
+        flood_out, _ = flood.communicate(timeout=120)
+        flood_summary = _hey_summary(flood_out) if tool.startswith("hey") else json.loads(flood_out)
+        share = victims_flooded["rps"] / victims_alone["rps"]
+        p99 = victims_flooded["p99"] / victims_alone["p99"]
+        report.data["flood"]["rates"][flood_rate] = {
+            "flooded": victims_flooded,
+            "flood": flood_summary,
+            "tool": tool,
+        }
+        rows.append(
+            [
+                "beside the flood",
+                f"{flood_rate} ({flood_summary.get('rps', 0):.0f} served)",
+                victims_flooded["rps"],
+                victims_flooded["p50"],
+                victims_flooded["p99"],
+                share,
+                p99,
+            ]
+        )
+    report.table(
+        f"10 clients of one key (closed loop), alone and while another key is flooded at R "
+        f"req/s (open loop, {tool}, {seconds} s each, 100/minute limit)",
+        ["", "flood R req/s", "req/s", "p50 ms", "p99 ms", "share of alone", "p99 x alone"],
+        rows,
+    )
+
+
+def _lease_config(origin: str) -> dict[str, Any]:
+    def route(name: str, limits: str, algorithm: str, **more: Any) -> dict[str, Any]:
+        match = {"path": f"/{name}/*"}
+        return {"name": name, "match": match, "limits": limits, "algorithm": algorithm} | {
+            "key": f"header:{KEY}",
+            **more,
+        }
+
+    return {
+        "origin": origin,
+        "routes": [
+            route("plain", rt.BENCH_LIMIT, "gcra"),
+            route("leased", rt.BENCH_LIMIT, "gcra", leases=True),
+            route("plain-at-limit", "3000/day", "fixed_window"),
+            route("leased-at-limit", "3000/day", "fixed_window", leases=True),
+        ],
+    }
+
+
+def section_leases(report: Report, quick: bool, origin: str) -> None:
+    per_isolate = 150 if quick else 3000
+    inflight = 25
+    repeat = 1 if quick else 3
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
+        worker = Path(tmp) / "worker"
+        build(worker)
+        for _ in range(repeat):
+            gw = LocalGateway(worker, {"EDGE_LIMITER": _lease_config(origin)}, replicas=2)
+            with gw:
+                bases = [gw.url, *gw.replica_urls]
+                for route in ("plain", "leased", "plain-at-limit", "leased-at-limit"):
+                    key = {KEY: f"{route}-{time.time_ns()}"}
+                    before = _decide_calls(gw)
+                    started = time.monotonic()
+                    loads = [
+                        rt.start_load(
+                            f"{base}/{route}/x",
+                            requests=per_isolate,
+                            concurrency=inflight,
+                            headers=key,
+                            warmup=0,
+                        )
+                        for base in bases
+                    ]
+                    results = [rt.finish(load) for load in loads]
+                    seconds = time.monotonic() - started
+                    calls = _decide_calls(gw) - before
+                    admitted = sum(r["statuses"].get("200", 0) for r in results)
+                    runs.setdefault(route, []).append(
+                        {
+                            "rps": sum(r["rps"] for r in results),
+                            "p50": statistics.median(r["p50"] for r in results),
+                            "p99": max(r["p99"] for r in results),
+                            "admitted": admitted,
+                            "calls": calls,
+                            "calls_per_admitted": calls / max(1, admitted),
+                            "seconds": seconds,
+                        }
+                    )
+    rows = []
+    for route, samples in runs.items():
+        admitted = sorted({run["admitted"] for run in samples})
+        rows.append(
+            [
+                route,
+                rt.median(samples, "rps"),
+                rt.median(samples, "p50"),
+                rt.median(samples, "p99"),
+                ",".join(str(a) for a in admitted),
+                f"1/{1 / max(1e-9, rt.median(samples, 'calls_per_admitted')):.1f}",
+            ]
+        )
+    report.data["leases"] = runs
+    report.table(
+        f"One hot key from two isolates at once ({per_isolate} requests per isolate, "
+        f"{inflight} in flight each; medians of {repeat} rounds, each on a fresh runtime; "
+        "the at-limit routes allow 3000/day)",
+        ["route", "req/s (both)", "p50 ms", "p99 ms", "admitted", "object calls per admitted"],
+        rows,
+    )
+
+
+def _start_flood(gw: Any, flood_rate: int, seconds: int) -> tuple[Any, str]:
+    """An open-loop flood of one new key at ``flood_rate`` requests/s (hey when installed)."""
+    hey = shutil.which("hey")
+    flood_key = f"flood-{time.time_ns()}"
+    if hey and flood_rate % 10 == 0:
+        # Workers each rate-limited to 10/s: an open loop per worker.
+        workers = flood_rate // 10
+        command = [hey, "-z", f"{seconds}s", "-c", str(workers), "-q", "10"]
+        command += ["-H", f"{KEY}: {flood_key}", f"{gw.url}/small/x"]
+        return subprocess.Popen(command, stdout=subprocess.PIPE, text=True), (
+            f"hey -c {workers} -q 10"
+        )
+    flood = rt.start_load(
+        f"{gw.url}/small/x",
+        requests=flood_rate * seconds,
+        rate=flood_rate,
+        headers={KEY: flood_key},
+        warmup=0,
+    )
+    return flood, f"scripts/load.mjs --rate {flood_rate}"
+
+
+def _hey_summary(text: str) -> dict[str, Any]:
+    """Requests/sec and the status counts from hey's report."""
+    summary: dict[str, Any] = {"statuses": {}}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("Requests/sec:"):
+            summary["rps"] = float(line.split()[1])
+        elif line.startswith("[") and "]" in line and "responses" in line:
+            status, count = line[1 : line.index("]")], int(line.split()[1])
+            summary["statuses"][status] = count
+    return summary
