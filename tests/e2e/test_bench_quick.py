@@ -12,13 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from edge_limiter.tools.bench.render import render_document
+from edge_limiter.tools.bench.tables import SECTIONS
+
 pytestmark = pytest.mark.e2e
 
 
 def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
+    out, doc = tmp_path / "bench.json", tmp_path / "BENCHMARKS.md"
+    command = [sys.executable, "-m", "edge_limiter.tools", "bench", "--quick"]
     done = subprocess.run(
-        [sys.executable, "-m", "edge_limiter.tools", "bench", "--quick", "--json", str(out)],
+        [*command, "--json", str(out), "--write", str(doc)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -26,21 +30,14 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out.read_text())
-    text = done.stdout
-    for title in (
-        "The pure core",
-        "The Durable Object step",
-        "Per request on local workerd",
-        "The gateway's own work on npm Pyodide in Node",
-        "One hot key",
-        "One hot key from two isolates",
-        "A key at 10x its limit",
-        "10 clients of one key",
-        "Time to the first answer",
-        "Importing the Worker on npm Pyodide",
-        "workerd memory and storage",
-    ):
-        assert title in text, title
+    text, written = done.stdout, doc.read_text()
+    # Each section's table is printed as it ends, and every one is in the document.
+    for title, _peer, _build in SECTIONS.values():
+        assert f"## {title}" in text, title
+        assert f"## {title}" in written, title
+    assert written == render_document(data)
+    assert "not measured in this run" not in written  # every goal has its figures
+    assert data["meta"]["quick"] is True and data["meta"]["commit"]
     core = data["core"]
     for runtime in ("cpython", "pyodide"):
         assert core[runtime]["check:token_bucket"] > 0
@@ -48,7 +45,7 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
         assert core[runtime]["clock"] > 0
         assert core[runtime]["step:sliding_log"] > 0
     assert core["pyodide"]["platform"] == "emscripten"
-    gateway = data["gateway"]
+    gateway = data["gateway"]["rows"]
     assert gateway["Python: limited route (object + forward)"]["statuses"] == ["200"]
     assert "429" in gateway["Python: denied (429)"]["statuses"]
     assert gateway["Python: limited, token leases"]["statuses"] == ["200"]
@@ -58,23 +55,32 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     assert python["unmatched"]["answer"] == [200, ["content-type", "x-origin"]]
     assert python["denied"]["answer"][0] == 429
     startup = data["startup"]
-    assert all(row["first"] >= row["ready"] > 0 for row in startup.values())
-    imports = data["imports"][0]
+    for kind, values in startup["first"].items():
+        assert all(
+            first >= ready > 0 for first, ready in zip(values, startup["ready"][kind], strict=True)
+        )
+    imports = data["imports"]["runs"][0]
     assert 0 < imports["dataclasses_ms"] < imports["import_ms"]
     assert imports["dataclasses"] > 0
     # The floor's Python Worker called its minimal Python Durable Object and forwarded.
     floor = gateway["bare Python Worker: minimal Python Durable Object + forward"]
     assert floor["statuses"] == ["200"]
-    # Every object row decided (decisions/s is the first column), the write-behind one and
-    # the floor's (the minimal Python object, on a runtime of its own) too, every answer a 200.
-    assert len(data["object"]) == 6
-    assert all(row[0] > 0 for row in data["object"].values())
-    assert all(statuses == ["200"] for statuses in data["object_statuses"].values())
+    # Every object row decided, the write-behind one and the floor's (the minimal Python
+    # object, on a runtime of its own) too, every answer a 200, each against the JavaScript
+    # object of its own runtime.
+    objects = data["object"]["rows"]
+    assert len(objects) == 6
+    assert all(row["rps"] > 0 and row["statuses"] == ["200"] for row in objects.values())
+    assert {row["peer"] for row in objects.values()} <= set(objects)
     # The abusive key is never admitted beyond its limit (100/minute: 100 at once, plus what
     # refills during the run).
-    assert data["abusive"]["admitted"] <= 100 + 100 * 2 / 60 + 1
-    assert data["memory"]["storage_after_cleanup"]["rows"] == 0
-    leases = data["leases"]
+    assert data["abusive"]["admitted"] <= data["abusive"]["allowed"]
+    memory = data["memory"]
+    assert memory["storage_after_cleanup"]["rows"] == 0
+    for side in ("project", "floor"):
+        figures = memory[side]
+        assert 0 < figures["boot_mb"] < figures["after_keys_mb"]
+    leases = data["leases"]["runs"]
     for route in ("plain", "leased"):
         assert [run["admitted"] for run in leases[route]] == [300]  # far below the limit
     assert leases["leased"][0]["calls"] < leases["plain"][0]["calls"]

@@ -4,7 +4,6 @@ fresh runtime, workerd's memory, and the storage rows left once keys are idle.""
 from __future__ import annotations
 
 import sqlite3
-import statistics
 import subprocess
 import tempfile
 import time
@@ -68,32 +67,7 @@ def section_startup(report: Report, quick: bool, origin: str) -> None:
                         if answer.status != 200:
                             raise RuntimeError(f"{name}: the first request got {answer.status}")
                     first[name].append(time.monotonic() - started)
-    base_ready = statistics.median(ready[kinds[1]])
-    base_first = statistics.median(first[kinds[1]])
-    rows = [
-        [
-            name,
-            statistics.median(ready[name]),
-            statistics.median(ready[name]) / base_ready,
-            statistics.median(first[name]),
-            statistics.median(first[name]) / base_first,
-            statistics.median(first[name]) / statistics.median(first[kinds[0]]),
-        ]
-        for name in kinds
-    ]
-    report.data["startup"] = {row[0]: {"ready": row[1], "first": row[3]} for row in rows}
-    report.table(
-        f"Time to the first answer of a fresh runtime (s, median of {repeat}, in turn)",
-        [
-            "worker",
-            "READY s",
-            "x bare with bindings",
-            "first answer s",
-            "x bare with bindings",
-            "x bare, no bindings",
-        ],
-        rows,
-    )
+    report.section("startup", {"repeat": repeat, "ready": ready, "first": first})
 
 
 def _workerd_rss_mb(gw: Any) -> float:
@@ -115,6 +89,9 @@ def _workerd_rss_mb(gw: Any) -> float:
 
 
 def section_memory(report: Report, quick: bool, origin: str) -> None:
+    """workerd's memory for the project and for the floor (a bare Python Worker calling a
+    minimal Python Durable Object), each with the JavaScript peers loaded; the project's
+    storage rows before and after its objects' cleanup."""
     requests = 1000 if quick else 20_000
     keys = 200 if quick else 5_000
     with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
@@ -131,12 +108,18 @@ def section_memory(report: Report, quick: bool, origin: str) -> None:
                 "key": f"header:{KEY}",
             }
         )
-        with LocalGateway(worker, {"EDGE_LIMITER": config}, persist_dir=state) as gw:
-            boot = _workerd_rss_mb(gw)
-            rt.load(f"{gw.url}/limited/x", requests=requests, concurrency=20, headers={KEY: "one"})
-            after_requests = _workerd_rss_mb(gw)
-            _distinct_keys(f"{gw.url}/short/x", keys)
-            after_keys = _workerd_rss_mb(gw)
+        peers = {"peers": rt.peer_workers(origin, {"RATE_LIMITER": "RateLimiter"})}
+        with LocalGateway(
+            worker, {"EDGE_LIMITER": config}, persist_dir=state, extra_spec=peers
+        ) as gw:
+            project = _footprint(
+                gw,
+                limited=f"{gw.url}/limited/x",
+                requests=requests,
+                per_key=f"{gw.url}/short/x",
+                keys=keys,
+                headers={KEY: "one"},
+            )
             rows_now = _storage_rows(state)
             # The short keys are idle after 10 ms; the one limited key is idle once its
             # GCRA time has caught up with the requests it admitted (3.6 ms each at
@@ -147,33 +130,56 @@ def section_memory(report: Report, quick: bool, origin: str) -> None:
             while _storage_rows(state)["rows"] and time.monotonic() < deadline:
                 time.sleep(0.5)
             rows_after = _storage_rows(state)
-    report.data["memory"] = {
-        "boot_mb": boot,
-        "after_requests_mb": after_requests,
-        "after_keys_mb": after_keys,
-        "storage_before_cleanup": rows_now,
-        "storage_after_cleanup": rows_after,
-    }
-    report.table(
-        "workerd memory and storage",
-        ["", "value"],
-        [
-            ["RSS at boot (MB)", boot],
-            [f"RSS after {requests:,} requests (MB)", after_requests],
-            [f"RSS after {keys:,} distinct keys more (MB)", after_keys],
-            ["per key object (KB)", (after_keys - after_requests) * 1024 / keys],
-            ["rows stored before cleanup", rows_now["rows"]],
-            ["rows left after cleanup", rows_after["rows"]],
-            ["databases after cleanup (KB on disk)", rows_after["kb"]],
-        ],
+    with rt.bare_python(origin) as bare:
+        peer = bare.peer_urls["peer"]
+        floor = _footprint(
+            bare,
+            limited=f"{bare.url}/object-floor/x",
+            requests=requests,
+            per_key=f"{peer}/floor-object?key={{k}}",
+            keys=keys,
+        )
+    report.section(
+        "memory",
+        {
+            "requests": requests,
+            "keys": keys,
+            "project": project,
+            "floor": floor,
+            "storage_before_cleanup": rows_now,
+            "storage_after_cleanup": rows_after,
+        },
     )
 
 
+def _footprint(
+    gw: Any,
+    *,
+    limited: str,
+    requests: int,
+    per_key: str,
+    keys: int,
+    headers: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """RSS at boot, after ``requests`` to ``limited`` and after ``keys`` distinct keys."""
+    boot = _workerd_rss_mb(gw)
+    rt.load(limited, requests=requests, concurrency=20, headers=headers)
+    after_requests = _workerd_rss_mb(gw)
+    _distinct_keys(per_key, keys)
+    return {
+        "boot_mb": boot,
+        "after_requests_mb": after_requests,
+        "after_keys_mb": _workerd_rss_mb(gw),
+    }
+
+
 def _distinct_keys(url: str, keys: int) -> None:
+    """One request for each of ``keys`` keys: in the key header, and in place of ``{k}``."""
     script = (
         "const n=+process.argv[2],u=process.argv[1];let i=0;"
-        "async function w(){while(i<n){const k=i++;const r=await fetch(u,{headers:{"
-        f"'{KEY}':'k'+k}}}});await r.arrayBuffer();}}}}"
+        "async function w(){while(i<n){const k='k'+(i++);"
+        "const r=await fetch(u.replace('{k}',k),{headers:{"
+        f"'{KEY}':k}}}});await r.arrayBuffer();}}}}"
         "await Promise.all(Array.from({length:20},w));"
     )
     subprocess.run(

@@ -1,29 +1,24 @@
-"""The benchmarks' report: markdown tables printed as each section ends, every number kept
-for ``--json``."""
+"""The benchmarks' report: every section's figures, kept for ``--json`` and
+``--write``, and its table printed as the section ends."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from edge_limiter.tools.bench.render import render_section
+from edge_limiter.tools.bench.tables import SECTIONS
+
 
 class Report:
-    """Markdown tables, printed as each section ends, and every number for ``--json``."""
+    """Each section's raw figures by name (the JSON a document is written from)."""
 
-    def __init__(self) -> None:
-        self.data: dict[str, Any] = {}
+    def __init__(self, meta: dict[str, Any] | None = None) -> None:
+        self.data: dict[str, Any] = {"meta": dict(meta or {})}
 
-    def table(self, title: str, header: list[str], rows: list[list[Any]]) -> None:
-        lines = [f"\n### {title}\n", "| " + " | ".join(header) + " |"]
-        lines.append("|" + "---|" * len(header))
-        for row in rows:
-            lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
-        print("\n".join(lines), flush=True)
-
-    def note(self, text: str) -> None:
-        print(f"\n{text}", flush=True)
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
-    return str(value)
+    def section(self, name: str, figures: dict[str, Any]) -> None:
+        """Keep one section's figures and print its table (and a table it implies)."""
+        self.data[name] = figures
+        shown = ("core", "step") if name == "core" else (name,)
+        for table in shown:
+            if table in SECTIONS:
+                print("\n" + render_section(table, self.data), flush=True)

@@ -32,9 +32,12 @@ Sections (``--only`` picks some; all by default):
                rows left once the keys are idle and cleaned up.
 
 ``--quick`` runs every section with small numbers (the test suite does, so the benchmarks
-cannot rot); its figures mean nothing. Talks to 127.0.0.1 only.
+cannot rot); its figures mean nothing. Talks to 127.0.0.1 only. ``--write FILE`` writes the
+document (BENCHMARKS.md) from the run's figures; ``--from-json FILE`` writes it from an
+earlier run's ``--json`` without running anything (:mod:`.render`).
 
-    edge-limiter bench [--quick] [--only core,gateway,...] [--json PATH]
+    edge-limiter bench [--quick] [--only core,gateway,...] [--json PATH] [--write PATH]
+    edge-limiter bench --from-json PATH --write BENCHMARKS.md
 
 The sections live in :mod:`.interpreters` (core, the gateway on Pyodide, imports),
 :mod:`.workerd` (gateway, object, flood, leases) and :mod:`.footprint` (startup, memory);
@@ -50,8 +53,11 @@ import os
 import platform
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from edge_limiter.tools import ROOT
 from edge_limiter.tools.bench import runtime as rt
 from edge_limiter.tools.bench.footprint import section_memory, section_startup
 from edge_limiter.tools.bench.interpreters import (
@@ -59,6 +65,7 @@ from edge_limiter.tools.bench.interpreters import (
     section_gateway_python,
     section_imports,
 )
+from edge_limiter.tools.bench.render import render_document
 from edge_limiter.tools.bench.report import Report
 from edge_limiter.tools.bench.workerd import (
     section_flood,
@@ -88,25 +95,87 @@ def machine() -> str:
     )
 
 
+def local_runtime() -> str:
+    """The npm packages the local runtime is made of, as installed."""
+    versions = []
+    for package in ("wrangler", "miniflare", "workerd", "pyodide"):
+        try:
+            manifest = json.loads((ROOT / "node_modules" / package / "package.json").read_text())
+        except (OSError, ValueError):
+            continue
+        versions.append(f"{package} {manifest.get('version', '?')}")
+    return "local workerd through Miniflare, hosting npm Pyodide (" + ", ".join(versions) + ")"
+
+
+def revision() -> tuple[str, bool]:
+    """The checkout's commit, and whether its tracked files differ from it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=ROOT)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    changed = [
+        line
+        for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+        if not line.endswith("BENCHMARKS.md")
+    ]
+    return git("rev-parse", "--short", "HEAD"), bool(changed)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="edge-limiter bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny numbers: a smoke test")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--json", type=Path, help="also write every number here")
     parser.add_argument(
+        "--write", type=Path, help="write the document (BENCHMARKS.md) from the figures"
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: take the figures of an earlier --json (for --write)",
+    )
+    parser.add_argument(
         "--flood-rates",
         default="400",
         help="the flood section's rates (req/s), comma-separated, e.g. 50,100,200,400",
     )
     args = parser.parse_args(argv)
+    if args.from_json:
+        if not args.write:
+            parser.error("--from-json needs --write FILE")
+        data = json.loads(args.from_json.read_text())
+    else:
+        data = run(parser, args, sys.argv[1:] if argv is None else argv)
+        if args.json:
+            args.json.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    if args.write:
+        args.write.write_text(render_document(data))
+        print(f"\nwrote {args.write}", flush=True)
+    return 0
+
+
+def run(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]
+) -> dict[str, Any]:
+    """Run the chosen sections; every figure, with what says where and how they were taken."""
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = set(chosen) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
-    report = Report()
-    report.note(
-        f"Machine: {machine()}. Command: edge-limiter bench {' '.join(sys.argv[1:] if argv is None else argv)}"
-    )
+    commit, dirty = revision()
+    meta = {
+        "machine": machine(),
+        "runtime": local_runtime(),
+        "command": " ".join(["edge-limiter bench", *argv]),
+        "date": datetime.now(UTC).date().isoformat(),
+        "commit": commit,
+        "dirty": dirty,
+        "quick": args.quick,
+    }
+    report = Report(meta)
+    print(f"Machine: {meta['machine']}. Command: {meta['command']}", flush=True)
     if "core" in chosen:
         section_core(report, args.quick)
     with rt.origin_server() as origin:
@@ -127,9 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             section_imports(report, args.quick)
         if "memory" in chosen:
             section_memory(report, args.quick, origin)
-    if args.json:
-        args.json.write_text(json.dumps(report.data, indent=2, default=str))
-    return 0
+    return report.data
 
 
 if __name__ == "__main__":

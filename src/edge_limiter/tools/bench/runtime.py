@@ -270,7 +270,7 @@ class FloorLimiter(DurableObject):
 """
 
 
-def _peers(origin: str, durable_objects: Mapping[str, Any]) -> list[dict[str, Any]]:
+def peer_workers(origin: str, durable_objects: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The JavaScript peer Worker (bench/peer.mjs), its own Durable Object and
     ``durable_objects`` of the Python Worker bound to it."""
     return [
@@ -309,7 +309,7 @@ def bare_python(origin: str) -> Iterator[LocalGateway]:
             durable_objects=floor,
             kv_namespaces=[],
             persist_dir=Path(tmp) / "state",
-            extra_spec={"peers": _peers(origin, floor)},
+            extra_spec={"peers": peer_workers(origin, floor)},
         ) as gateway:
             yield gateway
 
@@ -320,7 +320,7 @@ def runtime(origin: str, *, persist: bool = True, **top: Any) -> Iterator[LocalG
     with tempfile.TemporaryDirectory(prefix="edge-limiter-bench-") as tmp:
         worker = Path(tmp) / "worker"
         build(worker)
-        peers = _peers(origin, {"RATE_LIMITER": "RateLimiter"})
+        peers = peer_workers(origin, {"RATE_LIMITER": "RateLimiter"})
         # The peer's own Durable Object class lives in the peer's script.
         gateway = LocalGateway(
             worker,

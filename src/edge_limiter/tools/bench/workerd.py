@@ -76,29 +76,18 @@ def section_gateway(report: Report, quick: bool, origin: str) -> None:
     floor = [name for name in order if name.startswith("bare ")]
     rest = [name for name in order if name not in floor]
     order = rest[:3] + floor + rest[3:]
-    forward_p50 = rt.median(samples["JS Worker: forward|1"], "p50")
-    rows = []
-    table: dict[str, Any] = {}
+    rows: dict[str, Any] = {}
     for name in order:
         one, burst = samples[name + "|1"], samples[name + f"|{inflight}"]
-        p50, p99 = rt.median(one, "p50"), rt.median(one, "p99")
-        rps = rt.median(burst, "rps")
-        statuses = sorted({status for run in one + burst for status in run["statuses"]})
-        table[name] = {"p50": p50, "p99": p99, "rps": rps, "statuses": statuses}
-        rows.append([name, p50, p50 - forward_p50, p99, rps, ",".join(statuses)])
-    report.data["gateway"] = table
-    report.table(
-        f"Per request on local workerd ({requests} requests one at a time, {many} with "
-        f"{inflight} in flight; medians of {repeat} rounds, each on a fresh runtime)",
-        [
-            "path",
-            "p50 ms",
-            "p50 above JS forward",
-            "p99 ms",
-            f"req/s, {inflight} in flight",
-            "statuses",
-        ],
-        rows,
+        rows[name] = {
+            "p50": rt.median(one, "p50"),
+            "p99": rt.median(one, "p99"),
+            "rps": rt.median(burst, "rps"),
+            "statuses": sorted({status for run in one + burst for status in run["statuses"]}),
+        }
+    report.section(
+        "gateway",
+        {"requests": requests, "many": many, "inflight": inflight, "repeat": repeat, "rows": rows},
     )
 
 
@@ -151,23 +140,17 @@ def section_object(report: Report, quick: bool, origin: str) -> None:
                     ),
                 ],
             )
-    rows = []
-    for name, runs_ in results.items():
-        base = rt.median(results[runtimes[name]], "rps")
-        rps = rt.median(runs_, "rps")
-        rows.append([name, rps, base / rps, rt.median(runs_, "p50"), rt.median(runs_, "p99")])
-    report.data["object"] = {row[0]: row[1:] for row in rows}
-    report.data["object_statuses"] = {
-        name: sorted({status for run in runs_ for status in run["statuses"]})
+    rows = {
+        name: {
+            "rps": rt.median(runs_, "rps"),
+            "p50": rt.median(runs_, "p50"),
+            "p99": rt.median(runs_, "p99"),
+            "statuses": sorted({status for run in runs_ for status in run["statuses"]}),
+            "peer": runtimes[name],
+        }
         for name, runs_ in results.items()
     }
-    report.table(
-        f"One hot key, 50 in flight, called from the same JavaScript Worker ({requests} "
-        f"requests, medians of {repeat} rounds, each on a fresh runtime; each ratio against "
-        "the JavaScript object on the same runtime)",
-        ["object", "decisions/s", "JS / this", "p50 ms", "p99 ms"],
-        rows,
-    )
+    report.section("object", {"requests": requests, "repeat": repeat, "rows": rows})
 
 
 def _decide_calls(gw: Any) -> int:
@@ -196,39 +179,25 @@ def _flood(report: Report, quick: bool, gw: Any, flood_rates: tuple[int, ...]) -
     calls = _decide_calls(gw) - before
     admitted = abusive["statuses"].get("200", 0)
     denied = abusive["statuses"].get("429", 0)
-    allowance = 100 + 100 * seconds / 60  # the bucket, and what refills meanwhile
-    report.data["abusive"] = {"admitted": admitted, "denied": denied, "calls": calls}
-    report.table(
-        f"A key at 10x its limit (100/minute, {rate:.1f} req/s for {seconds} s)",
-        [
-            "requests",
-            "admitted",
-            "allowed at most",
-            "denied",
-            "object calls",
-            "denials answered with no call",
-        ],
-        [
-            [
-                admitted + denied,
-                admitted,
-                int(allowance),
-                denied,
-                calls,
-                f"{max(0, denied - (calls - admitted)) / max(1, denied):.1%}",
-            ]
-        ],
+    report.section(
+        "abusive",
+        {
+            "admitted": admitted,
+            "denied": denied,
+            "calls": calls,
+            # What may be admitted: the bucket, and what refills meanwhile.
+            "allowed": int(100 + 100 * seconds / 60),
+            "limit": "100/minute",
+            "rate": rate,
+            "seconds": seconds,
+        },
     )
 
     # Goal 6: 10 clients of one key, alone and beside a flood of another key, at each rate.
     victims_alone = rt.load(
         f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
     )
-    rows: list[list[Any]] = [
-        ["alone", "-", victims_alone["rps"], victims_alone["p50"], victims_alone["p99"], 1.0, 1.0]
-    ]
-    report.data["flood"] = {"alone": victims_alone, "rates": {}}
-    tool = "scripts/load.mjs --rate R"
+    flooded_runs: dict[str, Any] = {}
     for flood_rate in flood_rates:
         flood, tool = _start_flood(gw, flood_rate, seconds)
         victims_flooded = rt.load(
@@ -236,30 +205,12 @@ def _flood(report: Report, quick: bool, gw: Any, flood_rates: tuple[int, ...]) -
         )
         flood_out, _ = flood.communicate(timeout=120)
         flood_summary = _hey_summary(flood_out) if tool.startswith("hey") else json.loads(flood_out)
-        share = victims_flooded["rps"] / victims_alone["rps"]
-        p99 = victims_flooded["p99"] / victims_alone["p99"]
-        report.data["flood"]["rates"][flood_rate] = {
+        flooded_runs[str(flood_rate)] = {
             "flooded": victims_flooded,
             "flood": flood_summary,
             "tool": tool,
         }
-        rows.append(
-            [
-                "beside the flood",
-                f"{flood_rate} ({flood_summary.get('rps', 0):.0f} served)",
-                victims_flooded["rps"],
-                victims_flooded["p50"],
-                victims_flooded["p99"],
-                share,
-                p99,
-            ]
-        )
-    report.table(
-        f"10 clients of one key (closed loop), alone and while another key is flooded at R "
-        f"req/s (open loop, {tool}, {seconds} s each, 100/minute limit)",
-        ["", "flood R req/s", "req/s", "p50 ms", "p99 ms", "share of alone", "p99 x alone"],
-        rows,
-    )
+    report.section("flood", {"seconds": seconds, "alone": victims_alone, "rates": flooded_runs})
 
 
 def _lease_config(origin: str) -> dict[str, Any]:
@@ -322,26 +273,9 @@ def section_leases(report: Report, quick: bool, origin: str) -> None:
                             "seconds": seconds,
                         }
                     )
-    rows = []
-    for route, samples in runs.items():
-        admitted = sorted({run["admitted"] for run in samples})
-        rows.append(
-            [
-                route,
-                rt.median(samples, "rps"),
-                rt.median(samples, "p50"),
-                rt.median(samples, "p99"),
-                ",".join(str(a) for a in admitted),
-                f"1/{1 / max(1e-9, rt.median(samples, 'calls_per_admitted')):.1f}",
-            ]
-        )
-    report.data["leases"] = runs
-    report.table(
-        f"One hot key from two isolates at once ({per_isolate} requests per isolate, "
-        f"{inflight} in flight each; medians of {repeat} rounds, each on a fresh runtime; "
-        "the at-limit routes allow 3000/day)",
-        ["route", "req/s (both)", "p50 ms", "p99 ms", "admitted", "object calls per admitted"],
-        rows,
+    report.section(
+        "leases",
+        {"per_isolate": per_isolate, "inflight": inflight, "repeat": repeat, "runs": runs},
     )
 
 

@@ -1,0 +1,92 @@
+"""BENCHMARKS.md is written from a run's JSON by the bench command itself: the renderer on a
+small run (tests/fixtures/bench_run.json), with no benchmark run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edge_limiter.tools.bench.goals import GOALS, goals
+from edge_limiter.tools.bench.render import render_document
+from edge_limiter.tools.bench.run import main
+from edge_limiter.tools.bench.tables import SECTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "bench_run.json"
+
+
+@pytest.fixture
+def run() -> dict[str, object]:
+    data: dict[str, object] = json.loads(FIXTURE.read_text())
+    return data
+
+
+def test_the_document_has_the_method_the_goals_and_a_table_per_section(run: dict) -> None:
+    text = render_document(run)
+    lines = text.splitlines()
+    assert len(lines) <= 250
+    for needed in ("## Method", "Machine: 2 cores (a test CPU)", "commit `abc1234`", "2026-12-07"):
+        assert needed in text
+    assert "`edge-limiter bench --flood-rates 100,400 --json bench.json`" in text
+    for title, _peer, _build in SECTIONS.values():
+        assert f"## {title}" in lines
+    # Each section names its peer.
+    assert sum(line.startswith("Peer: ") for line in lines) == len(SECTIONS)
+    # Never labelled by run order.
+    assert "session" not in text.lower()
+    assert "uncommitted" not in text and "--quick" in text  # said in the method only
+
+
+def test_each_figure_is_shown_as_a_ratio_to_its_peer(run: dict) -> None:
+    lines = render_document(run).splitlines()
+    limited = next(line for line in lines if line.startswith("| Python: limited route"))
+    # p50 3.5 ms against the JavaScript forward's 0.5; 450 req/s against 5,000.
+    assert limited.split(" | ")[1:7] == ["3.50", "+3.00", "7.00x", "6.50", "450", "0.09x"]
+    leased = next(line for line in lines if line.startswith("| leased |"))
+    assert "2.00x" in leased and "1/48.0" in leased  # twice the route without leases
+    ours = next(line for line in lines if line.startswith("| Python Durable Object"))
+    assert "1.60x" in ours  # the JavaScript object's 2,000/s against 1,250
+    memory = next(line for line in lines if line.startswith("| per key object, KB"))
+    assert memory.rstrip(" |").split(" | ")[1:4] == ["71.68", "51.20", "1.40x"]
+
+
+def test_the_goals_verdicts_are_computed_from_the_run(run: dict) -> None:
+    verdicts = {number: verdict for number, _goal, _measured, verdict in goals(run)}
+    measured = {number: text for number, _goal, text, _verdict in goals(run)}
+    assert [goal for _n, goal, _m, _v in goals(run)] == list(GOALS)
+    assert (
+        verdicts[1].startswith("**missed**: the floor") and "met with token leases" in verdicts[1]
+    )
+    assert measured[1].startswith("3.00 ms above")
+    assert verdicts[2] == verdicts[3] == verdicts[7] == "**met**"
+    assert (
+        verdicts[4]
+        == "1,000/s **met**; 1.3x **missed** (the floor of any Python Durable Object here is past it)"
+    )
+    assert verdicts[5].endswith("2.5x Pyodide **missed**")
+    assert "holds up to 100 req/s" in measured[6] and verdicts[6].startswith("**missed**")
+    assert verdicts[8] == "reported; storage **met**"
+
+
+def test_a_verdict_changes_with_the_figures(run: dict) -> None:
+    rows = run["gateway"]["rows"]  # type: ignore[index]
+    rows["Python: limited route (object + forward)"]["p50"] = 1.9
+    assert goals(run)[0][3] == "**met**"
+    run["abusive"]["admitted"] = 117  # type: ignore[index]  # one past the limit
+    assert goals(run)[1][3] == "**missed**"
+
+
+def test_a_section_left_out_of_the_run_is_left_out_of_the_document(run: dict) -> None:
+    del run["memory"], run["flood"]
+    text = render_document(run)
+    assert "## Memory and storage" not in text and "## Clients of one key" not in text
+    by_number = {number: (measured, verdict) for number, _g, measured, verdict in goals(run)}
+    assert by_number[6] == by_number[8] == ("not measured in this run", "-")
+
+
+def test_from_json_writes_the_document_without_running(tmp_path: Path) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    assert main(["--from-json", str(FIXTURE), "--write", str(out)]) == 0
+    assert out.read_text() == render_document(json.loads(FIXTURE.read_text()))
