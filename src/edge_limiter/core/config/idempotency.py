@@ -62,7 +62,8 @@ IDEMPOTENCY = Table("idempotency", (
     Names("fingerprint_headers", "header name", advice=_header_advice, default=(),
           default_text="none", example=["x-account"],
           doc='Request fields that are part of "the same request" besides method, path, query, '
-              "body, `Content-Type` and `Authorization` (read lower-case)."),
+              "body, `Content-Type` and the caller's fields (`Authorization`, `Cookie`, "
+              "`Proxy-Authorization` and every header any route keys on; read lower-case)."),
     Names("methods", "method", advice=_method_advice, at_least_one=True,
           default=DEFAULT_METHODS, example=["POST", "PUT"],
           doc="The methods the key applies to (read upper-case; a safe method draws a "
