@@ -107,18 +107,27 @@ def local_runtime() -> str:
     return "local workerd through Miniflare, hosting npm Pyodide (" + ", ".join(versions) + ")"
 
 
+#: What a run measures: a change here makes the run's commit not the code measured.
+MEASURED = (
+    "src",
+    "durable_objects",
+    "scripts",
+    "package.json",
+    "package-lock.json",
+    "pyproject.toml",
+    "wrangler.toml",
+)
+
+
 def revision() -> tuple[str, bool]:
-    """The checkout's commit, and whether its tracked files differ from it."""
+    """The checkout's commit, and whether the code a run measures differs from it (docs and
+    tests may: they are not measured)."""
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=ROOT)
         return done.stdout.strip() if done.returncode == 0 else ""
 
-    changed = [
-        line
-        for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
-        if not line.endswith("BENCHMARKS.md")
-    ]
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", *MEASURED)
     return git("rev-parse", "--short", "HEAD"), bool(changed)
 
 

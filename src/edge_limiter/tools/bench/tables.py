@@ -149,7 +149,8 @@ def _gateway_python(data: Data) -> tuple[list[str], list[Row], list[str]]:
             row["median_us"],
             signed(row["min_us"] - bare),
             times(row["min_us"] / bare),
-            f"{row['answer'][0]}, {len(row['answer'][1])} fields",
+            f"{row['answer'][0]}, {len(row['answer'][1])} field"
+            + ("s" if len(row["answer"][1]) != 1 else ""),
         ]
         for name, row in figures.items()
     ]
@@ -241,10 +242,14 @@ def _flood(data: Data) -> tuple[list[str], list[Row], list[str]]:
             ]
         )
     header = ["10 clients", "flood R req/s", "req/s", "p50 ms", "p99 ms", "/ alone", "p99 / alone"]
-    tools = sorted({run["tool"] for run in section["rates"].values()})
+    tools = {run["tool"].split()[0] for run in section["rates"].values()}
+    generator = {
+        frozenset({"scripts/load.mjs"}): "`scripts/load.mjs --rate R`",
+        frozenset({"hey"}): "`hey -q 10`, one worker per 10 req/s",
+    }.get(frozenset(tools), "`hey`, or `scripts/load.mjs --rate R`")
     notes = [
         f"10 clients of one key in a closed loop, {section['seconds']} s each, alone and while "
-        f"another key (100/minute) is flooded at R req/s in an open loop ({', '.join(tools)})."
+        f"another key (100/minute) is flooded at R req/s in an open loop ({generator})."
     ]
     return header, rows, notes
 
