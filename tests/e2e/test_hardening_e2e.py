@@ -833,7 +833,7 @@ def test_10000_requests_over_100_keys_at_100_in_flight_admit_exactly(
     }
     assert len(admitted) == LOAD_KEYS and not wrong, wrong
     # Bounded: 10,000 requests and 100 keys' objects do not take the runtime past 1.5 GB
-    # (it boots at about 0.25 GB; BENCHMARKS.md has the growth curve).
+    # (it boots at about 0.25 GB; `edge-limiter bench` measures the growth: its memory section).
     assert after_kb < 1_500_000, f"runtime RSS {after_kb} kB"
     # Nor do they take Pyodide's C stack: npm Pyodide 0.28.2 leaks 16 bytes of it per
     # stack-switching call (about 100-200 bytes a request: 1-2 MB here, and a 5 MB stack
