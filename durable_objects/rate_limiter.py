@@ -1,6 +1,6 @@
 """The per-key rate-limiter Durable Object.
 
-One instance per (route, key). :class:`edge_limiter.core.keystore.KeyStore` does all of
+One instance per (route, key). :class:`edge_limiter.core.ratelimit.keystore.KeyStore` does all of
 the work (rows in memory, written to this object's SQLite storage); this class only hands
 it the SQL API and the clock, and arms the alarm and the write-behind timer it asks for.
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from workers import DurableObject
 
-from edge_limiter.core.keystore import KeyStore
+from edge_limiter.core.ratelimit.keystore import KeyStore
 
 
 def _now_ms() -> int:
@@ -32,7 +32,7 @@ def _raw(wrapped: Any) -> Any:
 
 
 class _StorageSql:
-    """The :class:`~edge_limiter.core.keystore.Sql` port over ``ctx.storage.sql``."""
+    """The :class:`~edge_limiter.core.ratelimit.keystore.Sql` port over ``ctx.storage.sql``."""
 
     def __init__(self, sql: Any) -> None:
         self.exec = sql.exec

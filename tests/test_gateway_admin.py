@@ -582,7 +582,7 @@ def test_the_one_plain_origin_is_forced_by_the_name_clients_are_told_too() -> No
 def test_a_fresh_isolates_peek_sees_the_overrides_set_elsewhere() -> None:
     import asyncio
 
-    from edge_limiter.core.overrides import parse_override
+    from edge_limiter.core.ratelimit.overrides import parse_override
 
     h = gw()
     # Set through another isolate: this one has not loaded the list (no request yet).

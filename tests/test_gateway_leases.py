@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from edge_limiter.core.http.messages import Headers, Response
-from edge_limiter.core.keystore import RATE_MEMORY_TTLS
-from edge_limiter.core.rates import Limit, parse_rates
+from edge_limiter.core.ratelimit.keystore import RATE_MEMORY_TTLS
+from edge_limiter.core.ratelimit.rates import Limit, parse_rates
 from scripts.lease_sim import over_admission
 
 from .fakes import (
@@ -739,7 +739,7 @@ def test_units_leased_under_the_old_limits_are_forfeit_when_an_override_changes(
     route's limit (the object had carried the override's use into it)."""
     import json
 
-    from edge_limiter.core.overrides import parse_override
+    from edge_limiter.core.ratelimit.overrides import parse_override
 
     h = harness(
         {**route("20/10s", "fixed_window"), "key": "header:x-k"}, overrides={"refresh": "1s"}

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_limiter.core.overrides import parse_override
+from edge_limiter.core.ratelimit.overrides import parse_override
 
 from .fakes import Harness, harness, request
 

@@ -34,10 +34,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "src"))
 
-from edge_limiter.core.algorithms import make_algorithm  # noqa: E402
-from edge_limiter.core.keystore import KeyStore  # noqa: E402
-from edge_limiter.core.protocol import StoreRequest  # noqa: E402
-from edge_limiter.core.rates import Limit, Rate  # noqa: E402
+from edge_limiter.core.ratelimit.algorithms import make_algorithm  # noqa: E402
+from edge_limiter.core.ratelimit.keystore import KeyStore  # noqa: E402
+from edge_limiter.core.ratelimit.protocol import StoreRequest  # noqa: E402
+from edge_limiter.core.ratelimit.rates import Limit, Rate  # noqa: E402
 
 ALGORITHMS = ("token_bucket", "gcra", "sliding_window", "fixed_window", "sliding_log")
 HOUR_MS = 3_600_000

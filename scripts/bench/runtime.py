@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from build_worker import build  # noqa: E402
 from local_gateway import LocalGateway  # noqa: E402
 
-from edge_limiter.core.protocol import StoreRequest  # noqa: E402
-from edge_limiter.core.rates import Limit, parse_rate  # noqa: E402
+from edge_limiter.core.ratelimit.protocol import StoreRequest  # noqa: E402
+from edge_limiter.core.ratelimit.rates import Limit, parse_rate  # noqa: E402
 
 LOAD = ROOT / "scripts" / "load.mjs"
 ORIGIN = ROOT / "scripts" / "bench" / "origin.mjs"

@@ -52,7 +52,7 @@ from .core.errors import ConfigError
 from .core.explain import explained_client, split_url
 from .core.http.messages import Headers, Request, Response
 from .core.idempotency.protocol import apply_stored
-from .core.keystore import KeyStore
+from .core.ratelimit.keystore import KeyStore
 from .core.resilience.shared import (
     SyncCall,
     apply_sync,

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_limiter.core.algorithms import Algorithm, make_algorithm
-from edge_limiter.core.decision import Decision, Reason
-from edge_limiter.core.rates import Limit, Rate
+from edge_limiter.core.ratelimit.algorithms import Algorithm, make_algorithm
+from edge_limiter.core.ratelimit.decision import Decision, Reason
+from edge_limiter.core.ratelimit.rates import Limit, Rate
 
 NAMES = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
 BUCKETS = ("token_bucket", "gcra")

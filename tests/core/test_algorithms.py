@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from edge_limiter.core.algorithms import (
+from edge_limiter.core.errors import StateError
+from edge_limiter.core.ratelimit.algorithms import (
     ALGORITHMS,
     GCRA,
     Algorithm,
@@ -18,9 +19,8 @@ from edge_limiter.core.algorithms import (
     TokenBucket,
     make_algorithm,
 )
-from edge_limiter.core.decision import Decision, Reason
-from edge_limiter.core.errors import StateError
-from edge_limiter.core.rates import DAY_MS, MINUTE_MS, SECOND_MS, Limit, Rate, parse_rate
+from edge_limiter.core.ratelimit.decision import Decision, Reason
+from edge_limiter.core.ratelimit.rates import DAY_MS, MINUTE_MS, SECOND_MS, Limit, Rate, parse_rate
 
 from .conftest import ALGORITHM_NAMES, FakeClock, RunRequests, StateAfter
 

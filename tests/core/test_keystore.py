@@ -13,17 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_limiter.core.algorithms import make_algorithm
 from edge_limiter.core.errors import ProtocolError
-from edge_limiter.core.keystore import LOG_PRUNE_EVERY, KeyStore
-from edge_limiter.core.limiter import check_all
-from edge_limiter.core.protocol import (
+from edge_limiter.core.ratelimit.algorithms import make_algorithm
+from edge_limiter.core.ratelimit.keystore import LOG_PRUNE_EVERY, KeyStore
+from edge_limiter.core.ratelimit.protocol import (
     DEFAULT_CLEANUP_AFTER_MS,
     StoreRequest,
     StoreResponse,
     row_id,
 )
-from edge_limiter.core.rates import Limit, Rate, parse_rates
+from edge_limiter.core.ratelimit.rates import Limit, Rate, parse_rates
+from edge_limiter.core.ratelimit.rule import check_all
 from edge_limiter.testing import SqliteSql
 
 ALGORITHMS = ("token_bucket", "gcra", "sliding_log", "sliding_window", "fixed_window")
@@ -420,7 +420,7 @@ def test_hundreds_of_admissions_carry_whole(algorithm: str) -> None:
 def test_the_recent_admissions_are_replayed_once_per_change_of_limits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from edge_limiter.core import keystore
+    from edge_limiter.core.ratelimit import keystore
 
     calls: list[int] = []
     real = keystore._Recent.replay

@@ -3,14 +3,14 @@
 The issue's efficiency goal at 10,000 requests/s over 100 isolates (at most one Durable
 Object call per 20 admitted requests, at most 1% under-admission once the limit is
 reached) is asserted in the steady state for every leasable algorithm (the sliding window
-through its per-window plan, :mod:`edge_limiter.core.lease_plan`).
+through its per-window plan, :mod:`edge_limiter.core.ratelimit.lease_plan`).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from edge_limiter.core.rates import Limit, Rate
+from edge_limiter.core.ratelimit.rates import Limit, Rate
 from scripts.lease_sim import Scenario, over_admission, simulate
 
 ALGORITHMS = ("token_bucket", "gcra", "fixed_window", "sliding_window")

@@ -8,7 +8,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from edge_limiter.core.algorithms import (
+from edge_limiter.core.config import parse_config
+from edge_limiter.core.config.parse import never_binding
+from edge_limiter.core.http.fields import violated_policies
+from edge_limiter.core.ratelimit.algorithms import (
     Algorithm,
     FixedWindow,
     SlidingLog,
@@ -16,18 +19,22 @@ from edge_limiter.core.algorithms import (
     TokenBucket,
     make_algorithm,
 )
-from edge_limiter.core.config import parse_config
-from edge_limiter.core.config.parse import never_binding
-from edge_limiter.core.decision import Decision, Reason
-from edge_limiter.core.http.fields import violated_policies
-from edge_limiter.core.limiter import (
+from edge_limiter.core.ratelimit.decision import Decision, Reason
+from edge_limiter.core.ratelimit.rates import (
+    HOUR_MS,
+    SECOND_MS,
+    Limit,
+    Rate,
+    parse_rate,
+    parse_rates,
+)
+from edge_limiter.core.ratelimit.rule import (
     RuleResult,
     check_all,
     combine,
     peek_all,
     refund_all,
 )
-from edge_limiter.core.rates import HOUR_MS, SECOND_MS, Limit, Rate, parse_rate, parse_rates
 
 from .conftest import ALGORITHM_NAMES, FakeClock
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edge_limiter.core.control import apply_overrides_call, apply_stats_call
-from edge_limiter.core.overrides import (
+from edge_limiter.core.ratelimit.overrides import (
     OverrideError,
     OverrideTable,
     decode_overrides,

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from edge_limiter.core.errors import ProtocolError
-from edge_limiter.core.keystore import KeyStore
-from edge_limiter.core.protocol import (
+from edge_limiter.core.ratelimit.keystore import KeyStore
+from edge_limiter.core.ratelimit.protocol import (
     StoreRequest,
     StoreResponse,
     parse_row_id,
     refund_of,
     row_id,
 )
-from edge_limiter.core.rates import Limit, Rate, parse_rates
+from edge_limiter.core.ratelimit.rates import Limit, Rate, parse_rates
 from edge_limiter.testing import SqliteSql
 
 RATES = tuple(Limit(rate) for rate in parse_rates("2/second; 3/minute"))
@@ -97,9 +97,9 @@ def test_malformed_response() -> None:
 
 
 def test_a_limit_with_its_own_algorithm_travels_and_counts_apart() -> None:
-    from edge_limiter.core.keystore import KeyStore
-    from edge_limiter.core.protocol import StoreRequest, StoreResponse, algorithm_of
-    from edge_limiter.core.rates import Limit, Rate
+    from edge_limiter.core.ratelimit.keystore import KeyStore
+    from edge_limiter.core.ratelimit.protocol import StoreRequest, StoreResponse, algorithm_of
+    from edge_limiter.core.ratelimit.rates import Limit, Rate
     from edge_limiter.testing import SqliteSql
 
     day = Limit(Rate(3, 86_400_000), algorithm="fixed_window")

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.errors import RateParseError
-from edge_limiter.core.rates import (
+from edge_limiter.core.ratelimit.rates import (
     DAY_MS,
     HOUR_MS,
     MAX_QUOTA,

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from .errors import ProtocolError
-from .overrides import MAX_OVERRIDES, decode_overrides, encode_overrides
+from .ratelimit.overrides import MAX_OVERRIDES, decode_overrides, encode_overrides
 from .stats import merge, summary
 
 CONTROL_OBJECT = "control"

@@ -9,7 +9,6 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
-from .algorithms import ALGORITHMS
 from .caching.fields import connection_named, is_token
 from .canonical import admin_path, ascii_host, canonical_host, canonical_path, runtime_path
 from .config import Config, Route
@@ -23,7 +22,8 @@ from .http.method_override import (
     without_override_param,
 )
 from .keys import object_name
-from .lease_plan import plans
+from .ratelimit.algorithms import ALGORITHMS, Leasable
+from .ratelimit.lease_plan import plans
 from .routing.geo import ClientLocation, order_origins
 from .routing.origins import CONTINENTS
 
@@ -46,7 +46,9 @@ def _leases(route: Route) -> dict[str, Any] | None:
     if not limits.lease_ttl_ms:
         return None
     windows = [lim.rate.window_ms for lim in limits.limits]
-    planned = plans(ALGORITHMS[limits.algorithm].lease_plans, windows, limits.lease_ttl_ms)
+    cls = ALGORITHMS[limits.algorithm]
+    makes_plans = issubclass(cls, Leasable) and cls.lease_plans
+    planned = plans(makes_plans, windows, limits.lease_ttl_ms)
     return {"ttl_ms": limits.lease_ttl_ms, "planned": planned}
 
 

@@ -58,7 +58,6 @@ from urllib.parse import parse_qsl, unquote
 
 from ..core.canonical import admin_path, canonical_host, canonical_path, runtime_path
 from ..core.config import Config
-from ..core.decision import Reason
 from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
 from ..core.explain import (
     EXPLAINED_CLIENT_PARAMS,
@@ -72,10 +71,11 @@ from ..core.http import bounded_json, cross_site, problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name, written_as_labelled
-from ..core.leases import lease_reserves, without_reserve
-from ..core.limiter import combine
-from ..core.overrides import OverrideError, decode_overrides, parse_override
-from ..core.protocol import StoreRequest, StoreResponse
+from ..core.ratelimit.decision import Reason
+from ..core.ratelimit.leases import lease_reserves, without_reserve
+from ..core.ratelimit.overrides import OverrideError, decode_overrides, parse_override
+from ..core.ratelimit.protocol import StoreRequest, StoreResponse
+from ..core.ratelimit.rule import combine
 from ..core.resilience.breaker import FORCED, current_phase
 from ..core.resilience.shared import SyncCall, state_from_json
 from ..core.routing.origins import PLAIN_LABEL

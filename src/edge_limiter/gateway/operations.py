@@ -9,9 +9,9 @@ import secrets
 from typing import Any
 
 from ..core.config import Config
-from ..core.decision import Decision
-from ..core.denycache import DenyCache
-from ..core.overrides import ALL_ROUTES, Override, OverrideTable, decode_overrides
+from ..core.ratelimit.decision import Decision
+from ..core.ratelimit.denycache import DenyCache
+from ..core.ratelimit.overrides import ALL_ROUTES, Override, OverrideTable, decode_overrides
 from ..core.stats import StatsBatch
 from .ports import DEFERRED_GIVEN_UP_MS, Background, Services
 

@@ -6,7 +6,7 @@ asking it. Every decision is counted, logged (allowed ones sampled) and written 
 Analytics Engine when configured.
 
 On a route with ``leases``, the isolate instead admits from units its key's object
-granted ahead (:mod:`edge_limiter.core.leases`): no call while a lease holds units, and
+granted ahead (:mod:`edge_limiter.core.ratelimit.leases`): no call while a lease holds units, and
 the next lease asked for in the background (after the response) before those run out. A
 request that finds no units makes its own lease call: the platform lets no request wait
 on a promise another request's call resolves (its continuation would run in the other
@@ -22,10 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.algorithms import Algorithm, make_algorithm
 from ..core.config import Config, Route
-from ..core.decision import Decision, Reason
-from ..core.denycache import shifted
 from ..core.errors import AmbiguousRequestError, ProtocolError, StateError
 from ..core.http import problems
 from ..core.http.fields import (
@@ -37,11 +34,14 @@ from ..core.http.fields import (
 )
 from ..core.http.messages import Headers, Response
 from ..core.keys import object_name
-from ..core.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
-from ..core.limiter import check_all, combine
-from ..core.overrides import Override
-from ..core.protocol import StoreRequest, StoreResponse, algorithm_of, refund_of
-from ..core.rates import Limit
+from ..core.ratelimit.algorithms import Algorithm, Leasable, make_algorithm
+from ..core.ratelimit.decision import Decision, Reason
+from ..core.ratelimit.denycache import shifted
+from ..core.ratelimit.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
+from ..core.ratelimit.overrides import Override
+from ..core.ratelimit.protocol import StoreRequest, StoreResponse, algorithm_of, refund_of
+from ..core.ratelimit.rates import Limit
+from ..core.ratelimit.rule import check_all, combine
 from .exchange import Exchange, Handler, problem_response
 from .operations import Operating
 from .ports import Services
@@ -333,8 +333,9 @@ class RateLimit:
                 self._held_payload.pop(next(iter(self._held_payload)))
         if holding is None:
             capacity = min(limit.capacity for limit in check.limits)
-            merge = all(algorithm.lease_records_merge for algorithm in check.algorithms)
-            grows = any(algorithm.lease_supply_grows for algorithm in check.algorithms)
+            leased = [a for a in check.algorithms if isinstance(a, Leasable)]
+            merge = all(algorithm.lease_records_merge for algorithm in leased)
+            grows = any(algorithm.lease_supply_grows for algorithm in leased)
             holding = self._held[slot] = Holding(
                 check.lease_ttl_ms, capacity, merge=merge, young_rates=grows
             )

@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..algorithms import ALGORITHMS, make_algorithm
 from ..caching.fields import HOP_BY_HOP, is_token
 from ..caching.settings import parse_cache
 from ..canonical import MATRIX_MODES
@@ -47,10 +46,11 @@ from ..http.origin_headers import (
 )
 from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part, shared_by_address
-from ..leases import LEASABLE, default_ttl, lease_reserve_ok
 from ..matching import PathPattern, host_covers, parse_host_pattern
-from ..protocol import algorithm_of
-from ..rates import MAX_QUOTA, Limit, Rate, parse_rate, parse_rates
+from ..ratelimit.algorithms import ALGORITHMS, Leasable, make_algorithm
+from ..ratelimit.leases import LEASABLE, default_ttl, lease_reserve_ok
+from ..ratelimit.protocol import algorithm_of
+from ..ratelimit.rates import MAX_QUOTA, Limit, Rate, parse_rate, parse_rates
 from ..resilience.breaker import BreakerSettings
 from ..resilience.retry import IDEMPOTENT_METHODS, RetrySettings, parse_retry
 from ..routing.origins import (
@@ -805,6 +805,8 @@ def _parse_leases(
             bucket = ALGORITHMS[algorithm](limit)
         except ValueError:
             return 0  # the limit itself is refused where it is written
+        if not isinstance(bucket, Leasable):
+            return 0  # refused above
         reserve = bucket.lease_reserve(ttl)
         if reserve * 10 >= limit.capacity:
             advice = (

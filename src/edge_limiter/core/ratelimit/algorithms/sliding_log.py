@@ -28,8 +28,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from typing import Any
 
+from ...errors import StateError
 from ..decision import Decision
-from ..errors import StateError
 from .base import Algorithm, decode_ints, validate_cost
 
 Entry = tuple[int, int]

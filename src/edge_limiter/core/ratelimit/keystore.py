@@ -25,7 +25,7 @@ What it does per request, and why (the per-request costs measured on workerd are
   and changes are written at most that long after, in one batch. A restart of the object
   (a deploy, an eviction, a crash) forgets the admissions of at most that last interval;
   that is the trade the platform's own rate-limiting binding makes, offered as a choice.
-- **Leases** (op ``lease``, :mod:`edge_limiter.core.leases`): the grant is a check of the
+- **Leases** (op ``lease``, :mod:`edge_limiter.core.ratelimit.leases`): the grant is a check of the
   granted units, stored like one. Each holder's outstanding lease (units, grant time,
   end) is kept in memory only, to cap what its next request may return: after a restart
   returns are ignored, which can only under-admit. Holders are counted per limit set as
@@ -39,13 +39,13 @@ from array import array
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from ..errors import ProtocolError, StateError
 from .algorithms import make_algorithm
 from .algorithms.base import Algorithm
+from .algorithms.leasable import Leasable
 from .decision import Decision
-from .errors import ProtocolError, StateError
 from .lease_plan import Plan, plan_window, plans
 from .leases import PACE_UNITS, grant_size, pace_ms
-from .limiter import check_all, combine, peek_all, refund_all
 from .protocol import (
     DEFAULT_CLEANUP_AFTER_MS,
     MAX_SHARED_STATE_INTS,
@@ -54,6 +54,7 @@ from .protocol import (
     parse_row_id,
     row_id,
 )
+from .rule import check_all, combine, peek_all, refund_all
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS limits ("
@@ -617,9 +618,10 @@ class KeyStore:
         compiled = self.lease_shapes.get(shape)
         if compiled is None:
             compiled = self._compile_request(request, shape, self.lease_shapes)
-        algorithms, ids = compiled.algorithms, compiled.ids
-        for algorithm in algorithms:
-            if not algorithm.leasable:
+        ids = compiled.ids
+        algorithms = tuple(a for a in compiled.algorithms if isinstance(a, Leasable))
+        for algorithm in compiled.algorithms:
+            if not isinstance(algorithm, Leasable):
                 raise ProtocolError(f"algorithm {algorithm.name!r} cannot lease")
         if not self.loaded:
             self._load()
@@ -706,7 +708,7 @@ class KeyStore:
                     held = record
         if planned:
             answer = self._planned(
-                request, compiled, holders, states=states, current=current, now=now
+                request, compiled, algorithms[0], holders, states=states, current=current, now=now
             )
             if isinstance(answer, str):
                 return answer
@@ -868,6 +870,7 @@ class KeyStore:
         self,
         request: StoreRequest,
         compiled: _Compiled,
+        algorithm: Leasable[Any],
         holders: _Holders,
         *,
         states: Sequence[Any],
@@ -884,7 +887,6 @@ class KeyStore:
         holder the plan does not know: an answer lost on the way costs that isolate the
         rest of the window, never an admission over the limit.
         """
-        algorithm = compiled.algorithms[0]
         window = algorithm.rate.window_ms
         index = now // window
         if holders.plan_index != index:
@@ -1025,7 +1027,7 @@ class KeyStore:
 
 
 def _answer(decisions: Sequence[Decision], combined: Decision) -> str:
-    """The answer's JSON text (see :class:`~edge_limiter.core.protocol.StoreResponse`)."""
+    """The answer's JSON text (see :class:`~edge_limiter.core.ratelimit.protocol.StoreResponse`)."""
     del combined  # the caller combines the per-limit decisions itself
     parts = [
         f"[{'true' if d.allowed else 'false'},{d.limit},{d.remaining},"

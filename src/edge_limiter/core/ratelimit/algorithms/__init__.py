@@ -17,6 +17,7 @@ from ..rates import Limit
 from .base import Algorithm
 from .fixed_window import FixedWindow, FixedWindowState
 from .gcra import GCRA, GCRAState
+from .leasable import Leasable
 from .sliding_log import SlidingLog, SlidingLogState
 from .sliding_window import SlidingWindowCounter, SlidingWindowState
 from .token_bucket import TokenBucket, TokenBucketState
@@ -28,6 +29,7 @@ __all__ = [
     "FixedWindow",
     "FixedWindowState",
     "GCRAState",
+    "Leasable",
     "SlidingLog",
     "SlidingLogState",
     "SlidingWindowCounter",

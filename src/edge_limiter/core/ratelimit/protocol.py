@@ -1,7 +1,7 @@
 """The one-call protocol between the Worker and a key's Durable Object, as pure functions.
 
 The Worker sends a :class:`StoreRequest` (JSON text); the Durable Object decides it with
-its own clock (:class:`edge_limiter.core.keystore.KeyStore`), writes what changed and
+its own clock (:class:`edge_limiter.core.ratelimit.keystore.KeyStore`), writes what changed and
 answers with a :class:`StoreResponse` (JSON text).
 
 Each limit's state lives in one row keyed by :func:`row_id`, which includes the
@@ -15,12 +15,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ProtocolError
 from .algorithms import ALGORITHMS
 from .decision import Decision, Reason
-from .errors import ProtocolError
 from .lease_plan import Allowance
-from .limiter import combine
 from .rates import Limit, Rate
+from .rule import combine
 
 OPS = ("check", "peek", "refund", "reset", "lease")
 #: The longest lease holder id (an isolate's random id).
@@ -59,7 +59,7 @@ class StoreRequest:
     observed_rate: int = 0
     """``lease``: the holder's own demand for the key, in units per second as its meter
     measured it (0: not reported). The object sizes grants by each holder's share of the
-    total demand it was told (:func:`edge_limiter.core.leases.grant_size`)."""
+    total demand it was told (:func:`edge_limiter.core.ratelimit.leases.grant_size`)."""
     stamp: bool = False
     """``check``: answer an admission with the object's clock (``StoreResponse.at``), for
     a route that may give the request back (``refund_on``)."""
@@ -222,9 +222,9 @@ class StoreResponse:
     ask_at: int = 0
     """A rationed grant on a limit whose supply grows before the lease's end (a sliding
     window's lease cut by its window's end): when the holder may ask again (the object's
-    clock; :func:`edge_limiter.core.leases.pace_ms`), instead of at the lease's end."""
+    clock; :func:`edge_limiter.core.ratelimit.leases.pace_ms`), instead of at the lease's end."""
     allowance: Allowance | None = None
-    """A sliding window's planned grant (:mod:`edge_limiter.core.lease_plan`): the
+    """A sliding window's planned grant (:mod:`edge_limiter.core.ratelimit.lease_plan`): the
     holder's units as they accrue until the window's end (``granted`` is their total)."""
     grant_wait_ms: int = 0
     """A rationed grant: how long from the answer until the object could grant the

@@ -20,17 +20,18 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from ...errors import StateError
 from ..decision import Decision
-from ..errors import StateError
 from ..rates import Limit
-from .base import Algorithm, decode_ints, new_tuple, validate_cost
+from .base import decode_ints, new_tuple, validate_cost
+from .leasable import Leasable
 
 GCRAState: TypeAlias = int
 """The theoretical arrival time, in ms multiplied by the quota. A plain int: ``check``
-makes one per admitted request (see ``edge_limiter.core.algorithms.base``)."""
+makes one per admitted request (see ``edge_limiter.core.ratelimit.algorithms.base``)."""
 
 
-class GCRA(Algorithm[GCRAState]):
+class GCRA(Leasable[GCRAState]):
     """Up to ``burst`` at once, then one unit every ``window_ms / quota`` ms."""
 
     name = "gcra"
@@ -103,7 +104,7 @@ class GCRA(Algorithm[GCRAState]):
         tat = max(state, now_scaled) - cost * self.rate.window_ms
         return tat if tat > now_scaled else None
 
-    leasable = True
+    # --- leases (the lease protocol: :mod:`.leasable`) ---
 
     def grantable(self, state: GCRAState | None, now: int, ttl_ms: int) -> int:
         """Whole units that fit with a reserve of ``ttl_ms`` of emission left."""

@@ -1,6 +1,6 @@
 """The interface every rate-limiting algorithm implements.
 
-An algorithm instance is configured with one :class:`~edge_limiter.core.rates.Limit` (a rate and,
+An algorithm instance is configured with one :class:`~edge_limiter.core.ratelimit.rates.Limit` (a rate and,
 for the bucket-shaped ones, a burst). Its state is immutable plain data (a tuple of ints,
 an int, or for the sliding log a named tuple of entries) that :meth:`Algorithm.encode`
 turns into a JSON-able list for one SQLite row. ``None`` is the fresh state: a key never
@@ -18,8 +18,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar, Generic, TypeVar
 
+from ...errors import StateError
 from ..decision import Decision, Reason
-from ..errors import StateError
 from ..rates import MAX_QUOTA, Limit
 
 S = TypeVar("S")
@@ -122,74 +122,6 @@ class Algorithm(ABC, Generic[S]):
         ended since keeps what it counted (giving it back in a later window would admit
         it twice there), and a log gives back that request's own entry.
         """
-
-    # --- leases (see :mod:`edge_limiter.core.leases`) -----------------------------------
-
-    leasable: ClassVar[bool] = False
-    """Whether a key's Durable Object may hand units of this limit to an isolate ahead of
-    use (a lease). An algorithm that is not leasable grants nothing."""
-
-    lease_supply_grows: ClassVar[bool] = True
-    """Whether what is grantable grows while a lease runs (a bucket refills, a sliding
-    window's previous count slides out). Only where it does not (a fixed window) does a
-    holder given a rationed share wait for its lease's end: elsewhere it asks again."""
-
-    def lease_growth(self, state: S | None, now: int) -> float:
-        """How fast what is grantable grows at ``now``, in units per ms, while nothing is
-        taken: the refill rate here (a bucket); a sliding window's slide-out rate."""
-        del state, now
-        return self.rate.quota / self.rate.window_ms if self.lease_supply_grows else 0.0
-
-    def grantable(self, state: S | None, now: int, ttl_ms: int) -> int:
-        """The most units a lease of ``ttl_ms`` granted at ``now`` may take from ``state``.
-
-        A grant of at most this many, made with :meth:`check`, keeps every use of the
-        lease's units (at any instant before :meth:`lease_expiry`) within the limit.
-        """
-        del state, now, ttl_ms
-        return 0
-
-    def lease_expiry(self, now: int, ttl_ms: int) -> int:
-        """When a lease granted at ``now`` for ``ttl_ms`` ends (its units are void from then)."""
-        return now + ttl_ms
-
-    def lease_reserve(self, ttl_ms: int) -> int:
-        """Units a lease grant leaves untouched (rounded up): 0 unless use may lag a take."""
-        del ttl_ms
-        return 0
-
-    lease_plans: ClassVar[bool] = False
-    """Whether the object may share the supply of a window out in a plan
-    (:mod:`edge_limiter.core.lease_plan`): a sliding window's, which grows until the
-    window's end. The algorithm then has ``plan_counts`` and ``plan_commit``."""
-
-    def plan_counts(self, state: S | None, now: int) -> tuple[int, int]:
-        """``(current, previous)``: the counts a plan shares the room of (``lease_plans``)."""
-        raise NotImplementedError(f"{self.name} makes no lease plans")
-
-    def plan_commit(self, state: S | None, now: int, units: int) -> S | None:
-        """``state`` with a plan's ``units`` counted at once (``lease_plans``)."""
-        raise NotImplementedError(f"{self.name} makes no lease plans")
-
-    lease_records_merge: ClassVar[bool] = False
-    """Whether a holder's outstanding grants may be kept as one record (their units
-    summed) whose unused units come back in any order: true for the windows, whose refund
-    is exact for any unit taken in the current window (a lease never outlives it); not
-    for the buckets, whose refund depends on when each grant was taken."""
-
-    lease_late_returns: ClassVar[bool] = False
-    """Whether units of a lease that ended unused are still worth giving back after the
-    window that counted them has ended: a sliding window's next window weighs it."""
-
-    def lease_refundable(self, granted: int, unused: int, granted_at: int, now: int) -> int:
-        """How many of a lease's ``unused`` units :meth:`refund` may give back at ``now``.
-
-        The caller has checked that the lease (``granted`` units taken at ``granted_at``)
-        has not expired. By default all of them: the windows' refund is exact within the
-        window the units were taken in, and a lease never outlives that window.
-        """
-        del granted, granted_at, now
-        return unused
 
     def reset(self) -> S | None:
         """Forget everything about the key: the fresh state."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import RateParseError
+from ..errors import RateParseError
 
 SECOND_MS = 1_000
 MINUTE_MS = 60 * SECOND_MS

@@ -36,17 +36,18 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from ...errors import StateError
 from ..decision import Decision
-from ..errors import StateError
-from .base import Algorithm, decode_ints, new_tuple, validate_cost
+from .base import decode_ints, new_tuple, validate_cost
+from .leasable import Leasable
 
 SlidingWindowState: TypeAlias = tuple[int, int, int]
 """``(window_index, current, previous)``: the cost admitted in window ``window_index``
 (``current``) and in the one before. A plain tuple, made once per admitted request (see
-``edge_limiter.core.algorithms.base``)."""
+``edge_limiter.core.ratelimit.algorithms.base``)."""
 
 
-class SlidingWindowCounter(Algorithm[SlidingWindowState]):
+class SlidingWindowCounter(Leasable[SlidingWindowState]):
     """An approximate rolling window from two fixed-window counters."""
 
     name = "sliding_window"
@@ -167,14 +168,15 @@ class SlidingWindowCounter(Algorithm[SlidingWindowState]):
         taken = min(cost, current)
         return self._wrap(index, current - taken, max(0, previous - (cost - taken)))
 
-    leasable = True
+    # --- leases (the lease protocol: :mod:`.leasable`) ---
+
     lease_records_merge = True
     lease_plans = True
     lease_late_returns = True
 
     def plan_counts(self, state: SlidingWindowState | None, now: int) -> tuple[int, int]:
         """``(current, previous)`` as of ``now``: what a plan shares out is the room they
-        leave (see :func:`edge_limiter.core.lease_plan.plan_window`)."""
+        leave (see :func:`edge_limiter.core.ratelimit.lease_plan.plan_window`)."""
         _, current, previous, _ = self._at(state, now)
         return current, previous
 

@@ -28,18 +28,19 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from ...errors import StateError
 from ..decision import Decision
-from ..errors import StateError
 from ..rates import Limit
-from .base import Algorithm, decode_ints, new_tuple, validate_cost
+from .base import decode_ints, new_tuple, validate_cost
+from .leasable import Leasable
 
 TokenBucketState: TypeAlias = tuple[int, int]
 """``(level_scaled, updated_at)``: the bucket level (tokens * ``window_ms``) as of
 ``updated_at`` (ms). A plain tuple: ``check`` makes one per admitted request, and a named
-tuple cost several times as much to build (see ``edge_limiter.core.algorithms.base``)."""
+tuple cost several times as much to build (see ``edge_limiter.core.ratelimit.algorithms.base``)."""
 
 
-class TokenBucket(Algorithm[TokenBucketState]):
+class TokenBucket(Leasable[TokenBucketState]):
     """Up to ``burst`` at once, refilled continuously at ``rate.quota`` per ``rate.window_ms``.
 
     ``burst`` defaults to the quota.
@@ -132,7 +133,7 @@ class TokenBucket(Algorithm[TokenBucketState]):
             return None
         return level, as_of
 
-    leasable = True
+    # --- leases (the lease protocol: :mod:`.leasable`) ---
 
     def grantable(self, state: TokenBucketState | None, now: int, ttl_ms: int) -> int:
         """Whole tokens above a reserve of ``ttl_ms`` of refill (0 if the clock went back)."""

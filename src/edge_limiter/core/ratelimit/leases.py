@@ -49,13 +49,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .algorithms import ALGORITHMS
+from .algorithms import ALGORITHMS, Leasable
 from .decision import Decision, Reason
 from .lease_plan import Allowance
 from .protocol import StoreResponse
 from .rates import Limit
 
-LEASABLE = frozenset(name for name, cls in ALGORITHMS.items() if cls.leasable)
+LEASABLE = frozenset(name for name, cls in ALGORITHMS.items() if issubclass(cls, Leasable))
 """The algorithms a route may lease."""
 
 #: The rate meter's period: the isolate's rate is measured over about this much time.
@@ -99,7 +99,7 @@ def lease_reserve_ok(limit: Limit, algorithm: str, ttl_ms: int) -> str | None:
     cls = ALGORITHMS.get(algorithm)
     if cls is None:
         return f"unknown algorithm {algorithm!r}"
-    if not cls.leasable:
+    if not issubclass(cls, Leasable):
         leasable = ", ".join(sorted(LEASABLE))
         return f"algorithm {algorithm!r} cannot lease (leasable: {leasable})"
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:
@@ -453,9 +453,9 @@ class PlannedLease(Lease):
 
 def lease_reserves(limits: Sequence[Limit], algorithm: str, ttl_ms: int) -> list[int]:
     """Each limit's reserve on a leased route (units no lease takes: see
-    :meth:`~edge_limiter.core.algorithms.base.Algorithm.lease_reserve`), 0 for the windows."""
+    :meth:`~edge_limiter.core.ratelimit.algorithms.base.Algorithm.lease_reserve`), 0 for the windows."""
     cls = ALGORITHMS.get(algorithm)
-    if cls is None or not cls.leasable:
+    if cls is None or not issubclass(cls, Leasable):
         return [0] * len(limits)
     return [cls(limit).lease_reserve(ttl_ms) for limit in limits]
 

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from ...errors import StateError
 from ..decision import Decision
-from ..errors import StateError
-from .base import Algorithm, decode_ints, new_tuple, validate_cost
+from .base import decode_ints, new_tuple, validate_cost
+from .leasable import Leasable
 
 FixedWindowState: TypeAlias = tuple[int, int]
 """``(window_index, used)``: the cost admitted so far in the window ``window_index``. A
-plain tuple, made once per admitted request (see ``edge_limiter.core.algorithms.base``)."""
+plain tuple, made once per admitted request (see ``edge_limiter.core.ratelimit.algorithms.base``)."""
 
 
-class FixedWindow(Algorithm[FixedWindowState]):
+class FixedWindow(Leasable[FixedWindowState]):
     """At most ``quota`` per aligned window."""
 
     name = "fixed_window"
@@ -85,7 +86,8 @@ class FixedWindow(Algorithm[FixedWindowState]):
             return self._wrap(index, count)
         return self._wrap(index, max(0, count - cost))
 
-    leasable = True
+    # --- leases (the lease protocol: :mod:`.leasable`) ---
+
     lease_records_merge = True
     lease_supply_grows = False
 

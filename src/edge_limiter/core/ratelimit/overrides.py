@@ -22,11 +22,11 @@ from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import unquote
 
+from ..durations import parse_duration
+from ..errors import DurationError, EdgeLimiterError, RateParseError
+from ..validation import shown
 from .algorithms import make_algorithm
-from .durations import parse_duration
-from .errors import DurationError, EdgeLimiterError, RateParseError
 from .rates import Limit, Rate, parse_rates
-from .validation import shown
 
 ALL_ROUTES = "*"
 MAX_KEY_LENGTH = 512
