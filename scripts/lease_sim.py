@@ -46,7 +46,8 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from edge_limiter.core.ratelimit.algorithms import make_algorithm  # noqa: E402
 from edge_limiter.core.ratelimit.keystore import KeyStore  # noqa: E402
-from edge_limiter.core.ratelimit.leases import Ask, Holding, default_ttl  # noqa: E402
+from edge_limiter.core.ratelimit.leases.holding import Ask, Holding  # noqa: E402
+from edge_limiter.core.ratelimit.leases.policy import default_ttl  # noqa: E402
 from edge_limiter.core.ratelimit.protocol import StoreRequest, StoreResponse  # noqa: E402
 from edge_limiter.core.ratelimit.rates import Limit, Rate  # noqa: E402
 
@@ -71,7 +72,7 @@ class Scenario:
     limit: Limit
     algorithm: str = "token_bucket"
     ttl_ms: int | None = None
-    """None: the algorithm family's default (:func:`edge_limiter.core.ratelimit.leases.default_ttl`)."""
+    """None: the algorithm family's default (:func:`~edge_limiter.core.ratelimit.leases.policy.default_ttl`)."""
     skew: float = 1.0
     duration_ms: int = 4_000
     delay_us: tuple[int, int] = (500, 2_500)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from edge_limiter.core.http.messages import Headers, Response
-from edge_limiter.core.ratelimit.keystore import RATE_MEMORY_TTLS
+from edge_limiter.core.ratelimit.leases.grant import RATE_MEMORY_TTLS
 from edge_limiter.core.ratelimit.rates import Limit, parse_rates
 from scripts.lease_sim import over_admission
 

@@ -23,7 +23,7 @@ from .http.method_override import (
 )
 from .keys import object_name
 from .ratelimit.algorithms import ALGORITHMS, Leasable
-from .ratelimit.lease_plan import plans
+from .ratelimit.leases.plan import plans
 from .routing.geo import ClientLocation, order_origins
 from .routing.origins import CONTINENTS
 

@@ -72,7 +72,7 @@ from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name, written_as_labelled
 from ..core.ratelimit.decision import Reason
-from ..core.ratelimit.leases import lease_reserves, without_reserve
+from ..core.ratelimit.leases.policy import lease_reserves, without_reserve
 from ..core.ratelimit.overrides import OverrideError, decode_overrides, parse_override
 from ..core.ratelimit.protocol import StoreRequest, StoreResponse
 from ..core.ratelimit.rule import combine

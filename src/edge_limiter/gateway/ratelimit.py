@@ -37,7 +37,9 @@ from ..core.keys import object_name
 from ..core.ratelimit.algorithms import Algorithm, Leasable, make_algorithm
 from ..core.ratelimit.decision import Decision, Reason
 from ..core.ratelimit.denycache import shifted
-from ..core.ratelimit.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
+from ..core.ratelimit.leases.holding import Holding, held_back, leased_decisions
+from ..core.ratelimit.leases.lease import Lease
+from ..core.ratelimit.leases.policy import lease_reserve_ok
 from ..core.ratelimit.overrides import Override
 from ..core.ratelimit.protocol import StoreRequest, StoreResponse, algorithm_of, refund_of
 from ..core.ratelimit.rates import Limit

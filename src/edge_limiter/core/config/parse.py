@@ -48,7 +48,7 @@ from ..idempotency.settings import parse_idempotency
 from ..keys import KeyPart, KeySpec, parse_key_part, shared_by_address
 from ..matching import PathPattern, host_covers, parse_host_pattern
 from ..ratelimit.algorithms import ALGORITHMS, Leasable, make_algorithm
-from ..ratelimit.leases import LEASABLE, default_ttl, lease_reserve_ok
+from ..ratelimit.leases.policy import LEASABLE, default_ttl, lease_reserve_ok
 from ..ratelimit.protocol import algorithm_of
 from ..ratelimit.rates import MAX_QUOTA, Limit, Rate, parse_rate, parse_rates
 from ..resilience.breaker import BreakerSettings

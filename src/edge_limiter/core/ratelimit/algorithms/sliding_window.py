@@ -176,7 +176,7 @@ class SlidingWindowCounter(Leasable[SlidingWindowState]):
 
     def plan_counts(self, state: SlidingWindowState | None, now: int) -> tuple[int, int]:
         """``(current, previous)`` as of ``now``: what a plan shares out is the room they
-        leave (see :func:`edge_limiter.core.ratelimit.lease_plan.plan_window`)."""
+        leave (see :func:`~edge_limiter.core.ratelimit.leases.plan.plan_window`)."""
         _, current, previous, _ = self._at(state, now)
         return current, previous
 

@@ -87,7 +87,7 @@ MAX_TTLS = 10
 
 def plans(lease_plans: bool, windows_ms: list[int], ttl_ms: int) -> bool:
     """Whether a route's leases are planned: its algorithm makes plans
-    (``Algorithm.lease_plans``), it has one limit, and that window is at most
+    (``Leasable.lease_plans``), it has one limit, and that window is at most
     :data:`MAX_TTLS` ttls long."""
     return lease_plans and len(windows_ms) == 1 and windows_ms[0] <= MAX_TTLS * ttl_ms
 
@@ -179,6 +179,25 @@ class Plan(NamedTuple):
         return sum(allowance.final for allowance in self.allowances.values())
 
 
+def _stops(holders: Mapping[str, int], end: int, stop_gaps: int, kept: float) -> dict[str, int]:
+    """When each holder's share stops: ``stop_gaps`` of its mean gaps before the window's
+    ``end`` (on the grid), except for the busiest holders whose rates add up to ``kept``
+    units per second: they share the growth until the end (with fewer, the window's last
+    units would outrun their requests)."""
+    last = end - 1  # the window's last instant: every allowance is final by then
+    stops = {
+        holder: min(last, end - _grid(-(-stop_gaps * 1000 // rate)))
+        for holder, rate in holders.items()
+    }
+    covered = 0
+    for holder, rate in sorted(holders.items(), key=lambda item: -item[1]):
+        if covered >= kept:
+            break
+        stops[holder] = last
+        covered += rate
+    return stops
+
+
 def plan_window(
     now: int,
     window_ms: int,
@@ -224,19 +243,7 @@ def plan_window(
     # The plan starts when the supply is no longer negative (a rounding of the estimate
     # can leave it a fraction below zero at first).
     start = max(now, end - room * window_ms // previous)
-    last = end - 1  # the window's last instant: every allowance is final by then
-    stops = {
-        holder: min(last, end - _grid(-(-stop_gaps * 1000 // rate)))
-        for holder, rate in holders.items()
-    }
-    # The busiest holders, enough of them to use the growth as it comes, share it until
-    # the end (with fewer, the window's last units would outrun their requests).
-    covered = 0
-    for holder, rate in sorted(holders.items(), key=lambda item: -item[1]):
-        if covered >= keep_busiest * previous * 1000 / window_ms:
-            break
-        stops[holder] = last
-        covered += rate
+    stops = _stops(holders, end, stop_gaps, keep_busiest * previous * 1000 / window_ms)
     active = {holder: rate for holder, rate in holders.items() if stops[holder] > start}
     if not active:
         return None

@@ -22,7 +22,7 @@ from edge_limiter.core.ratelimit.algorithms import (
 from edge_limiter.core.ratelimit.decision import Decision, Reason
 from edge_limiter.core.ratelimit.rates import DAY_MS, MINUTE_MS, SECOND_MS, Limit, Rate, parse_rate
 
-from .conftest import ALGORITHM_NAMES, FakeClock, RunRequests, StateAfter
+from ..conftest import ALGORITHM_NAMES, FakeClock, RunRequests, StateAfter
 
 MIDNIGHT = 19_675 * DAY_MS  # 2023-11-14T00:00:00Z: minutes and hours are aligned to it
 

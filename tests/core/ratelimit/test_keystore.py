@@ -420,16 +420,16 @@ def test_hundreds_of_admissions_carry_whole(algorithm: str) -> None:
 def test_the_recent_admissions_are_replayed_once_per_change_of_limits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from edge_limiter.core.ratelimit import keystore
+    from edge_limiter.core.ratelimit import carry
 
     calls: list[int] = []
-    real = keystore._Recent.replay
+    real = carry.Recent.replay
 
     def counted(self: Any, algorithm: Any, now: int) -> Any:
         calls.append(now)
         return real(self, algorithm, now)
 
-    monkeypatch.setattr(keystore._Recent, "replay", counted)
+    monkeypatch.setattr(carry.Recent, "replay", counted)
     store = KeyStore(SqliteSql())
     base, override = limits_of("50/10 seconds"), limits_of("80/20 seconds")
     for i in range(5):

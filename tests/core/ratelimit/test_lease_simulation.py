@@ -3,7 +3,7 @@
 The issue's efficiency goal at 10,000 requests/s over 100 isolates (at most one Durable
 Object call per 20 admitted requests, at most 1% under-admission once the limit is
 reached) is asserted in the steady state for every leasable algorithm (the sliding window
-through its per-window plan, :mod:`edge_limiter.core.ratelimit.lease_plan`).
+through its per-window plan, :mod:`edge_limiter.core.ratelimit.leases.plan`).
 """
 
 from __future__ import annotations

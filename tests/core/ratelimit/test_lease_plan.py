@@ -1,4 +1,4 @@
-"""A sliding window's lease plan (``edge_limiter.core.ratelimit.lease_plan``): never more than the
+"""A sliding window's lease plan (``edge_limiter.core.ratelimit.leases.plan``): never more than the
 window's room at any instant, each allowance non-decreasing, and the busiest holders
 sharing the window's last units."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_limiter.core.ratelimit.lease_plan import SCALE, Allowance, Plan, plan_window
+from edge_limiter.core.ratelimit.leases.plan import SCALE, Allowance, Plan, plan_window
 
 T0 = 1_700_000_040_000  # a multiple of every window used here (60 s included)
 

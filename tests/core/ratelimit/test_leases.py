@@ -13,17 +13,12 @@ from hypothesis import strategies as st
 from edge_limiter.core.errors import ProtocolError
 from edge_limiter.core.ratelimit.algorithms import Leasable, make_algorithm
 from edge_limiter.core.ratelimit.decision import Decision, Reason
-from edge_limiter.core.ratelimit.keystore import RATE_MEMORY_TTLS, KeyStore
-from edge_limiter.core.ratelimit.lease_plan import Allowance
-from edge_limiter.core.ratelimit.leases import (
-    Holding,
-    Lease,
-    RateMeter,
-    grant_size,
-    lease_reserve_ok,
-    pace_ms,
-    want,
-)
+from edge_limiter.core.ratelimit.keystore import KeyStore
+from edge_limiter.core.ratelimit.leases.grant import RATE_MEMORY_TTLS, grant_size, pace_ms
+from edge_limiter.core.ratelimit.leases.holding import Holding, RateMeter, want
+from edge_limiter.core.ratelimit.leases.lease import Lease
+from edge_limiter.core.ratelimit.leases.plan import Allowance
+from edge_limiter.core.ratelimit.leases.policy import lease_reserve_ok
 from edge_limiter.core.ratelimit.protocol import StoreRequest, StoreResponse
 from edge_limiter.core.ratelimit.rates import Limit, Rate
 from edge_limiter.testing import SqliteSql
@@ -864,7 +859,7 @@ def test_units_leased_before_a_reset_are_not_given_back_into_the_fresh_allowance
     assert after.granted == 1 and after.decision.remaining == 4
 
 
-# --- a sliding window's plan (edge_limiter.core.ratelimit.lease_plan) -------------------------------
+# --- a sliding window's plan (edge_limiter.core.ratelimit.leases.plan) ------------------------
 
 HUNDRED = (Limit(Rate(100, 1_000)),)
 

@@ -36,7 +36,7 @@ from edge_limiter.core.ratelimit.rule import (
     refund_all,
 )
 
-from .conftest import ALGORITHM_NAMES, FakeClock
+from ..conftest import ALGORITHM_NAMES, FakeClock
 
 
 def rule(text: str, *classes: type[Algorithm[Any]]) -> list[Algorithm[Any]]:
