@@ -41,25 +41,31 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .core.canonical import runtime_path
 from .core.config import Config, parse_config
 from .core.config.sources import apply_environment
-from .core.control import apply_overrides_call, apply_stats_call
+from .core.control import (
+    CONTROL_OBJECT,
+    OVERRIDES,
+    STATS,
+    OverridesAnswer,
+    OverridesCall,
+    SharedControl,
+    StatsAnswer,
+    StatsCall,
+)
 from .core.durations import parse_duration
 from .core.errors import ConfigError
 from .core.explain import explained_client, split_url
 from .core.http.messages import Headers, Request, Response
-from .core.idempotency.protocol import apply_stored
+from .core.idempotency.protocol import CALL, IdempotencyAnswer, IdempotencyCall, RecordStore
+from .core.objects import Ans, Method, Req, Sql, call_text
 from .core.ratelimit.keystore import KeyStore
-from .core.resilience.shared import (
-    SyncCall,
-    apply_sync,
-    decode_shared,
-    encode_shared,
-    state_to_json,
-)
+from .core.ratelimit.protocol import DECIDE, StoreRequest, StoreResponse
+from .core.resilience.breaker import BreakerState
+from .core.resilience.shared import SYNC, SharedBreaker, SyncCall
 from .gateway import (
     ClientBodyError,
     Gateway,
@@ -84,6 +90,7 @@ __all__ = [
     "MemoryControl",
     "MemoryIdempotency",
     "MemoryKV",
+    "MemoryObjects",
     "MemoryStore",
     "OriginCall",
     "OriginConnectError",
@@ -94,6 +101,8 @@ __all__ = [
     "SqliteSql",
     "epoch_ms",
 ]
+
+Logic = TypeVar("Logic")
 
 #: Where a simulation's clock starts: 2023-11-14T22:13:20Z.
 EPOCH_MS = 1_700_000_000_000
@@ -153,22 +162,41 @@ class SqliteSql:
         return [dict(row) for row in self.db.execute(query, args)]
 
 
-class MemoryStore:
-    """The rate limiter's Durable Objects: one :class:`KeyStore` over its own SQLite per
-    object name, the very step the deployed object runs."""
+class MemoryObjects(Generic[Logic]):
+    """Durable Objects of one class in memory: one instance of the object's logic per
+    name, over its own SQLite (:class:`SqliteSql`), each call written and read through
+    its method's codec (:class:`~edge_limiter.core.objects.Method`) as the runtime's
+    binding does: the very logic and codec the deployed objects run."""
+
+    def __init__(self, clock: ManualClock, logic: Callable[[Sql], Logic]) -> None:
+        self.clock = clock
+        self.logic = logic
+        self.objects: dict[str, Logic] = {}
+
+    def object(self, name: str) -> Logic:
+        """The object named ``name`` (made on its first call, as the runtime does)."""
+        found = self.objects.get(name)
+        if found is None:
+            found = self.objects[name] = self.logic(SqliteSql())
+        return found
+
+    def ask(self, name: str, method: Method[Req, Ans], request: Req) -> Ans:
+        """``method`` on the object named ``name``, at the clock's time."""
+        text = call_text(self.object(name), method, method.encode(request), self.clock.now)
+        return method.decode(text, request)
+
+
+class MemoryStore(MemoryObjects[KeyStore]):
+    """The rate limiter's Durable Objects: a :class:`KeyStore` per object name."""
 
     def __init__(self, clock: ManualClock) -> None:
-        self.clock = clock
-        self.objects: dict[str, KeyStore] = {}
+        super().__init__(clock, KeyStore)
         self.calls: list[str] = []
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
         del timeout_ms
         self.calls.append(name)
-        store = self.objects.get(name)
-        if store is None:
-            store = self.objects[name] = KeyStore(SqliteSql())
-        return store.decide(payload, self.clock.now)
+        return self.ask(name, DECIDE, request)
 
 
 class MemoryKV:
@@ -208,66 +236,55 @@ class MemoryKV:
         self.values.pop(key, None)
 
 
-class MemoryIdempotency:
-    """The idempotency records' Durable Objects: the real protocol step on the clock."""
+class MemoryIdempotency(MemoryObjects[RecordStore]):
+    """The idempotency records' Durable Objects: a :class:`RecordStore` per object name
+    (``failing``: every call fails, as an overloaded object's would)."""
 
     def __init__(self, clock: ManualClock) -> None:
-        self.clock = clock
-        self.records: dict[str, str] = {}
+        super().__init__(clock, RecordStore)
         self.calls: list[tuple[str, str]] = []
         self.failing = False
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+    async def call(
+        self, name: str, call: IdempotencyCall, timeout_ms: int = 0
+    ) -> IdempotencyAnswer:
         del timeout_ms
-        self.calls.append((name, json.loads(payload)["op"]))
+        self.calls.append((name, call.op))
         if self.failing:
             raise RuntimeError("Durable Object overloaded")
-        answer, new, _idle = apply_stored(payload, self.records.get(name), self.clock.now)
-        if new is None:
-            self.records.pop(name, None)
-        else:
-            self.records[name] = new
-        return answer
+        return self.ask(name, CALL, call)
 
 
-class MemoryBreakers:
-    """The origins' shared breakers (Durable Objects) in a dict: the real sync step."""
+class MemoryBreakers(MemoryObjects[SharedBreaker]):
+    """The origins' shared breakers (Durable Objects): a :class:`SharedBreaker` per origin
+    (``failing``: every sync fails, as an unreachable object's would)."""
 
-    def __init__(self) -> None:
-        self.states: dict[str, str] = {}
+    def __init__(self, clock: ManualClock | None = None) -> None:
+        super().__init__(clock or ManualClock(), SharedBreaker)
         self.calls: list[str] = []
         self.failing = False
 
-    async def sync(self, name: str, payload: str) -> str:
+    async def sync(self, name: str, call: SyncCall) -> BreakerState:
         self.calls.append(name)
         if self.failing:
             raise RuntimeError("breaker Durable Object unreachable")
-        shared = apply_sync(SyncCall.from_json(payload), decode_shared(self.states.get(name)))
-        self.states[name] = encode_shared(shared)
-        return state_to_json(shared.breaker)
+        return self.ask(name, SYNC, call)
 
 
-class MemoryControl:
-    """The Control Durable Object (overrides, counters): the real steps, on the clock."""
+class MemoryControl(MemoryObjects[SharedControl]):
+    """The Control Durable Object (overrides, counters): one :class:`SharedControl`."""
 
     def __init__(self, clock: ManualClock) -> None:
-        self.clock = clock
-        self.stored: dict[str, str] = {}
+        super().__init__(clock, SharedControl)
         self.calls: list[str] = []
 
-    async def overrides(self, payload: str) -> str:
+    async def overrides(self, call: OverridesCall) -> OverridesAnswer:
         self.calls.append("overrides")
-        answer, stored = apply_overrides_call(payload, self.stored.get("o"), self.clock.now)
-        if stored is not None:
-            self.stored["o"] = stored
-        return answer
+        return self.ask(CONTROL_OBJECT, OVERRIDES, call)
 
-    async def stats(self, payload: str) -> str:
+    async def stats(self, call: StatsCall) -> StatsAnswer:
         self.calls.append("stats")
-        answer, stored = apply_stats_call(payload, self.stored.get("s"), self.clock.now)
-        if stored is not None:
-            self.stored["s"] = stored
-        return answer
+        return self.ask(CONTROL_OBJECT, STATS, call)
 
 
 def _released() -> None:
@@ -553,7 +570,7 @@ class _World:
     store: MemoryStore = field(init=False)
     kv: MemoryKV = field(init=False)
     records: MemoryIdempotency = field(init=False)
-    breakers: MemoryBreakers = field(default_factory=MemoryBreakers)
+    breakers: MemoryBreakers = field(init=False)
     control: MemoryControl = field(init=False)
     logs: list[dict[str, Any]] = field(default_factory=list)
     isolates: list[Simulator] = field(default_factory=list)
@@ -562,15 +579,16 @@ class _World:
         self.store = MemoryStore(self.clock)
         self.kv = MemoryKV(self.clock)
         self.records = MemoryIdempotency(self.clock)
+        self.breakers = MemoryBreakers(self.clock)
         self.control = MemoryControl(self.clock)
 
     def forget(self) -> None:
         """Every object's and KV's state gone, in place (the isolates hold these)."""
         self.store.objects.clear()
         self.kv.values.clear()
-        self.records.records.clear()
-        self.breakers.states.clear()
-        self.control.stored.clear()
+        self.records.objects.clear()
+        self.breakers.objects.clear()
+        self.control.objects.clear()
 
 
 class Simulator:

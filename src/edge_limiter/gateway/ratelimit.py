@@ -41,7 +41,7 @@ from ..core.ratelimit.leases.holding import Holding, held_back, leased_decisions
 from ..core.ratelimit.leases.lease import Lease
 from ..core.ratelimit.leases.policy import lease_reserve_ok
 from ..core.ratelimit.overrides import Override
-from ..core.ratelimit.protocol import StoreRequest, StoreResponse, algorithm_of, refund_of
+from ..core.ratelimit.protocol import StoreRequest, algorithm_of
 from ..core.ratelimit.rates import Limit
 from ..core.ratelimit.rule import check_all, combine
 from .exchange import Exchange, Handler, problem_response
@@ -80,8 +80,8 @@ class Check:
 
     limits: tuple[Limit, ...]
     algorithms: tuple[Algorithm[Any], ...]
-    payload: str
-    refund: str
+    request: StoreRequest
+    refund: StoreRequest
     lease_ttl_ms: int = 0
     """0: every request is checked by the object; else it leases units for this long."""
 
@@ -106,10 +106,16 @@ class Check:
         return cls(
             limits,
             tuple(make_algorithm(algorithm_of(limit, algorithm), limit) for limit in limits),
-            StoreRequest("check", algorithm, limits, cost, *storing, stamp=refunds).to_json(),
-            StoreRequest("refund", algorithm, limits, cost, *storing).to_json(),
+            StoreRequest("check", algorithm, limits, cost, *storing, stamp=refunds),
+            StoreRequest("refund", algorithm, limits, cost, *storing),
             lease_ttl_ms,
         )
+
+    @property
+    def payload(self) -> str:
+        """The check's text: what identifies it in the deny cache and the leases (the
+        request writes it once)."""
+        return self.request.to_json()
 
 
 #: The most keys one route keeps lease bookkeeping for in an isolate (least recent first
@@ -123,7 +129,7 @@ class Admission:
 
     answer: Response | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
-    refund: str | None = None
+    refund: StoreRequest | None = None
     lease: Lease | None = None
     """The lease the request was admitted from (a refund goes back to it)."""
     holding: Holding | None = None
@@ -200,12 +206,12 @@ class RateLimit:
                 # The lease ended while the request was out: the object takes the unit
                 # back, into the window it was granted in (a bucket's, whenever).
                 at = lease.window_end - 1 if lease.window_end else 0
-                exchange.background.defer(self._refund(exchange.key, refund_of(refund, at)))
+                exchange.background.defer(self._refund(exchange.key, refund.for_admission(at)))
         return response
 
-    async def _refund(self, key: str, payload: str) -> None:
+    async def _refund(self, key: str, request: StoreRequest) -> None:
         try:
-            await self.services.store.call(object_name(self.route.name, key), payload)
+            await self.services.store.call(object_name(self.route.name, key), request)
         except Exception as exc:
             self.services.log(
                 {"event": "refund_failed", "route": self.route.name, "error": repr(exc)[:200]}
@@ -280,8 +286,7 @@ class RateLimit:
                     return self._deny(exchange, decisions, digest, 0, override, cached=True)
         started = self.services.clock.now_ms()
         try:
-            answer = await self.services.store.call(name, check.payload, self.timeout_ms)
-            response = StoreResponse.from_json(answer, check.limits)
+            response = await self.services.store.call(name, check.request, self.timeout_ms)
         except (Exception, asyncio.CancelledError) as exc:  # any store failure: the policy decides
             return self._store_failed(exc, exchange, digest)
         latency = self.services.clock.now_ms() - started
@@ -298,7 +303,7 @@ class RateLimit:
             return Admission(
                 headers=rate_limit_headers(decision, decisions),
                 # Given back to the window (or log entry) that counted it.
-                refund=refund_of(check.refund, response.at),
+                refund=check.refund.for_admission(response.at),
                 decisions=decisions,
             )
         if self.shadow:
@@ -434,7 +439,7 @@ class RateLimit:
         the object cannot be reached."""
         ask = holding.request(now, max(1, reserved))
         policy = self.route.limits
-        payload = StoreRequest(
+        request = StoreRequest(
             "lease",
             policy.algorithm,
             check.limits,
@@ -446,10 +451,9 @@ class RateLimit:
             returned_until=ask.returned_until,
             min_units=ask.min_units,
             observed_rate=ask.observed_rate,
-        ).to_json()
+        )
         try:
-            answer = await self.services.store.call(name, payload, self.timeout_ms)
-            response = StoreResponse.from_json(answer, check.limits)
+            response = await self.services.store.call(name, request, self.timeout_ms)
         except BaseException:
             holding.failed(ask)
             raise

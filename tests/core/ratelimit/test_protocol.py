@@ -10,7 +10,6 @@ from edge_limiter.core.ratelimit.protocol import (
     StoreRequest,
     StoreResponse,
     parse_row_id,
-    refund_of,
     row_id,
 )
 from edge_limiter.core.ratelimit.rates import Limit, Rate, parse_rates
@@ -33,10 +32,11 @@ def test_requests_round_trip_with_their_burst_and_write_behind() -> None:
     ):
         assert StoreRequest.from_json(sent.to_json()) == sent
     assert '"wb"' not in StoreRequest("check", "gcra", limits).to_json()
-    # A route's refund payload, for one admission.
-    refund = StoreRequest("refund", "gcra", limits).to_json()
-    assert refund_of(refund, 0) == refund
-    assert StoreRequest.from_json(refund_of(refund, 1_700_000_000_123)).at == 1_700_000_000_123
+    # A route's refund, for one admission.
+    refund = StoreRequest("refund", "gcra", limits)
+    assert refund.for_admission(0).to_json() == refund.to_json()
+    given_back = refund.for_admission(1_700_000_000_123).to_json()
+    assert StoreRequest.from_json(given_back).at == 1_700_000_000_123
 
 
 def test_a_stamped_check_is_answered_with_the_objects_clock_for_its_refund() -> None:
@@ -47,7 +47,7 @@ def test_a_stamped_check_is_answered_with_the_objects_clock_for_its_refund() -> 
     assert StoreResponse.from_json(store.decide(stamped, now), RATES[:1]).at == now
     assert StoreResponse.from_json(store.decide(plain, now), RATES[:1]).at == 0
     # Given back in a later second: that second keeps its count (2 per second).
-    refund = refund_of(StoreRequest("refund", "fixed_window", RATES[:1]).to_json(), now)
+    refund = StoreRequest("refund", "fixed_window", RATES[:1]).for_admission(now).to_json()
     assert StoreResponse.from_json(store.decide(plain, now + 1_000), RATES[:1]).decision.allowed
     store.decide(refund, now + 1_500)
     assert StoreResponse.from_json(store.decide(plain, now + 1_600), RATES[:1]).decision.allowed

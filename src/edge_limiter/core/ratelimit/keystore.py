@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import ProtocolError, StateError
+from ..objects import Sql
 from .algorithms import make_algorithm
 from .algorithms.base import Algorithm
 from .algorithms.leasable import Leasable
@@ -78,16 +79,6 @@ _ADD_ENTRY = (
     "INSERT INTO log (id, at, cost) VALUES (?, ?, ?) "
     "ON CONFLICT(id, at) DO UPDATE SET cost = cost + excluded.cost"
 )
-
-
-class Sql(Protocol):
-    """The SQL API of a Durable Object's storage, as :class:`KeyStore` uses it."""
-
-    def run(self, query: str, *args: Any) -> None:
-        """Execute a statement that returns no rows."""
-
-    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
-        """Execute a query; its rows as dicts."""
 
 
 #: A row's change: a log entry added, or the row (or whole log) written as memory holds it.

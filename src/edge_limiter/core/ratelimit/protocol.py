@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from ..errors import ProtocolError
+from ..objects import Method
 from .algorithms import ALGORITHMS, Algorithm, make_algorithm
 from .algorithms.base import new_tuple
 from .decision import Decision, Reason
@@ -69,9 +70,23 @@ class StoreRequest:
     """``refund``: when the object admitted the request given back (its answer's ``at``):
     a window that has ended since keeps what it counted, and a log gives back that entry.
     0: give back from what the key holds now (an operator's refund)."""
+    _text: str = field(default="", init=False, repr=False, compare=False)
+    """The request's text, once written (a route sends the same few requests again and
+    again: each is written once)."""
+
+    def for_admission(self, at: int) -> StoreRequest:
+        """This refund, for the request the object admitted at ``at`` (0: unknown)."""
+        return replace(self, at=at) if at else self
 
     def to_json(self) -> str:
-        """Compact JSON text for the RPC call."""
+        """Compact JSON text for the RPC call (written once per request object)."""
+        if self._text:
+            return self._text
+        text = self._written()
+        object.__setattr__(self, "_text", text)  # frozen: a cache of its own fields
+        return text
+
+    def _written(self) -> str:
         data: dict[str, Any] = {
             "op": self.op,
             "algorithm": self.algorithm,
@@ -224,11 +239,6 @@ def shared_rows(
         None if state is None else algorithm.encode(state)
         for algorithm, state in zip(algorithms, live, strict=True)
     )
-
-
-def refund_of(payload: str, at: int) -> str:
-    """A route's refund payload (JSON text) for a request the object admitted at ``at``."""
-    return f'{payload[:-1]},"at":{at}}}' if at else payload
 
 
 def _int_field(data: dict[str, Any], key: str, default: int, least: int, what: str) -> int:
@@ -446,3 +456,11 @@ def parse_row_id(rid: str) -> tuple[str, Limit] | None:
     except ValueError:
         return None
     return (algorithm, limit) if algorithm in ALGORITHMS else None
+
+
+def _answer_of(text: str, request: StoreRequest) -> StoreResponse:
+    return StoreResponse.from_json(text, request.limits)
+
+
+DECIDE: Method[StoreRequest, StoreResponse] = Method("decide", StoreRequest.to_json, _answer_of)
+"""``RateLimiter.decide``: one store request, its answer (:mod:`edge_limiter.core.objects`)."""
