@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ProtocolError
-from .objects import Method, Sql, SqlCell
+from .objects import Method, Sql, SqlCell, json_object, malformed
 from .ratelimit.overrides import MAX_OVERRIDES, Override, decode_overrides, encode_overrides
 from .stats import StatsBatch, merge, summary
 
@@ -51,8 +51,8 @@ class OverridesCall:
     @classmethod
     def from_json(cls, text: str) -> OverridesCall:
         """Parse and validate; raises :class:`ProtocolError` naming what is wrong."""
+        data = json_object(text, "overrides call")
         try:
-            data = json.loads(text)
             op = data["op"]
             override = None
             if op == "put":
@@ -62,7 +62,7 @@ class OverridesCall:
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
-            raise ProtocolError(f"malformed overrides call: {exc}") from exc
+            raise malformed("overrides call", exc) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +95,8 @@ class OverridesAnswer:
     def from_json(cls, text: str) -> OverridesAnswer:
         """Parse an answer; raises :class:`ProtocolError` naming what is wrong (overrides
         that cannot be read are dropped, as the object drops them)."""
+        data = json_object(text, "overrides answer")
         try:
-            data = json.loads(text)
-            if not isinstance(data, dict):
-                raise ProtocolError("an overrides answer must be a JSON object")
             if "error" in data:
                 return cls(error=str(data["error"]))
             listed = data["overrides"]
@@ -116,7 +114,7 @@ class OverridesAnswer:
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
-            raise ProtocolError(f"malformed overrides answer: {exc}") from exc
+            raise malformed("overrides answer", exc) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,16 +146,16 @@ class StatsCall:
     @classmethod
     def from_json(cls, text: str) -> StatsCall:
         """Parse and validate; raises :class:`ProtocolError` naming what is wrong."""
+        data = json_object(text, "stats call")
         try:
-            data = json.loads(text)
             batch = data.get("batch")
             if batch is not None and not isinstance(batch, dict):
                 raise ProtocolError(f"malformed stats batch: {batch!r}")
             return cls(data["op"], batch)
         except ProtocolError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ProtocolError(f"malformed stats call: {exc}") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise malformed("stats call", exc) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +171,7 @@ class StatsAnswer:
     @classmethod
     def from_json(cls, text: str) -> StatsAnswer:
         """Parse an answer; raises :class:`ProtocolError` naming what is wrong."""
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ProtocolError(f"malformed stats answer: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ProtocolError(f"a stats answer must be a JSON object, got {text[:80]!r}")
+        data = json_object(text, "stats answer")
         return cls(None if data == {"ok": True} else data)
 
 

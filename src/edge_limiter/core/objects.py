@@ -26,9 +26,12 @@ Nothing here touches the runtime: pure and standard-library only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
+
+from .errors import ProtocolError
 
 Req = TypeVar("Req")
 Ans = TypeVar("Ans")
@@ -92,3 +95,23 @@ def call_text(logic: Any, method: Method[Any, Any], text: str, now: int) -> str:
     """Hand one call's text to the object's logic (its method of the same name)."""
     step: Callable[[str, int], str] = getattr(logic, method.name)
     return step(text, now)
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """The JSON object a message's text holds; raises :class:`ProtocolError` saying
+    ``what`` the text was meant to be when it is not JSON, or not an object."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ProtocolError(f"malformed {what}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProtocolError(f"a {what} must be a JSON object, got {str(text)[:80]!r}")
+    return data
+
+
+def malformed(what: str, exc: Exception) -> ProtocolError:
+    """The error for a ``what`` that cannot be read, naming why: a missing field by its
+    name, else what the reader said."""
+    if isinstance(exc, KeyError):
+        return ProtocolError(f"malformed {what}: missing field {exc.args[0]!r}")
+    return ProtocolError(f"malformed {what}: {exc}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import IdempotencyRecordError, ProtocolError
-from ..objects import Method, Sql, SqlCell
+from ..objects import Method, Sql, SqlCell, malformed
 from .records import (
     ClaimResult,
     Outcome,
@@ -106,7 +106,7 @@ class IdempotencyCall:
         except ProtocolError:
             raise
         except (ValueError, TypeError, KeyError, IdempotencyRecordError) as exc:
-            raise ProtocolError(f"malformed idempotency call: {exc}") from exc
+            raise malformed("idempotency call", exc) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +158,7 @@ class IdempotencyAnswer:
         except ProtocolError:
             raise
         except (ValueError, TypeError, KeyError, IdempotencyRecordError) as exc:
-            raise ProtocolError(f"malformed idempotency answer: {exc}") from exc
+            raise malformed("idempotency answer", exc) from exc
 
 
 def apply_call(call: IdempotencyCall, record: Record | None, now: int) -> tuple[str, Record | None]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from ..errors import ProtocolError
-from ..objects import Method
+from ..objects import Method, json_object, malformed
 from .algorithms import ALGORITHMS, Algorithm, make_algorithm
 from .algorithms.base import new_tuple
 from .decision import Decision, Reason
@@ -123,7 +123,7 @@ class StoreRequest:
     def from_json(cls, text: str) -> StoreRequest:
         """Parse and validate; raises :class:`ProtocolError`."""
         try:
-            data = json.loads(text)
+            data = json_object(text, "store request")
             op = data["op"]
             if op not in OPS:
                 raise ProtocolError(f"unknown op {op!r}")
@@ -180,7 +180,7 @@ class StoreRequest:
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
-            raise ProtocolError(f"malformed store request: {exc}") from exc
+            raise malformed("store request", exc) from exc
 
 
 class Compiled(NamedTuple):
@@ -353,11 +353,13 @@ class StoreResponse(NamedTuple):
     @classmethod
     def from_json(cls, text: str, limits: tuple[Limit, ...]) -> StoreResponse:
         """Parse an answer for a request over ``limits``; raises :class:`ProtocolError`."""
+        data = json_object(text, "store response")
         try:
-            data = json.loads(text)
+            listed = data["ds"]
+            if len(listed) != len(limits):
+                raise ValueError(f"{len(listed)} decisions for {len(limits)} limits")
             decisions = tuple(
-                _decision_from_list(item, limit)
-                for item, limit in zip(data["ds"], limits, strict=True)
+                _decision_from_list(item, limit) for item, limit in zip(listed, limits, strict=True)
             )
             if len(data) == 1:
                 return cls(decisions)  # the usual answer: the decisions, nothing else
@@ -407,7 +409,7 @@ class StoreResponse(NamedTuple):
                 at,
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise ProtocolError(f"malformed store response: {exc}") from exc
+            raise malformed("store response", exc) from exc
 
 
 def checked(

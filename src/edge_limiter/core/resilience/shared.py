@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ProtocolError, StateError
-from ..objects import Method, Sql, SqlCell
+from ..objects import Method, Sql, SqlCell, json_object, malformed
 from .breaker import (
     FORCED,
     BreakerSettings,
@@ -92,8 +92,8 @@ class SyncCall:
     @classmethod
     def from_json(cls, text: str) -> SyncCall:
         """Parse and validate; raises :class:`ProtocolError`."""
+        data = json_object(text, "breaker sync")
         try:
-            data = json.loads(text)
             settings = decode_settings(data["settings"])
             reports = tuple(decode_report(item) for item in data.get("reports", []))
             health = None
@@ -109,7 +109,7 @@ class SyncCall:
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError, StateError) as exc:
-            raise ProtocolError(f"malformed breaker sync: {exc}") from exc
+            raise malformed("breaker sync", exc) from exc
 
 
 def apply_reports(
@@ -276,9 +276,9 @@ def state_to_json(state: BreakerState) -> str:
 def state_from_json(text: str) -> BreakerState:
     """Parse the Durable Object's answer; raises :class:`ProtocolError`."""
     try:
-        return decode_state(json.loads(text)["state"])
+        return decode_state(json_object(text, "breaker answer")["state"])
     except (ValueError, KeyError, TypeError, StateError) as exc:
-        raise ProtocolError(f"malformed breaker answer: {exc}") from exc
+        raise malformed("breaker answer", exc) from exc
 
 
 def _state_of(text: str, call: SyncCall) -> BreakerState:
