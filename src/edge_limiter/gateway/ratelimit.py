@@ -82,6 +82,8 @@ class Check:
     algorithms: tuple[Algorithm[Any], ...]
     request: StoreRequest
     refund: StoreRequest
+    payload: str
+    """The check's text: what identifies it in the deny cache and the leases."""
     lease_ttl_ms: int = 0
     """0: every request is checked by the object; else it leases units for this long."""
 
@@ -103,19 +105,15 @@ class Check:
         the object's clock, for its refund."""
         if lease_ttl_ms and any(lease_reserve_ok(lim, algorithm, lease_ttl_ms) for lim in limits):
             lease_ttl_ms = 0
+        request = StoreRequest("check", algorithm, limits, cost, *storing, stamp=refunds)
         return cls(
             limits,
             tuple(make_algorithm(algorithm_of(limit, algorithm), limit) for limit in limits),
-            StoreRequest("check", algorithm, limits, cost, *storing, stamp=refunds),
+            request,
             StoreRequest("refund", algorithm, limits, cost, *storing),
+            request.to_json(),
             lease_ttl_ms,
         )
-
-    @property
-    def payload(self) -> str:
-        """The check's text: what identifies it in the deny cache and the leases (the
-        request writes it once)."""
-        return self.request.to_json()
 
 
 #: The most keys one route keeps lease bookkeeping for in an isolate (least recent first

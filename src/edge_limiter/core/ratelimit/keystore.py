@@ -44,7 +44,7 @@ from typing import Any
 from ..errors import ProtocolError, StateError
 from ..objects import Sql
 from .algorithms import make_algorithm
-from .algorithms.base import Algorithm
+from .algorithms.base import Algorithm, new_tuple
 from .algorithms.leasable import Leasable
 from .carry import Carry
 from .leases.grant import Grants
@@ -130,6 +130,8 @@ class KeyStore:
         self.grants = Grants()
         """The outstanding leases, by limit set (memory only)."""
         self.carry = Carry()
+        self.recent = self.carry.recent
+        """The key's latest admissions (the carry's, read on every admission)."""
 
     # --- loading ------------------------------------------------------------------------
 
@@ -138,7 +140,7 @@ class KeyStore:
         if not self.loaded:
             self._load()
             # Admissions before this object started are unknown, unless nothing was stored.
-            self.carry.recent.since = now if self.states else 0
+            self.recent.since = now if self.states else 0
 
     def _load(self) -> None:
         """Read every row once; rows that cannot be decoded are dropped at the next write."""
@@ -159,7 +161,7 @@ class KeyStore:
                 if len(state):
                     self.states[rid] = state
                     self.idle[rid] = algorithm.idle_at(state)
-                    self._persist(rid, algorithm, state, _REWRITE, cost=0, now=0)
+                    self._persist(rid, algorithm, state, _REWRITE, 0, 0)
                 continue
             self.states[rid] = state
             self.idle[rid] = int(row["idle_at"])
@@ -256,13 +258,16 @@ class KeyStore:
                 return checked(result.decisions, shared_rows(algorithms, states, now))
             if not cost:
                 return checked(result.decisions)
-            self.carry.recent.add(now, cost)
+            self.recent.add(now, cost)
             at = now if compiled.stamp else 0  # for the refund of this admission
             if decision.remaining < cost:
                 # Admitted, and the next request like it would be denied now: the states
                 # go along, so the isolate's deny cache can answer that next request.
                 return checked(result.decisions, shared_rows(algorithms, result.states, now), at)
-            return checked(result.decisions, None, at)
+            # The usual answer, built as checked() builds it, without the call.
+            return new_tuple(
+                StoreResponse, (result.decisions, None, 0, 0, False, 0, 0, None, 0, at)
+            )
         if op == "peek":
             # A peek is the check's answer with nothing stored.
             return checked(check_all(algorithms, states, now, compiled.cost).decisions)
@@ -306,7 +311,7 @@ class KeyStore:
 
     def admitted(self, now: int, units: int) -> None:
         """``units`` were taken from the key at ``now`` (the carry remembers them)."""
-        self.carry.recent.add(now, units)
+        self.recent.add(now, units)
 
     def _reset(self, ids: tuple[str, ...], now: int) -> None:
         """An operator's reset: a fresh allowance, nothing of the key's other rows or
@@ -361,7 +366,7 @@ class KeyStore:
                     else _REWRITE
                 )
             if immediate:
-                self._persist(rid, algorithm, new, change, cost=compiled.cost, now=now)
+                self._persist(rid, algorithm, new, change, compiled.cost, now)
             else:
                 self._pend(rid, new, change, compiled.cost)
         if changed and not immediate:
@@ -398,8 +403,8 @@ class KeyStore:
 
     # --- writing ------------------------------------------------------------------------
 
-    def _persist(
-        self, rid: str, algorithm: Algorithm[Any], state: Any, change: int, *, cost: int, now: int
+    def _persist(  # noqa: PLR0917 - positional: called on every admission, keywords cost
+        self, rid: str, algorithm: Algorithm[Any], state: Any, change: int, cost: int, now: int
     ) -> None:
         """Write one row's change: ``_ADD`` (a log entry of ``cost`` at the log's newest
         time) or ``_REWRITE`` (the row, or the whole log, as memory holds it)."""
@@ -454,7 +459,7 @@ class KeyStore:
             algorithm = self.algorithms[rid]
             state = self.states.get(rid)
             if dirty.rewrite or state is None:
-                self._persist(rid, algorithm, state, _REWRITE, cost=0, now=now)
+                self._persist(rid, algorithm, state, _REWRITE, 0, now)
                 continue
             for stamp, cost in dirty.adds:
                 self._add_entry(rid, algorithm, stamp, cost, now)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .algorithms.base import Algorithm, validate_cost
+from .algorithms.base import Algorithm, new_tuple, validate_cost
 from .decision import Decision
 
 
@@ -62,7 +62,9 @@ def check_all(
     if len(algorithms) == 1 and len(states) == 1:
         # One limit (most routes): its own check is the rule's (it validates the cost).
         decision, state = algorithms[0].check(states[0], now, cost)
-        return RuleResult(decision, (decision,), (state,))
+        # Built as a plain tuple: the named tuple's __new__ is a Python call (every
+        # request of a route takes this path).
+        return new_tuple(RuleResult, (decision, (decision,), (state,)))
     _validate(algorithms, states)
     validate_cost(cost)
     checked = [
