@@ -42,13 +42,13 @@ from project_config import (  # noqa: E402
 BUNDLED_MODULE = "edge_limiter_config.py"
 #: Modules of src/ that are not the Worker's: the simulator for users' own tests
 #: (CPython only; it needs the standard library's sqlite3).
-NOT_SHIPPED = frozenset({Path("edge_limiter") / "testing.py"})
+NOT_SHIPPED = frozenset({Path("edge_limiter") / "testing"})
 
 
 def _copy_python(src: Path, dest: Path) -> list[Path]:
     copied = []
     for path in sorted(src.rglob("*.py")):
-        if "__pycache__" in path.parts or path.relative_to(src) in NOT_SHIPPED:
+        if "__pycache__" in path.parts or NOT_SHIPPED & set(path.relative_to(src).parents):
             continue
         target = dest / path.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
