@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.config import Config, Route
-from ..core.errors import AmbiguousRequestError, ProtocolError, StateError
+from ..core.errors import AmbiguousRequestError, ProtocolError
 from ..core.http import problems
 from ..core.http.fields import (
     REASON_HEADER,
@@ -34,16 +34,15 @@ from ..core.http.fields import (
 )
 from ..core.http.messages import Headers, Response
 from ..core.keys import object_name
-from ..core.ratelimit.algorithms import Algorithm, Leasable, make_algorithm
+from ..core.ratelimit.algorithms import Leasable
+from ..core.ratelimit.check import Check
 from ..core.ratelimit.decision import Decision, Reason
 from ..core.ratelimit.denycache import shifted
 from ..core.ratelimit.leases.holding import Holding, held_back, leased_decisions
 from ..core.ratelimit.leases.lease import Lease
-from ..core.ratelimit.leases.policy import lease_reserve_ok
 from ..core.ratelimit.overrides import Override
-from ..core.ratelimit.protocol import StoreRequest, algorithm_of
-from ..core.ratelimit.rates import Limit
-from ..core.ratelimit.rule import check_all, combine
+from ..core.ratelimit.protocol import StoreRequest
+from ..core.ratelimit.rule import combine
 from .exchange import Exchange, Handler, problem_response
 from .operations import Operating
 from .ports import Services
@@ -72,48 +71,6 @@ def request_key(route: Route, exchange: Exchange) -> str | Response:
             )
         )
     return exchange.key
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One way of counting a route's requests: its limits, encoded once."""
-
-    limits: tuple[Limit, ...]
-    algorithms: tuple[Algorithm[Any], ...]
-    request: StoreRequest
-    refund: StoreRequest
-    payload: str
-    """The check's text: what identifies it in the deny cache and the leases."""
-    lease_ttl_ms: int = 0
-    """0: every request is checked by the object; else it leases units for this long."""
-
-    @classmethod
-    def of(
-        cls,
-        algorithm: str,
-        limits: tuple[Limit, ...],
-        cost: int,
-        storing: tuple[int, int],
-        lease_ttl_ms: int = 0,
-        *,
-        refunds: bool = False,
-    ) -> Check:
-        """``storing``: the store requests' write-behind interval and cleanup delay.
-        ``lease_ttl_ms``: the route's lease ttl, used when every limit can lease with it
-        (an override's limits may not: those are checked per request). ``refunds``: the
-        route gives some requests back (``refund_on``), so each admission is stamped with
-        the object's clock, for its refund."""
-        if lease_ttl_ms and any(lease_reserve_ok(lim, algorithm, lease_ttl_ms) for lim in limits):
-            lease_ttl_ms = 0
-        request = StoreRequest("check", algorithm, limits, cost, *storing, stamp=refunds)
-        return cls(
-            limits,
-            tuple(make_algorithm(algorithm_of(limit, algorithm), limit) for limit in limits),
-            request,
-            StoreRequest("refund", algorithm, limits, cost, *storing),
-            request.to_json(),
-            lease_ttl_ms,
-        )
 
 
 #: The most keys one route keeps lease bookkeeping for in an isolate (least recent first
@@ -277,9 +234,7 @@ class RateLimit:
         if not self.shadow and operating.deny_enabled:
             cached = operating.deny.lookup((name, check.payload), now)
             if cached is not None:
-                decisions = self._replay(
-                    check, cached.rows, cached.decisions, now, cached.denied_at
-                )
+                decisions = check.replay(cached.rows, cached.decisions, now, cached.denied_at)
                 if not combine(decisions).allowed:
                     return self._deny(exchange, decisions, digest, 0, override, cached=True)
         started = self.services.clock.now_ms()
@@ -294,7 +249,7 @@ class RateLimit:
             if response.rows is not None and operating.deny_enabled and not self.shadow:
                 # The object says the key is now at its limit: the next request is decided
                 # here from the states it sent, as after a denial.
-                replayed = self._replay(check, response.rows, decisions, now, now)
+                replayed = check.replay(response.rows, decisions, now, now)
                 if not combine(replayed).allowed:
                     operating.deny.remember((name, check.payload), now, replayed, response.rows)
             self._record("allowed", digest, decision, latency, exchange, override=override)
@@ -503,27 +458,6 @@ class RateLimit:
             holding=holding,
             decisions=decisions,
         )
-
-    def _replay(
-        self,
-        check: Check,
-        rows: tuple[list[int] | None, ...] | None,
-        decisions: tuple[Decision, ...],
-        now: int,
-        denied_at: int,
-    ) -> tuple[Decision, ...]:
-        """The object's decision at ``now``, recomputed from the states it sent (which no
-        admission has changed since); without them, its decisions shifted in time."""
-        if rows is None:
-            return shifted(decisions, now - denied_at)
-        try:
-            states = [
-                None if row is None else algorithm.decode(row)
-                for algorithm, row in zip(check.algorithms, rows, strict=True)
-            ]
-        except (StateError, ValueError):
-            return shifted(decisions, now - denied_at)
-        return check_all(check.algorithms, states, now, self.route.limits.cost).decisions
 
     def _deny(
         self,

@@ -6,6 +6,7 @@
 - :mod:`.algorithms`: one module per algorithm, each a pure ``check`` over plain state,
   and the lease protocol (:class:`~.algorithms.Leasable`) the leasable ones implement;
 - :mod:`.rule`: several limits on one key, all or nothing;
+- :mod:`.check`: a route's limits as its isolate asks about them, made once;
 - :mod:`.protocol`: the rate limiter object's requests and answers, and their codec;
 - :mod:`.keystore`: the object's step (memory first, SQLite behind it);
 - :mod:`.carry`: a key counted under other limits keeps what it used;
