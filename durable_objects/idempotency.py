@@ -1,27 +1,20 @@
-"""The idempotency-record Durable Object: one instance per (route, caller, Idempotency-Key).
+"""The idempotency-record Durable Object: the runtime's shell around
+:class:`~edge_limiter.core.idempotency.protocol.RecordStore`.
 
-The record is one SQLite row. :meth:`IdempotencyRecords.call` is the only way in: load
-the row, run the pure :func:`edge_limiter.core.idempotency.protocol.apply_stored` with
-this object's clock, write or delete the row, answer: one RPC call per step, with no
-``await`` between the read and the write, so claims on one key are serialised by the
-object itself. An alarm deletes the record once it has expired.
+One instance per (route, caller, Idempotency-Key). ``call`` is the only way in: one RPC
+call per step, with no ``await`` between the record's read and its write, so claims on
+one key are serialised by the object itself. An alarm deletes the record once it has
+expired.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from workers import DurableObject
 
-from edge_limiter.core.idempotency.protocol import apply_stored
-from edge_limiter.platform.convert import absent
-
-_SCHEMA = "CREATE TABLE IF NOT EXISTS record (id INTEGER PRIMARY KEY, value TEXT NOT NULL)"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+from edge_limiter.core.idempotency.protocol import RecordStore
+from edge_limiter.platform.storage import ObjectStorage, now_ms
 
 
 class IdempotencyRecords(DurableObject):  # type: ignore[misc]
@@ -29,41 +22,19 @@ class IdempotencyRecords(DurableObject):  # type: ignore[misc]
 
     def __init__(self, ctx: Any, env: Any) -> None:
         super().__init__(ctx, env)
-        self.sql = ctx.storage.sql
-        self.sql.exec(_SCHEMA)
-        self.alarm_at: int | None = None
-
-    def _stored(self) -> str | None:
-        rows = self.sql.exec("SELECT value FROM record WHERE id = 1").toArray()
-        return None if not rows or absent(rows[0]["value"]) else str(rows[0]["value"])
+        self.storage = ObjectStorage(ctx)
+        self.records = RecordStore(self.storage.sql)
 
     async def call(self, payload: str) -> str:
-        """Run one idempotency call (claim, complete, release or get) and answer it."""
-        answer, new, idle_at = apply_stored(str(payload), self._stored(), _now_ms())
-        if new is None:
-            self.sql.exec("DELETE FROM record WHERE id = 1")
-        else:
-            self.sql.exec(
-                "INSERT INTO record (id, value) VALUES (1, ?) "
-                "ON CONFLICT(id) DO UPDATE SET value = excluded.value",
-                new,
-            )
-            if idle_at is not None and (self.alarm_at is None or idle_at > self.alarm_at):
-                # One alarm at the latest instant the record may be deleted; when it fires
-                # early (the record was renewed) it re-arms itself.
-                self.alarm_at = idle_at
-                await self.ctx.storage.setAlarm(idle_at)
+        """Run one idempotency call (claim, complete, extend, release or get) and answer it."""
+        answer = self.records.call(str(payload), now_ms())
+        alarm_at = self.records.alarm_wanted()
+        if alarm_at is not None:
+            await self.storage.set_alarm(alarm_at)
         return answer
 
     async def alarm(self, *_args: Any) -> None:
         """Delete the record once it is no longer live; re-arm while it is."""
-        self.alarm_at = None
-        stored = self._stored()
-        if stored is None:
-            return
-        _answer, _same, idle_at = apply_stored('{"op":"get"}', stored, _now_ms())
-        if idle_at is None or idle_at <= _now_ms():
-            self.sql.exec("DELETE FROM record WHERE id = 1")
-        else:
-            self.alarm_at = idle_at
-            await self.ctx.storage.setAlarm(idle_at)
+        next_at = self.records.alarm(now_ms())
+        if next_at is not None:
+            await self.storage.set_alarm(next_at)

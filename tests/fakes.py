@@ -18,6 +18,7 @@ from typing import Any
 from edge_limiter.core.config import parse_config
 from edge_limiter.core.errors import BodyReadError
 from edge_limiter.core.http.messages import BytesBody, Client, Headers, Request, Response
+from edge_limiter.core.ratelimit.protocol import StoreRequest, StoreResponse
 from edge_limiter.gateway import (
     Gateway,
     OriginRequest,
@@ -38,14 +39,14 @@ from edge_limiter.testing import ManualClock as FakeClock
 
 
 class FailingStore:
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
         raise RuntimeError("Durable Object reset")
 
 
 class HangingStore:
     """Never answers: the port's timeout (as the platform's timer would) ends the wait."""
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
         await asyncio.wait_for(asyncio.Event().wait(), timeout_ms / 1000 if timeout_ms else None)
         raise AssertionError("unreachable")
 

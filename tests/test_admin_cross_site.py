@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from edge_limiter.core.control import OverridesCall
 from edge_limiter.core.http.messages import Response
 
 from .fakes import Harness, body_json, harness, request
@@ -73,14 +74,14 @@ def send(
 
 
 def override_id(h: Harness) -> str:
-    listed = json.loads(asyncio.run(h.control.overrides('{"op":"list"}')))["overrides"]
+    listed = asyncio.run(h.control.overrides(OverridesCall("list"))).describe()["overrides"]
     return str(listed[0]["id"])
 
 
 def state(h: Harness) -> tuple[Any, ...]:
     """What the calls below could change: the key's counters, the cache, the overrides,
     the breaker (and the log lines that say a change was made)."""
-    overrides = json.loads(asyncio.run(h.control.overrides('{"op":"list"}')))["overrides"]
+    overrides = asyncio.run(h.control.overrides(OverridesCall("list"))).describe()["overrides"]
     breakers = body_json(send(h, "GET", "/api/breakers", whole=True))["breakers"]
     effects = [
         r["event"]
@@ -419,7 +420,7 @@ def test_the_page_runs_its_own_script_only_and_has_a_control_for_each_change() -
     # A control for each change, each a call with a JSON body.
     for state_ in ("open", "closed", "auto"):
         assert f'data-op="breaker" data-origin="origin.test" data-state="{state_}"' in html
-    listed = json.loads(asyncio.run(h.control.overrides('{"op":"list"}')))["overrides"]
+    listed = asyncio.run(h.control.overrides(OverridesCall("list"))).describe()["overrides"]
     for override in listed:
         assert f'data-op="delete-override" data-id="{override["id"]}"' in html
     assert '<form id="reset">' in html and '<option value="api">' in html

@@ -26,8 +26,14 @@ def project_modules() -> set[str]:
     modules = {str(p.relative_to(ROOT / "src")) for p in (ROOT / "src").rglob("*.py")}
     modules |= {str(p.relative_to(ROOT)) for p in (ROOT / "durable_objects").rglob("*.py")}
     modules.add("edge_limiter_config.py")
-    modules.discard("edge_limiter/testing.py")  # the users' simulator, not the Worker's
-    return {m for m in modules if "__pycache__" not in m and not m.startswith(TOOLS)}
+    # The users' simulator and the project's tools are not the Worker's.
+    return {
+        m
+        for m in modules
+        if "__pycache__" not in m
+        and not m.startswith("edge_limiter/testing")
+        and not m.startswith(TOOLS)
+    }
 
 
 @pytest.fixture(scope="module", params=[None, "staging"])

@@ -10,6 +10,7 @@ import pytest
 
 from edge_limiter.core.http import problems
 from edge_limiter.core.http.messages import Headers, Response
+from edge_limiter.core.ratelimit.protocol import DECIDE, StoreRequest, StoreResponse
 from edge_limiter.gateway import OriginRequest
 from edge_limiter.gateway.exchange import problem_response
 
@@ -667,8 +668,10 @@ def test_a_shadow_route_admits_when_its_store_fails_even_if_it_fails_closed(
 
 def test_garbage_from_the_store_follows_the_failure_policy() -> None:
     class Garbage:
-        async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
-            return "not json"
+        async def call(
+            self, name: str, request: StoreRequest, timeout_ms: int = 0
+        ) -> StoreResponse:
+            return DECIDE.decode("not json", request)  # the object answered garbage
 
     h = harness({**ROUTE, "on_store_error": "closed"}, store=Garbage())
     assert h.send(request()).status == 503

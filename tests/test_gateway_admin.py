@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from edge_limiter.core.control import OverridesCall
+
 from .fakes import (
     FakeClock,
     Harness,
@@ -582,7 +584,7 @@ def test_the_one_plain_origin_is_forced_by_the_name_clients_are_told_too() -> No
 def test_a_fresh_isolates_peek_sees_the_overrides_set_elsewhere() -> None:
     import asyncio
 
-    from edge_limiter.core.overrides import parse_override
+    from edge_limiter.core.ratelimit.overrides import parse_override
 
     h = gw()
     # Set through another isolate: this one has not loaded the list (no request yet).
@@ -591,7 +593,7 @@ def test_a_fresh_isolates_peek_sees_the_overrides_set_elsewhere() -> None:
         h.clock.now,
         {"api": "sliding_log", "everything": "gcra"},
     )
-    asyncio.run(h.control.overrides(json.dumps({"op": "put", "override": override.describe()})))
+    asyncio.run(h.control.overrides(OverridesCall("put", override)))
     peek = body_json(admin(h, "/api/keys?route=api&key=vip"))
     assert peek["override"]["id"] == override.id
     assert peek["limits"][0]["limit"] == 50

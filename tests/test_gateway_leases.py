@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from edge_limiter.core.control import OverridesCall
 from edge_limiter.core.http.messages import Headers, Response
-from edge_limiter.core.keystore import RATE_MEMORY_TTLS
-from edge_limiter.core.rates import Limit, parse_rates
+from edge_limiter.core.ratelimit.leases.grant import RATE_MEMORY_TTLS
+from edge_limiter.core.ratelimit.protocol import StoreRequest, StoreResponse
+from edge_limiter.core.ratelimit.rates import Limit, parse_rates
 from edge_limiter.tools.lease_sim import over_admission
 
 from .fakes import (
@@ -187,10 +189,10 @@ def _holdings(h: Harness) -> list[Any]:
 class SlowStore(MemoryStore):
     """The key's object, answering after a few turns of the event loop (a round trip)."""
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
         for _ in range(5):
             await asyncio.sleep(0)
-        return await super().call(name, payload)
+        return await super().call(name, request)
 
 
 def test_concurrent_requests_stay_exact() -> None:
@@ -214,11 +216,11 @@ class GatedStore(MemoryStore):
         self.gate: asyncio.Event | None = None
         self.held = 0
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
         if self.gate is not None:
             self.held += 1
             await self.gate.wait()
-        return await super().call(name, payload)
+        return await super().call(name, request)
 
 
 def test_a_lease_asked_for_by_a_client_that_goes_away_still_serves_the_next() -> None:
@@ -299,11 +301,11 @@ class LatentStore(MemoryStore):
         super().__init__(clock)
         self.latency = latency
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
         until = self.clock.now + self.latency
         while self.clock.now < until:
             await asyncio.sleep(0)
-        return await super().call(name, payload)
+        return await super().call(name, request)
 
 
 async def settle(
@@ -520,10 +522,12 @@ def test_a_failed_refresh_is_logged_and_the_lease_keeps_admitting() -> None:
     class FlakyStore(MemoryStore):
         failing = False
 
-        async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+        async def call(
+            self, name: str, request: StoreRequest, timeout_ms: int = 0
+        ) -> StoreResponse:
             if self.failing:
                 raise RuntimeError("object reset")
-            return await super().call(name, payload)
+            return await super().call(name, request)
 
     clock = FakeClock()
     store = FlakyStore(clock)
@@ -737,9 +741,8 @@ def test_units_leased_under_the_old_limits_are_forfeit_when_an_override_changes(
     """A probe's finding: a route's lease in the isolate, an override raised the key's
     limit, then deleted: the isolate spent a unit of the route's old lease, one over the
     route's limit (the object had carried the override's use into it)."""
-    import json
 
-    from edge_limiter.core.overrides import parse_override
+    from edge_limiter.core.ratelimit.overrides import parse_override
 
     h = harness(
         {**route("20/10s", "fixed_window"), "key": "header:x-k"}, overrides={"refresh": "1s"}
@@ -749,13 +752,13 @@ def test_units_leased_under_the_old_limits_are_forfeit_when_an_override_changes(
     assert [h.send(request(headers=key)).status for _ in range(5)] == [200] * 5
     override = parse_override(
         {"route": "api", "key": "K", "limits": "50/minute"}, h.clock.now, {"api": "fixed_window"}
-    ).describe()
-    asyncio.run(h.control.overrides(json.dumps({"op": "put", "override": override})))
+    )
+    asyncio.run(h.control.overrides(OverridesCall("put", override)))
     h.clock.advance(1_000)
     h.send(request(headers=[("x-k", "other")]))  # the list reloads after this answer
     raised = [h.send(request(headers=key)).status for _ in range(40)]
     assert raised.count(200) == 40
-    asyncio.run(h.control.overrides(json.dumps({"op": "delete", "id": override["id"]})))
+    asyncio.run(h.control.overrides(OverridesCall("delete", id=override.id)))
     h.clock.advance(1_000)
     h.send(request(headers=[("x-k", "other")]))
     assert h.send(request(headers=key)).status == 429  # 45 in this window of 20/10 s

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_limiter.core.overrides import parse_override
+from edge_limiter.core.control import OverridesCall, StatsCall
+from edge_limiter.core.ratelimit.overrides import parse_override
 from tests.examples import examples
 
 from .fakes import Harness, harness, request
@@ -132,8 +132,7 @@ def test_the_deny_cache_is_bounded_and_forgets_after_its_longest_entry() -> None
 def put_override(h: Harness, **fields: Any) -> dict[str, Any]:
     algorithms = {route.name: route.limits.algorithm for route in h.gateway.config.routes}
     override = parse_override(fields, h.clock.now, algorithms)
-    payload = json.dumps({"op": "put", "override": override.describe()})
-    asyncio.run(h.control.overrides(payload))
+    asyncio.run(h.control.overrides(OverridesCall("put", override)))
     return override.describe()
 
 
@@ -215,7 +214,7 @@ def test_counters_reach_the_control_object_about_once_a_second() -> None:
         h.send(call())
     h.clock.advance(1_000)
     h.send(call("k2"))
-    summary = json.loads(asyncio.run(h.control.stats('{"op":"get"}')))
+    summary = asyncio.run(h.control.stats(StatsCall("get"))).summary or {}
     counts = summary["routes"]["api"]["5m"]
     assert counts["allowed"] + counts.get("limited", 0) + counts.get("cached_denial", 0) == 6
     assert summary["top_limited"][0]["limited"] == 2

@@ -218,7 +218,7 @@ def test_health_probes_open_and_close_the_shared_breaker() -> None:
 
     def probe(healthy: bool, at: int) -> None:
         call = SyncCall(settings, health=HealthReport(at, healthy, 2))
-        asyncio.run(h.breakers.sync("eu", call.to_json()))
+        asyncio.run(h.breakers.sync("eu", call))
 
     probe(False, now)
     probe(False, now + 1)  # two failed probes in a row: open, with no user traffic
@@ -366,7 +366,7 @@ def test_an_isolate_asks_the_shared_breaker_before_a_trial_once_its_wait_ended()
     h.clock.advance(5_001)  # the 5 s wait is over: half-open in this isolate's copy
     settings = BreakerSettings(failure_rate=50, window=4, min_calls=4, open_for_ms=5_000)
     failed = SyncCall(settings, health=HealthReport(h.clock.now, False, 2))
-    asyncio.run(h.breakers.sync("eu", failed.to_json()))  # another isolate's probe
+    asyncio.run(h.breakers.sync("eu", failed))  # another isolate's probe
     origins.hits.clear()
     assert h.send(from_("DE", "EU")).headers.get("x-origin") == "us"
     assert origins.hits == ["us"]

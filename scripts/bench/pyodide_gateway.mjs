@@ -46,7 +46,7 @@ import json, statistics, time, types
 import js
 from pyodide.ffi import create_proxy, to_js
 
-from edge_limiter.core.keystore import KeyStore
+from edge_limiter.core.ratelimit.keystore import KeyStore
 from edge_limiter.platform.worker import handle_fetch
 
 config = {

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from edge_limiter.core.algorithms import Algorithm
-from edge_limiter.core.decision import Decision
+from edge_limiter.core.ratelimit.algorithms import Algorithm
+from edge_limiter.core.ratelimit.decision import Decision
 
 # 2023-11-14T22:13:20Z: an epoch-sized time, so scaled arithmetic sees realistic magnitudes.
 EPOCH_MS = 1_700_000_000_000

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from edge_limiter.core.decision import Decision, Reason
 from edge_limiter.core.http.fields import (
     policy_header,
     rate_limit_headers,
@@ -13,7 +12,8 @@ from edge_limiter.core.http.fields import (
     sf_string,
 )
 from edge_limiter.core.http.problems import QUOTA_EXCEEDED, quota_exceeded
-from edge_limiter.core.rates import Limit, Rate, parse_rates
+from edge_limiter.core.ratelimit.decision import Decision, Reason
+from edge_limiter.core.ratelimit.rates import Limit, Rate, parse_rates
 
 SECOND, HOUR = (Limit(rate) for rate in parse_rates("10/second; 1000/hour"))
 

@@ -36,10 +36,12 @@ class StatsBatch:
     def __bool__(self) -> bool:
         return bool(self.counts)
 
+    def as_data(self, at: int) -> dict[str, Any]:
+        """The batch as plain data, counted as of ``at`` (what :func:`merge` reads)."""
+        return {"at": at, "counts": self.counts, "keys": self.limited_keys}
+
     def to_json(self, at: int) -> str:
-        return json.dumps(
-            {"at": at, "counts": self.counts, "keys": self.limited_keys}, separators=(",", ":")
-        )
+        return json.dumps(self.as_data(at), separators=(",", ":"))
 
 
 def merge(stored: dict[str, Any], batch_text: str) -> dict[str, Any]:

@@ -59,7 +59,7 @@ from urllib.parse import parse_qsl, unquote
 from ..core.canonical import admin_path, canonical_host, canonical_path, runtime_path
 from ..core.config import Config
 from ..core.config.describe import describe_route
-from ..core.decision import Reason
+from ..core.control import OverridesCall, StatsCall
 from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
 from ..core.explain import (
     EXPLAINED_CLIENT_PARAMS,
@@ -72,12 +72,13 @@ from ..core.http import bounded_json, cross_site, problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, object_name, written_as_labelled
-from ..core.leases import lease_reserves, without_reserve
-from ..core.limiter import combine
-from ..core.overrides import OverrideError, decode_overrides, parse_override
-from ..core.protocol import StoreRequest, StoreResponse
-from ..core.resilience.breaker import FORCED, current_phase
-from ..core.resilience.shared import SyncCall, state_from_json
+from ..core.ratelimit.decision import Reason
+from ..core.ratelimit.leases.policy import lease_reserves, without_reserve
+from ..core.ratelimit.overrides import OverrideError, parse_override
+from ..core.ratelimit.protocol import StoreRequest, StoreResponse
+from ..core.ratelimit.rule import combine
+from ..core.resilience.breaker import FORCED, BreakerState, current_phase
+from ..core.resilience.shared import SyncCall
 from ..core.routing.origins import PLAIN_LABEL
 from .cache import Cache
 from .exchange import problem_response
@@ -122,7 +123,7 @@ class Admin:
         self.limiters: Mapping[str, RateLimit] = limiters if limiters is not None else {}
         """Each route's rate-limit stage (the gateway's own): its leases' units in hand."""
         self.prefix = config.ops.admin_prefix
-        self.adopt_breaker: Callable[[str, str, int], None] | None = None
+        self.adopt_breaker: Callable[[str, BreakerState, int], None] | None = None
         """Takes a shared breaker's answer into this isolate's copy (the gateway sets it)."""
 
     def admin_path(self, path: str) -> str | None:
@@ -241,7 +242,7 @@ class Admin:
         if action == "/api/keys":
             return await self._key(params, "peek")
         if action == "/api/overrides":
-            return _json(200, await self._control('{"op":"list"}', now))
+            return _json(200, await self._control(OverridesCall("list"), now))
         if action == "/api/breakers":
             return _json(200, {"breakers": await self._breakers(now)})
         return _json(200, await self._stats())  # /api/stats, the last GET endpoint
@@ -259,7 +260,7 @@ class Admin:
             )
         if method == "DELETE":  # /api/overrides/{id}: the path says it all
             ident = action.removeprefix("/api/overrides/")
-            done = await self._control(json.dumps({"op": "delete", "id": ident}), now)
+            done = await self._control(OverridesCall("delete", id=ident), now)
             if not done.get("deleted"):
                 raise _AdminError(404, f"no override has the id {ident!r} (see GET overrides)")
             self.services.log({"event": "admin_override_deleted", "id": ident})
@@ -421,8 +422,7 @@ class Admin:
                 self.config.ops.cleanup_after_ms,
             )
             try:
-                answer = await self.services.store.call(name, request.to_json())
-                return StoreResponse.from_json(answer, limits)
+                return await self.services.store.call(name, request)
             except Exception as exc:
                 raise _AdminError(
                     503, f"the key's Durable Object failed: {type(exc).__name__}"
@@ -498,20 +498,19 @@ class Admin:
             },
         )
 
-    async def _control(self, call: str, now: int) -> dict[str, Any]:
+    async def _control(self, call: OverridesCall, now: int) -> dict[str, Any]:
         """The Control object's answer to an overrides call; this isolate takes the list."""
         control = self.services.control
         if control is None:
             raise _AdminError(503, "overrides need the CONTROL Durable Object binding")
         try:
-            answer = json.loads(await control.overrides(call))
+            answer = await control.overrides(call)
         except Exception as exc:
             raise _AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
-        if "error" in answer:
-            raise _AdminError(409, answer["error"])
-        listed = answer.get("overrides", [])
-        self.operating.override_set(decode_overrides(json.dumps(listed)), now)
-        return dict(answer)
+        if answer.error:
+            raise _AdminError(409, answer.error)
+        self.operating.override_set(list(answer.overrides), now)
+        return answer.describe()
 
     async def _set_override(self, data: Any, now: int) -> Response:
         algorithms = {route.name: route.limits.algorithm for route in self.config.routes}
@@ -534,7 +533,7 @@ class Admin:
             {"event": "admin_override_set", "route": override.route, "id": override.id}
         )
         described = override.describe()
-        answer = await self._control(json.dumps({"op": "put", "override": described}), now)
+        answer = await self._control(OverridesCall("put", override), now)
         # The one just set first (its id, to delete it by), then the whole list.
         return _json(200, {"override": described, **answer})
 
@@ -591,13 +590,13 @@ class Admin:
         if breakers is None:
             raise _AdminError(503, "forcing a breaker needs the BREAKERS Durable Object binding")
         try:
-            text = await breakers.sync(origin, SyncCall(pool.breaker, force=state).to_json())
+            shared = await breakers.sync(origin, SyncCall(pool.breaker, force=state))
         except Exception as exc:
             raise _AdminError(
                 503, f"the breaker's Durable Object failed: {type(exc).__name__}"
             ) from exc
         if self.adopt_breaker is not None:
-            self.adopt_breaker(origin, text, now)
+            self.adopt_breaker(origin, shared, now)
         self.services.log({"event": "admin_breaker_forced", "origin": origin, "state": state})
         return _json(200, {"origin": origin, "state": state, "breakers": await self._breakers(now)})
 
@@ -609,8 +608,7 @@ class Admin:
                 phase = "unknown"
                 if breakers is not None:
                     try:
-                        text = await breakers.sync(origin.name, SyncCall(pool.breaker).to_json())
-                        state = state_from_json(text)
+                        state = await breakers.sync(origin.name, SyncCall(pool.breaker))
                         # Parked by its own 429 (pause_on_429): no call goes to it until then.
                         paused = now < state.cool_down_until
                         phase = "paused" if paused else current_phase(state, now).value
@@ -627,10 +625,10 @@ class Admin:
             return {"routes": {}, "top_limited": []}
         await self.operating.flush_stats(self.services.clock.now_ms())
         try:
-            result: dict[str, Any] = json.loads(await control.stats('{"op":"get"}'))
+            answer = await control.stats(StatsCall("get"))
         except Exception as exc:
             raise _AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
-        return result
+        return dict(answer.summary or {})
 
     async def _page(self, now: int, *, whole: bool) -> Response:
         """The status page, or (not ``whole``) its figures alone."""
@@ -640,8 +638,8 @@ class Admin:
         overrides: list[dict[str, Any]] = []
         if self.services.control is not None:
             try:
-                listed = json.loads(await self.services.control.overrides('{"op":"list"}'))
-                overrides = listed.get("overrides", [])
+                listed = await self.services.control.overrides(OverridesCall("list"))
+                overrides = [override.describe() for override in listed.overrides]
             except Exception:
                 overrides = []
         breakers = await self._breakers(now)

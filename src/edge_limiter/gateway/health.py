@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core.config import Config
 from ..core.http.messages import Headers
+from ..core.resilience.breaker import BreakerState
 from ..core.resilience.shared import HealthReport, SyncCall
 from ..core.routing.origins import Origin, Pool
 from .ports import OriginError, OriginRequest, Services
@@ -31,7 +32,7 @@ async def probe(
     pool: Pool,
     services: Services,
     origin_headers: tuple[tuple[str, str], ...] = (),
-    adopt: Callable[[str, str, int], None] | None = None,
+    adopt: Callable[[str, BreakerState, int], None] | None = None,
 ) -> dict[str, Any]:
     """Probe one origin and report to its breaker; what happened, for the log. ``adopt``
     takes the shared breaker's answer (origin, state, time) into this isolate's copy.
@@ -71,7 +72,7 @@ async def probe(
     if services.breakers is not None:
         call = SyncCall(pool.breaker, health=HealthReport(ended, healthy, health.unhealthy_after))
         try:
-            answer = await services.breakers.sync(origin.name, call.to_json())
+            answer = await services.breakers.sync(origin.name, call)
             if adopt is not None:
                 adopt(origin.name, answer, ended)
         except Exception as exc:
@@ -83,7 +84,7 @@ async def probe_all(
     config: Config,
     services: Services,
     origin_fields: dict[str, tuple[tuple[str, str], ...]] | None = None,
-    adopt: Callable[[str, str, int], None] | None = None,
+    adopt: Callable[[str, BreakerState, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Probe every origin with a health check, all at once; one log record each. Probes
     carry the fields requests to that origin carry (``origin_fields`` by pool name)."""

@@ -266,8 +266,7 @@ class Idempotency:
             self._log("idempotency_fenced", reason=done.reason)
 
     async def _call(self, name: str, call: IdempotencyCall) -> IdempotencyAnswer:
-        text = await self.store.call(name, call.to_json(), self.timeout_ms)
-        return IdempotencyAnswer.from_json(text)
+        return await self.store.call(name, call, self.timeout_ms)
 
     async def _release(self, name: str, token: int) -> None:
         try:

@@ -4,14 +4,15 @@ the record of every decision (a log line, a data point, a counter)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 from typing import Any
 
 from ..core.config import Config
-from ..core.decision import Decision
-from ..core.denycache import DenyCache
-from ..core.overrides import ALL_ROUTES, Override, OverrideTable, decode_overrides
+from ..core.control import OverridesCall, StatsCall
+from ..core.errors import ProtocolError
+from ..core.ratelimit.decision import Decision
+from ..core.ratelimit.denycache import DenyCache
+from ..core.ratelimit.overrides import ALL_ROUTES, Override, OverrideTable
 from ..core.stats import StatsBatch
 from .ports import DEFERRED_GIVEN_UP_MS, Background, Services
 
@@ -80,9 +81,10 @@ class Operating:
         self._loading = True
         self._loading_since = now
         try:
-            text = await control.overrides('{"op":"list"}')
-            listed = json.loads(text)["overrides"]
-            overrides = decode_overrides(json.dumps(listed))
+            answer = await control.overrides(OverridesCall("list"))
+            if answer.error:
+                raise ProtocolError(answer.error)
+            overrides = list(answer.overrides)
             self.overrides = OverrideTable(overrides)
             self.overrides_loaded_at = now
             self._report_orphans(overrides)
@@ -186,6 +188,6 @@ class Operating:
         control = self.services.control
         assert control is not None
         try:
-            await control.stats(json.dumps({"op": "add", "batch": json.loads(batch.to_json(now))}))
+            await control.stats(StatsCall.add(batch, now))
         except Exception as exc:
             self.services.log({"event": "stats_flush_error", "error": repr(exc)[:200]})

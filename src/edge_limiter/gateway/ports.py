@@ -1,7 +1,10 @@
 """The small interfaces the gateway talks to the platform through.
 
 Production implements them over Workers bindings (``edge_limiter.platform``); tests
-implement them with fakes, so the whole request path runs on CPython.
+implement them with fakes, so the whole request path runs on CPython. The Durable
+Objects' ports take and return their typed messages (:mod:`edge_limiter.core.objects`):
+the binding and the in-memory twin (:mod:`edge_limiter.testing`) both write and read
+them through the same codec.
 """
 
 from __future__ import annotations
@@ -12,14 +15,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..core.control import OverridesAnswer, OverridesCall, StatsAnswer, StatsCall
 from ..core.http.messages import Body, HeaderMap, Response
+from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
+from ..core.ratelimit.protocol import StoreRequest, StoreResponse
+from ..core.resilience.breaker import BreakerState
+from ..core.resilience.shared import SyncCall
 
 
 class RateLimitStore(Protocol):
-    """One key's counters: calls the Durable Object named ``name`` with a JSON payload."""
+    """One key's counters: the rate limiter's Durable Object named ``name``."""
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
-        """Send one store request (JSON text) and return the answer (JSON text).
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
+        """Send one store request and return the object's answer (both through their
+        codec, :data:`~edge_limiter.core.ratelimit.protocol.DECIDE`).
 
         With ``timeout_ms``, raises :class:`TimeoutError` when no answer came in that
         long. The port enforces it with the platform's own timer (no Python timer: on the
@@ -110,31 +119,33 @@ class KeyValueStore(Protocol):
 
 
 class IdempotencyStore(Protocol):
-    """One Idempotency-Key's record: calls the Durable Object named ``name``."""
+    """One Idempotency-Key's record: the Durable Object named ``name``."""
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
-        """Send one idempotency call (JSON text) and return the answer (JSON text);
-        ``timeout_ms`` as for :meth:`RateLimitStore.call`."""
+    async def call(
+        self, name: str, call: IdempotencyCall, timeout_ms: int = 0
+    ) -> IdempotencyAnswer:
+        """Send one idempotency call and return the object's answer; ``timeout_ms`` as
+        for :meth:`RateLimitStore.call`."""
         ...
 
 
 class BreakerStore(Protocol):
-    """One origin's shared breaker: calls the Durable Object named for the origin."""
+    """One origin's shared breaker: the Durable Object named for the origin."""
 
-    async def sync(self, name: str, payload: str) -> str:
-        """Send a breaker sync (JSON text) and return the authoritative state (JSON text)."""
+    async def sync(self, name: str, call: SyncCall) -> BreakerState:
+        """Send a breaker sync and return the authoritative state."""
         ...
 
 
 class ControlStore(Protocol):
     """The Control Durable Object: per-key overrides and the status page's counters."""
 
-    async def overrides(self, payload: str) -> str:
-        """List, set or remove overrides (JSON text in and out)."""
+    async def overrides(self, call: OverridesCall) -> OverridesAnswer:
+        """List, set or remove overrides."""
         ...
 
-    async def stats(self, payload: str) -> str:
-        """Add a batch of counters, or read the summary (JSON text in and out)."""
+    async def stats(self, call: StatsCall) -> StatsAnswer:
+        """Add a batch of counters, or read the summary."""
         ...
 
 

@@ -6,7 +6,7 @@ asking it. Every decision is counted, logged (allowed ones sampled) and written 
 Analytics Engine when configured.
 
 On a route with ``leases``, the isolate instead admits from units its key's object
-granted ahead (:mod:`edge_limiter.core.leases`): no call while a lease holds units, and
+granted ahead (:mod:`edge_limiter.core.ratelimit.leases`): no call while a lease holds units, and
 the next lease asked for in the background (after the response) before those run out. A
 request that finds no units makes its own lease call: the platform lets no request wait
 on a promise another request's call resolves (its continuation would run in the other
@@ -22,11 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.algorithms import Algorithm, make_algorithm
 from ..core.config import Config, Route
-from ..core.decision import Decision, Reason
-from ..core.denycache import shifted
-from ..core.errors import AmbiguousRequestError, ProtocolError, StateError
+from ..core.errors import AmbiguousRequestError, ProtocolError
 from ..core.http import problems
 from ..core.http.fields import (
     REASON_HEADER,
@@ -37,11 +34,15 @@ from ..core.http.fields import (
 )
 from ..core.http.messages import Headers, Response
 from ..core.keys import object_name
-from ..core.leases import Holding, Lease, held_back, lease_reserve_ok, leased_decisions
-from ..core.limiter import check_all, combine
-from ..core.overrides import Override
-from ..core.protocol import StoreRequest, StoreResponse, algorithm_of, refund_of
-from ..core.rates import Limit
+from ..core.ratelimit.algorithms import Leasable
+from ..core.ratelimit.check import Check
+from ..core.ratelimit.decision import Decision, Reason
+from ..core.ratelimit.denycache import shifted
+from ..core.ratelimit.leases.holding import Holding, held_back, leased_decisions
+from ..core.ratelimit.leases.lease import Lease
+from ..core.ratelimit.overrides import Override
+from ..core.ratelimit.protocol import StoreRequest
+from ..core.ratelimit.rule import combine
 from .exchange import Exchange, Handler, problem_response
 from .operations import Operating
 from .ports import Services
@@ -72,44 +73,6 @@ def request_key(route: Route, exchange: Exchange) -> str | Response:
     return exchange.key
 
 
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One way of counting a route's requests: its limits, encoded once."""
-
-    limits: tuple[Limit, ...]
-    algorithms: tuple[Algorithm[Any], ...]
-    payload: str
-    refund: str
-    lease_ttl_ms: int = 0
-    """0: every request is checked by the object; else it leases units for this long."""
-
-    @classmethod
-    def of(
-        cls,
-        algorithm: str,
-        limits: tuple[Limit, ...],
-        cost: int,
-        storing: tuple[int, int],
-        lease_ttl_ms: int = 0,
-        *,
-        refunds: bool = False,
-    ) -> Check:
-        """``storing``: the store requests' write-behind interval and cleanup delay.
-        ``lease_ttl_ms``: the route's lease ttl, used when every limit can lease with it
-        (an override's limits may not: those are checked per request). ``refunds``: the
-        route gives some requests back (``refund_on``), so each admission is stamped with
-        the object's clock, for its refund."""
-        if lease_ttl_ms and any(lease_reserve_ok(lim, algorithm, lease_ttl_ms) for lim in limits):
-            lease_ttl_ms = 0
-        return cls(
-            limits,
-            tuple(make_algorithm(algorithm_of(limit, algorithm), limit) for limit in limits),
-            StoreRequest("check", algorithm, limits, cost, *storing, stamp=refunds).to_json(),
-            StoreRequest("refund", algorithm, limits, cost, *storing).to_json(),
-            lease_ttl_ms,
-        )
-
-
 #: The most keys one route keeps lease bookkeeping for in an isolate (least recent first
 #: out: a dropped key's units are never used, which can only under-admit).
 MAX_HOLDINGS = 10_000
@@ -121,7 +84,7 @@ class Admission:
 
     answer: Response | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
-    refund: str | None = None
+    refund: StoreRequest | None = None
     lease: Lease | None = None
     """The lease the request was admitted from (a refund goes back to it)."""
     holding: Holding | None = None
@@ -198,12 +161,12 @@ class RateLimit:
                 # The lease ended while the request was out: the object takes the unit
                 # back, into the window it was granted in (a bucket's, whenever).
                 at = lease.window_end - 1 if lease.window_end else 0
-                exchange.background.defer(self._refund(exchange.key, refund_of(refund, at)))
+                exchange.background.defer(self._refund(exchange.key, refund.for_admission(at)))
         return response
 
-    async def _refund(self, key: str, payload: str) -> None:
+    async def _refund(self, key: str, request: StoreRequest) -> None:
         try:
-            await self.services.store.call(object_name(self.route.name, key), payload)
+            await self.services.store.call(object_name(self.route.name, key), request)
         except Exception as exc:
             self.services.log(
                 {"event": "refund_failed", "route": self.route.name, "error": repr(exc)[:200]}
@@ -271,15 +234,12 @@ class RateLimit:
         if not self.shadow and operating.deny_enabled:
             cached = operating.deny.lookup((name, check.payload), now)
             if cached is not None:
-                decisions = self._replay(
-                    check, cached.rows, cached.decisions, now, cached.denied_at
-                )
+                decisions = check.replay(cached.rows, cached.decisions, now, cached.denied_at)
                 if not combine(decisions).allowed:
                     return self._deny(exchange, decisions, digest, 0, override, cached=True)
         started = self.services.clock.now_ms()
         try:
-            answer = await self.services.store.call(name, check.payload, self.timeout_ms)
-            response = StoreResponse.from_json(answer, check.limits)
+            response = await self.services.store.call(name, check.request, self.timeout_ms)
         except (Exception, asyncio.CancelledError) as exc:  # any store failure: the policy decides
             return self._store_failed(exc, exchange, digest)
         latency = self.services.clock.now_ms() - started
@@ -289,14 +249,14 @@ class RateLimit:
             if response.rows is not None and operating.deny_enabled and not self.shadow:
                 # The object says the key is now at its limit: the next request is decided
                 # here from the states it sent, as after a denial.
-                replayed = self._replay(check, response.rows, decisions, now, now)
+                replayed = check.replay(response.rows, decisions, now, now)
                 if not combine(replayed).allowed:
                     operating.deny.remember((name, check.payload), now, replayed, response.rows)
             self._record("allowed", digest, decision, latency, exchange, override=override)
             return Admission(
                 headers=rate_limit_headers(decision, decisions),
                 # Given back to the window (or log entry) that counted it.
-                refund=refund_of(check.refund, response.at),
+                refund=check.refund.for_admission(response.at),
                 decisions=decisions,
             )
         if self.shadow:
@@ -333,8 +293,9 @@ class RateLimit:
                 self._held_payload.pop(next(iter(self._held_payload)))
         if holding is None:
             capacity = min(limit.capacity for limit in check.limits)
-            merge = all(algorithm.lease_records_merge for algorithm in check.algorithms)
-            grows = any(algorithm.lease_supply_grows for algorithm in check.algorithms)
+            leased = [a for a in check.algorithms if isinstance(a, Leasable)]
+            merge = all(algorithm.lease_records_merge for algorithm in leased)
+            grows = any(algorithm.lease_supply_grows for algorithm in leased)
             holding = self._held[slot] = Holding(
                 check.lease_ttl_ms, capacity, merge=merge, young_rates=grows
             )
@@ -431,7 +392,7 @@ class RateLimit:
         the object cannot be reached."""
         ask = holding.request(now, max(1, reserved))
         policy = self.route.limits
-        payload = StoreRequest(
+        request = StoreRequest(
             "lease",
             policy.algorithm,
             check.limits,
@@ -443,10 +404,9 @@ class RateLimit:
             returned_until=ask.returned_until,
             min_units=ask.min_units,
             observed_rate=ask.observed_rate,
-        ).to_json()
+        )
         try:
-            answer = await self.services.store.call(name, payload, self.timeout_ms)
-            response = StoreResponse.from_json(answer, check.limits)
+            response = await self.services.store.call(name, request, self.timeout_ms)
         except BaseException:
             holding.failed(ask)
             raise
@@ -498,27 +458,6 @@ class RateLimit:
             holding=holding,
             decisions=decisions,
         )
-
-    def _replay(
-        self,
-        check: Check,
-        rows: tuple[list[int] | None, ...] | None,
-        decisions: tuple[Decision, ...],
-        now: int,
-        denied_at: int,
-    ) -> tuple[Decision, ...]:
-        """The object's decision at ``now``, recomputed from the states it sent (which no
-        admission has changed since); without them, its decisions shifted in time."""
-        if rows is None:
-            return shifted(decisions, now - denied_at)
-        try:
-            states = [
-                None if row is None else algorithm.decode(row)
-                for algorithm, row in zip(check.algorithms, rows, strict=True)
-            ]
-        except (StateError, ValueError):
-            return shifted(decisions, now - denied_at)
-        return check_all(check.algorithms, states, now, self.route.limits.cost).decisions
 
     def _deny(
         self,

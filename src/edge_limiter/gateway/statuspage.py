@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.config import Config
 from ..core.config.describe import describe_route
-from ..core.rates import Rate
+from ..core.ratelimit.rates import Rate
 
 REFRESH_SECONDS = 5
 

@@ -71,7 +71,7 @@ from ..core.resilience.retry import (
     may_resend,
     resend_is_free,
 )
-from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, adopt, state_from_json
+from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, adopt
 from ..core.routing.geo import ClientLocation, order_origins
 from ..core.routing.origins import Origin, Pool
 from .exchange import Exchange, problem_response
@@ -158,11 +158,11 @@ class BreakerBoard:
             copy = self.copies[name] = _Copy()
         return copy
 
-    def take(self, origin: str, shared: str, now: int) -> None:
+    def take(self, origin: str, shared: BreakerState, now: int) -> None:
         """Adopt the shared breaker's state (``shared``, as its object answers) into this
         isolate's copy: a health probe's verdict holds here from the next request."""
         copy = self._copy(origin)
-        copy.state = adopt(copy.state, state_from_json(shared), copy.settings, copy.pending)
+        copy.state = adopt(copy.state, shared, copy.settings, copy.pending)
         copy.synced_at = now
 
     def allow(self, origin: str, settings: BreakerSettings, now: int) -> BreakerDecision:
@@ -254,10 +254,10 @@ class BreakerBoard:
                 reports, copy.pending = copy.pending, []
                 try:
                     answer = await self.services.breakers.sync(
-                        origin, SyncCall(settings, tuple(reports)).to_json()
+                        origin, SyncCall(settings, tuple(reports))
                     )
                     # What was recorded while the answer was on its way is replayed on it.
-                    copy.state = adopt(copy.state, state_from_json(answer), settings, copy.pending)
+                    copy.state = adopt(copy.state, answer, settings, copy.pending)
                 except Exception as exc:  # the isolate's own breaker goes on deciding alone
                     copy.pending = (reports + copy.pending)[-MAX_PENDING_REPORTS:]
                     self.services.log(

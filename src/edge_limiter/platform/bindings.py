@@ -10,8 +10,21 @@ from typing import Any
 
 from pyodide.ffi import JsException, create_proxy, to_js
 
-from ..core.control import CONTROL_OBJECT
+from ..core.control import (
+    CONTROL_OBJECT,
+    OVERRIDES,
+    STATS,
+    OverridesAnswer,
+    OverridesCall,
+    StatsAnswer,
+    StatsCall,
+)
 from ..core.http.messages import Body, BytesBody, HeaderMap, Response
+from ..core.idempotency.protocol import CALL, IdempotencyAnswer, IdempotencyCall
+from ..core.objects import Ans, Method, Req
+from ..core.ratelimit.protocol import DECIDE, StoreRequest, StoreResponse
+from ..core.resilience.breaker import BreakerState
+from ..core.resilience.shared import SYNC, SyncCall
 from ..gateway.ports import (
     ClientBodyError,
     OriginConnectError,
@@ -46,50 +59,54 @@ def as_bytes(value: Any) -> bytes | None:
     return bytes(value.to_py())
 
 
-class DurableObjectStore:
-    """Calls ``RateLimiter.decide`` on the object named for (route, key): one RPC call."""
+class DurableObjects:
+    """One Durable Object namespace: each call goes out and comes back through its
+    method's codec (:class:`~edge_limiter.core.objects.Method`), one RPC call each."""
 
     def __init__(self, namespace: Any) -> None:
         self.namespace = namespace
 
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
+    async def ask(
+        self, name: str, method: Method[Req, Ans], request: Req, timeout_ms: int = 0
+    ) -> Ans:
+        """``method`` on the object named ``name``: ``request`` sent, its answer read
+        (``timeout_ms``: :class:`TimeoutError` after that long; 0: no limit)."""
         stub = self.namespace.getByName(name)
-        return str(await within(stub.decide(payload), timeout_ms))
+        text = await within(getattr(stub, method.name)(method.encode(request)), timeout_ms)
+        return method.decode(str(text), request)
 
 
-class DurableObjectIdempotency:
-    """Calls ``IdempotencyRecords.call`` on the object named for (route, caller, key)."""
+class DurableObjectStore(DurableObjects):
+    """The rate limiter's objects, one per (route, key): ``RateLimiter.decide``."""
 
-    def __init__(self, namespace: Any) -> None:
-        self.namespace = namespace
-
-    async def call(self, name: str, payload: str, timeout_ms: int = 0) -> str:
-        stub = self.namespace.getByName(name)
-        return str(await within(stub.call(payload), timeout_ms))
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
+        return await self.ask(name, DECIDE, request, timeout_ms)
 
 
-class DurableObjectBreakers:
-    """Calls ``OriginBreaker.sync`` on the object named for the origin."""
+class DurableObjectIdempotency(DurableObjects):
+    """The idempotency records' objects, one per (route, caller, key): ``call``."""
 
-    def __init__(self, namespace: Any) -> None:
-        self.namespace = namespace
-
-    async def sync(self, name: str, payload: str) -> str:
-        stub = self.namespace.getByName(name)
-        return str(await stub.sync(payload))
+    async def call(
+        self, name: str, call: IdempotencyCall, timeout_ms: int = 0
+    ) -> IdempotencyAnswer:
+        return await self.ask(name, CALL, call, timeout_ms)
 
 
-class DurableObjectControl:
+class DurableObjectBreakers(DurableObjects):
+    """The origins' shared breakers, one object per origin: ``OriginBreaker.sync``."""
+
+    async def sync(self, name: str, call: SyncCall) -> BreakerState:
+        return await self.ask(name, SYNC, call)
+
+
+class DurableObjectControl(DurableObjects):
     """The Control Durable Object (one instance, ``control``)."""
 
-    def __init__(self, namespace: Any) -> None:
-        self.namespace = namespace
+    async def overrides(self, call: OverridesCall) -> OverridesAnswer:
+        return await self.ask(CONTROL_OBJECT, OVERRIDES, call)
 
-    async def overrides(self, payload: str) -> str:
-        return str(await self.namespace.getByName(CONTROL_OBJECT).overrides(payload))
-
-    async def stats(self, payload: str) -> str:
-        return str(await self.namespace.getByName(CONTROL_OBJECT).stats(payload))
+    async def stats(self, call: StatsCall) -> StatsAnswer:
+        return await self.ask(CONTROL_OBJECT, STATS, call)
 
 
 class AnalyticsDataset:

@@ -46,7 +46,7 @@ OUT = ROOT / "build" / "worker"
 BUNDLED_MODULE = "edge_limiter_config.py"
 #: What of src/ is not the Worker's: the simulator for users' own tests (CPython only; it
 #: needs the standard library's sqlite3) and the project's tools, this package.
-NOT_SHIPPED = frozenset({Path("edge_limiter") / "testing.py", Path("edge_limiter") / "tools"})
+NOT_SHIPPED = frozenset({Path("edge_limiter") / "testing", Path("edge_limiter") / "tools"})
 
 
 def shipped(relative: Path) -> bool:

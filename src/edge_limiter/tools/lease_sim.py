@@ -1,6 +1,6 @@
 """A discrete-event simulation of token leases: N isolates, one key, one Durable Object.
 
-Every isolate runs the real planner (:mod:`edge_limiter.core.leases`) and every call runs
+Every isolate runs the real planner (:mod:`edge_limiter.core.ratelimit.leases`) and every call runs
 the real Durable Object step (``KeyStore.decide`` with op ``"lease"``, over SQL that does
 nothing), with a random network delay each way. Arrivals are Poisson in total and spread
 over the isolates by a Zipf law (``skew`` is its exponent; 0 is uniform).
@@ -40,11 +40,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_limiter.core.algorithms import make_algorithm
-from edge_limiter.core.keystore import KeyStore
-from edge_limiter.core.leases import Ask, Holding, default_ttl
-from edge_limiter.core.protocol import StoreRequest, StoreResponse
-from edge_limiter.core.rates import Limit, Rate
+from edge_limiter.core.ratelimit.algorithms import make_algorithm
+from edge_limiter.core.ratelimit.keystore import KeyStore
+from edge_limiter.core.ratelimit.leases.holding import Ask, Holding
+from edge_limiter.core.ratelimit.leases.policy import default_ttl
+from edge_limiter.core.ratelimit.protocol import StoreRequest, StoreResponse
+from edge_limiter.core.ratelimit.rates import Limit, Rate
 
 
 class NullSql:
@@ -67,7 +68,7 @@ class Scenario:
     limit: Limit
     algorithm: str = "token_bucket"
     ttl_ms: int | None = None
-    """None: the algorithm family's default (:func:`edge_limiter.core.leases.default_ttl`)."""
+    """None: the algorithm family's default (:func:`~edge_limiter.core.ratelimit.leases.policy.default_ttl`)."""
     skew: float = 1.0
     duration_ms: int = 4_000
     delay_us: tuple[int, int] = (500, 2_500)

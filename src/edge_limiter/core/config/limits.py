@@ -7,12 +7,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import RateParseError
-from ..lease_plan import plans
-from ..leases import LEASABLE, default_ttl, lease_reserve_ok
-from ..protocol import algorithm_of
-from ..rates import MAX_QUOTA, Limit, Rate, parse_rate, parse_rates
+from ..ratelimit.algorithms import ALGORITHMS, Leasable, make_algorithm
+from ..ratelimit.leases.plan import plans
+from ..ratelimit.leases.policy import LEASABLE, default_ttl, lease_reserve_ok
+from ..ratelimit.protocol import algorithm_of
+from ..ratelimit.rates import MAX_QUOTA, Limit, Rate, parse_rate, parse_rates
 from ..validation import Problems, shown
 from .fields import Choice, Duration, Flag, Hand, Integer, Sub, Text
 from .keys import KEY_FIELDS
@@ -85,7 +85,9 @@ def _leases_shown(route: Route) -> dict[str, Any] | None:
     if not limits.lease_ttl_ms:
         return None
     windows = [lim.rate.window_ms for lim in limits.limits]
-    planned = plans(ALGORITHMS[limits.algorithm].lease_plans, windows, limits.lease_ttl_ms)
+    cls = ALGORITHMS[limits.algorithm]
+    makes_plans = issubclass(cls, Leasable) and cls.lease_plans
+    planned = plans(makes_plans, windows, limits.lease_ttl_ms)
     return {"ttl_ms": limits.lease_ttl_ms, "planned": planned}
 
 
@@ -364,6 +366,8 @@ def _reserve_warnings(
             bucket = ALGORITHMS[algorithm](limit)
         except ValueError:
             return  # the limit itself is refused where it is written
+        if not isinstance(bucket, Leasable):
+            return  # refused where the algorithm is checked against leases
         reserve = bucket.lease_reserve(ttl)
         if reserve * 10 >= limit.capacity:
             advice = (

@@ -10,7 +10,7 @@ from ..http.origin_headers import OriginHeader
 from ..idempotency.settings import IdempotencySettings
 from ..keys import KeySpec, caller_fields
 from ..matching import PathPattern, host_matches, path_segments
-from ..rates import Limit
+from ..ratelimit.rates import Limit
 from ..resilience.retry import RetrySettings
 from ..routing.origins import Pool
 
@@ -62,7 +62,7 @@ class RateLimitPolicy:
     long after (a restart of the key's object may forget that last interval)."""
     lease_ttl_ms: int = 0
     """0: every admitted request asks the key's object; else isolates take units ahead in
-    leases of this ttl and admit from them locally (:mod:`edge_limiter.core.leases`).
+    leases of this ttl and admit from them locally (:mod:`edge_limiter.core.ratelimit.leases`).
     Always 0 on a shadow route, which checks every request to report what would be."""
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..caching.targeted import list_names
-from ..decision import Decision
+from ..ratelimit.decision import Decision
 
 REASON_HEADER = "X-EdgeLimiter-Reason"
 #: Fields the gateway adds to describe one client's state: never stored for a replay.

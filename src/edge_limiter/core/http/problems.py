@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decision import Decision
+from ..ratelimit.decision import Decision
 from ..routing.origins import PLAIN_LABEL
 from .fields import retry_after_seconds, violated_policies
 

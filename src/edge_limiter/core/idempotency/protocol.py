@@ -1,10 +1,11 @@
 """The one-call protocol between the Worker and a key's idempotency Durable Object.
 
-The Worker sends an :class:`IdempotencyCall` (JSON text). The Durable Object loads the
-key's record, runs :func:`apply_call` with its own clock, stores the new record (or
-deletes it when ``None``), sets an alarm at :func:`~.records.idle_at` to delete it later,
-and answers with the :class:`IdempotencyAnswer` text. :func:`apply_stored` does all of
-that but the I/O, on the stored text itself.
+The Worker sends an :class:`IdempotencyCall` (JSON text). The Durable Object
+(:class:`RecordStore`, the object's logic) loads the key's record, runs :func:`apply_call`
+with its own clock, stores the new record (or deletes it when ``None``), sets an alarm at
+:func:`~.records.idle_at` to delete it later, and answers with the
+:class:`IdempotencyAnswer` text. :func:`apply_stored` does all of that but the I/O, on the
+stored text itself.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import IdempotencyRecordError, ProtocolError
+from ..objects import Method, Sql, SqlCell, malformed
 from .records import (
     ClaimResult,
     Outcome,
@@ -104,7 +106,7 @@ class IdempotencyCall:
         except ProtocolError:
             raise
         except (ValueError, TypeError, KeyError, IdempotencyRecordError) as exc:
-            raise ProtocolError(f"malformed idempotency call: {exc}") from exc
+            raise malformed("idempotency call", exc) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +158,7 @@ class IdempotencyAnswer:
         except ProtocolError:
             raise
         except (ValueError, TypeError, KeyError, IdempotencyRecordError) as exc:
-            raise ProtocolError(f"malformed idempotency answer: {exc}") from exc
+            raise malformed("idempotency answer", exc) from exc
 
 
 def apply_call(call: IdempotencyCall, record: Record | None, now: int) -> tuple[str, Record | None]:
@@ -220,3 +222,62 @@ def _from_claim(result: ClaimResult) -> IdempotencyAnswer:
 
 def _from_result(result: Result) -> IdempotencyAnswer:
     return IdempotencyAnswer(result.outcome, reason=result.reason)
+
+
+def _answer_of(text: str, call: IdempotencyCall) -> IdempotencyAnswer:
+    del call
+    return IdempotencyAnswer.from_json(text)
+
+
+CALL: Method[IdempotencyCall, IdempotencyAnswer] = Method(
+    "call", IdempotencyCall.to_json, _answer_of
+)
+"""``IdempotencyRecords.call``: one step, its answer (:mod:`edge_limiter.core.objects`)."""
+
+
+class RecordStore:
+    """The idempotency-record Durable Object's logic: one key's record in one row.
+
+    :meth:`call` is the only way in: load the row, run :func:`apply_stored` with the
+    object's clock, write or delete the row, answer, with nothing between the read and the
+    write, so claims on one key are serialised by the object itself. The alarm deletes
+    the record once it has expired (:meth:`alarm_wanted`, :meth:`alarm`).
+    """
+
+    def __init__(self, sql: Sql) -> None:
+        self.record = SqlCell(sql, "record")
+        self.alarm_at: int | None = None
+        """When the alarm is set for (None: not set by this instance)."""
+        self._wanted: int | None = None
+
+    def call(self, payload: str, now: int) -> str:
+        """Run one idempotency call (claim, complete, extend, release or get); its answer."""
+        answer, new, idle_at = apply_stored(payload, self.record.get(), now)
+        if new is None:
+            self.record.delete()
+            return answer
+        self.record.put(new)
+        if idle_at is not None and (self.alarm_at is None or idle_at > self.alarm_at):
+            # One alarm at the latest instant the record may be deleted; when it fires
+            # early (the record was renewed) it re-arms itself.
+            self.alarm_at = self._wanted = idle_at
+        return answer
+
+    def alarm_wanted(self) -> int | None:
+        """When to set the alarm, if the last call moved it (else None)."""
+        wanted, self._wanted = self._wanted, None
+        return wanted
+
+    def alarm(self, now: int) -> int | None:
+        """The alarm: delete the record once it is no longer live; while it is, when to
+        fire again."""
+        self.alarm_at = None
+        stored = self.record.get()
+        if stored is None:
+            return None
+        _answer, _same, idle_at = apply_stored(IdempotencyCall("get").to_json(), stored, now)
+        if idle_at is None or idle_at <= now:
+            self.record.delete()
+            return None
+        self.alarm_at = idle_at
+        return idle_at

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ProtocolError, StateError
+from ..objects import Method, Sql, SqlCell, json_object, malformed
 from .breaker import (
     FORCED,
     BreakerSettings,
@@ -91,8 +92,8 @@ class SyncCall:
     @classmethod
     def from_json(cls, text: str) -> SyncCall:
         """Parse and validate; raises :class:`ProtocolError`."""
+        data = json_object(text, "breaker sync")
         try:
-            data = json.loads(text)
             settings = decode_settings(data["settings"])
             reports = tuple(decode_report(item) for item in data.get("reports", []))
             health = None
@@ -108,7 +109,7 @@ class SyncCall:
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError, StateError) as exc:
-            raise ProtocolError(f"malformed breaker sync: {exc}") from exc
+            raise malformed("breaker sync", exc) from exc
 
 
 def apply_reports(
@@ -275,6 +276,35 @@ def state_to_json(state: BreakerState) -> str:
 def state_from_json(text: str) -> BreakerState:
     """Parse the Durable Object's answer; raises :class:`ProtocolError`."""
     try:
-        return decode_state(json.loads(text)["state"])
+        return decode_state(json_object(text, "breaker answer")["state"])
     except (ValueError, KeyError, TypeError, StateError) as exc:
-        raise ProtocolError(f"malformed breaker answer: {exc}") from exc
+        raise malformed("breaker answer", exc) from exc
+
+
+def _state_of(text: str, call: SyncCall) -> BreakerState:
+    del call
+    return state_from_json(text)
+
+
+SYNC: Method[SyncCall, BreakerState] = Method("sync", SyncCall.to_json, _state_of)
+"""``OriginBreaker.sync``: an isolate's reports, the authoritative breaker
+(:mod:`edge_limiter.core.objects`)."""
+
+
+class SharedBreaker:
+    """The origin breaker Durable Object's logic: one origin's shared state in one row.
+
+    :meth:`sync` applies an isolate's reports (or the Cron Trigger's health probe) with
+    :func:`apply_sync`, stores the result and answers with the authoritative breaker,
+    which the isolate adopts.
+    """
+
+    def __init__(self, sql: Sql) -> None:
+        self.state = SqlCell(sql, "breaker")
+
+    def sync(self, payload: str, now: int) -> str:
+        """Apply one :class:`SyncCall` (its text); the authoritative state's text."""
+        del now  # every report and probe carries its own time
+        shared = apply_sync(SyncCall.from_json(payload), decode_shared(self.state.get()))
+        self.state.put(encode_shared(shared))
+        return state_to_json(shared.breaker)

@@ -31,10 +31,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edge_limiter.core.algorithms import make_algorithm
-from edge_limiter.core.keystore import KeyStore
-from edge_limiter.core.protocol import StoreRequest
-from edge_limiter.core.rates import Limit, Rate
+from edge_limiter.core.ratelimit.algorithms import make_algorithm
+from edge_limiter.core.ratelimit.keystore import KeyStore
+from edge_limiter.core.ratelimit.protocol import StoreRequest
+from edge_limiter.core.ratelimit.rates import Limit, Rate
 
 ALGORITHMS = ("token_bucket", "gcra", "sliding_window", "fixed_window", "sliding_log")
 HOUR_MS = 3_600_000

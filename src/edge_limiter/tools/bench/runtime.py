@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from edge_limiter.core.protocol import StoreRequest
-from edge_limiter.core.rates import Limit, parse_rate
+from edge_limiter.core.ratelimit.protocol import StoreRequest
+from edge_limiter.core.ratelimit.rates import Limit, parse_rate
 from edge_limiter.tools import ROOT
 from edge_limiter.tools.build_worker import build
 from edge_limiter.tools.local_gateway import LocalGateway

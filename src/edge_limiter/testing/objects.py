@@ -1,0 +1,135 @@
+"""The Durable Objects in memory: each object's logic class over the standard library's
+SQLite, called through its methods' codec, as the runtime's binding calls the deployed
+object (:mod:`edge_limiter.core.objects`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from ..core.control import (
+    CONTROL_OBJECT,
+    OVERRIDES,
+    STATS,
+    OverridesAnswer,
+    OverridesCall,
+    SharedControl,
+    StatsAnswer,
+    StatsCall,
+)
+from ..core.idempotency.protocol import CALL, IdempotencyAnswer, IdempotencyCall, RecordStore
+from ..core.objects import Ans, Method, Req, Sql, call_text
+from ..core.ratelimit.keystore import KeyStore
+from ..core.ratelimit.protocol import DECIDE, StoreRequest, StoreResponse
+from ..core.resilience.breaker import BreakerState
+from ..core.resilience.shared import SYNC, SharedBreaker, SyncCall
+from .platform import ManualClock
+
+Logic = TypeVar("Logic")
+
+
+class SqliteSql:
+    """A Durable Object's SQL API over the standard library's sqlite3 (one database)."""
+
+    def __init__(self, path: str = ":memory:") -> None:
+        import sqlite3  # noqa: PLC0415 - CPython only; never imported by the Worker
+
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.statements: list[str] = []
+
+    def run(self, query: str, *args: Any) -> None:
+        self.statements.append(query)
+        self.db.execute(query, args)
+
+    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        self.statements.append(query)
+        return [dict(row) for row in self.db.execute(query, args)]
+
+
+class MemoryObjects(Generic[Logic]):
+    """Durable Objects of one class in memory: one instance of the object's logic per
+    name, over its own SQLite (:class:`SqliteSql`), each call written and read through
+    its method's codec (:class:`~edge_limiter.core.objects.Method`) as the runtime's
+    binding does: the very logic and codec the deployed objects run."""
+
+    def __init__(self, clock: ManualClock, logic: Callable[[Sql], Logic]) -> None:
+        self.clock = clock
+        self.logic = logic
+        self.objects: dict[str, Logic] = {}
+
+    def object(self, name: str) -> Logic:
+        """The object named ``name`` (made on its first call, as the runtime does)."""
+        found = self.objects.get(name)
+        if found is None:
+            found = self.objects[name] = self.logic(SqliteSql())
+        return found
+
+    def ask(self, name: str, method: Method[Req, Ans], request: Req) -> Ans:
+        """``method`` on the object named ``name``, at the clock's time."""
+        text = call_text(self.object(name), method, method.encode(request), self.clock.now)
+        return method.decode(text, request)
+
+
+class MemoryStore(MemoryObjects[KeyStore]):
+    """The rate limiter's Durable Objects: a :class:`KeyStore` per object name."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock, KeyStore)
+        self.calls: list[str] = []
+
+    async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
+        del timeout_ms
+        self.calls.append(name)
+        return self.ask(name, DECIDE, request)
+
+
+class MemoryIdempotency(MemoryObjects[RecordStore]):
+    """The idempotency records' Durable Objects: a :class:`RecordStore` per object name
+    (``failing``: every call fails, as an overloaded object's would)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock, RecordStore)
+        self.calls: list[tuple[str, str]] = []
+        self.failing = False
+
+    async def call(
+        self, name: str, call: IdempotencyCall, timeout_ms: int = 0
+    ) -> IdempotencyAnswer:
+        del timeout_ms
+        self.calls.append((name, call.op))
+        if self.failing:
+            raise RuntimeError("Durable Object overloaded")
+        return self.ask(name, CALL, call)
+
+
+class MemoryBreakers(MemoryObjects[SharedBreaker]):
+    """The origins' shared breakers (Durable Objects): a :class:`SharedBreaker` per origin
+    (``failing``: every sync fails, as an unreachable object's would)."""
+
+    def __init__(self, clock: ManualClock | None = None) -> None:
+        super().__init__(clock or ManualClock(), SharedBreaker)
+        self.calls: list[str] = []
+        self.failing = False
+
+    async def sync(self, name: str, call: SyncCall) -> BreakerState:
+        self.calls.append(name)
+        if self.failing:
+            raise RuntimeError("breaker Durable Object unreachable")
+        return self.ask(name, SYNC, call)
+
+
+class MemoryControl(MemoryObjects[SharedControl]):
+    """The Control Durable Object (overrides, counters): one :class:`SharedControl`."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock, SharedControl)
+        self.calls: list[str] = []
+
+    async def overrides(self, call: OverridesCall) -> OverridesAnswer:
+        self.calls.append("overrides")
+        return self.ask(CONTROL_OBJECT, OVERRIDES, call)
+
+    async def stats(self, call: StatsCall) -> StatsAnswer:
+        self.calls.append("stats")
+        return self.ask(CONTROL_OBJECT, STATS, call)
