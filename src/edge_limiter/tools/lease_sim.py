@@ -40,7 +40,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_limiter.core.ratelimit.algorithms import make_algorithm
+from edge_limiter.core.ratelimit.algorithms import Leasable, make_algorithm
 from edge_limiter.core.ratelimit.keystore import KeyStore
 from edge_limiter.core.ratelimit.leases.holding import Ask, Holding
 from edge_limiter.core.ratelimit.leases.policy import default_ttl
@@ -171,6 +171,8 @@ class _Run:
         self.limit = scenario.limit
         self.store = KeyStore(NullSql())
         algorithm = make_algorithm(scenario.algorithm, scenario.limit)
+        if not isinstance(algorithm, Leasable):
+            raise ValueError(f"{scenario.algorithm} does not lease")
         merge, grows = algorithm.lease_records_merge, algorithm.lease_supply_grows
         self.isolates = [
             _Isolate(

@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.config import parse_config
-from edge_limiter.core.config.parse import never_binding
+from edge_limiter.core.config.limits import never_binding
 from edge_limiter.core.http.fields import violated_policies
 from edge_limiter.core.ratelimit.algorithms import (
     Algorithm,
@@ -19,9 +19,6 @@ from edge_limiter.core.ratelimit.algorithms import (
     TokenBucket,
     make_algorithm,
 )
-from edge_limiter.core.config import parse_config
-from edge_limiter.core.config.limits import never_binding
-from edge_limiter.core.http.fields import violated_policies
 from edge_limiter.core.ratelimit.decision import Decision, Reason
 from edge_limiter.core.ratelimit.rates import (
     HOUR_MS,
