@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +24,7 @@ from ..identity.settings import (
     Tiers,
     TokenPlace,
 )
+from ..identity.tiers import named_for
 from ..identity.tokens import ALGORITHMS, MAX_TOKEN_BYTES
 from ..keys import KeySpec, parse_key_part
 from ..ratelimit.rates import Limit
@@ -409,7 +409,7 @@ def _plan(name: str, body: object, where: str, problems: Problems) -> Plan | Non
     if body == "exempt":
         return Plan(name, exempt=True)
     if isinstance(body, str):
-        return Plan(name, limits=_named(name, _plan_limits(body, where, problems)))
+        return Plan(name, limits=named_for(name, _plan_limits(body, where, problems)))
     got = PLAN.read(body, where, problems)
     if got is None:
         return None
@@ -422,18 +422,10 @@ def _plan(name: str, body: object, where: str, problems: Problems) -> Plan | Non
         by_route = table(raw_routes, f"{where}.routes", problems)
         for route, value in (by_route or {}).items():
             found = _plan_limits(value, f"{where}.routes.{route}", problems)
-            routes[route] = _named(name, found)
+            routes[route] = named_for(name, found)
     if not limits and not routes:
         problems.add(where, "names no limits: write limits, routes, or the tier as 'exempt'")
-    return Plan(name, False, _named(name, limits), got.flag("leases"), routes)
-
-
-def _named(tier: str, limits: tuple[Limit, ...]) -> tuple[Limit, ...]:
-    """The tier's limits named for it in ``RateLimit-Policy`` (``pro`` for one limit,
-    ``pro.100-per-hour`` for each of several), so a client sees which plan it is on."""
-    if len(limits) == 1:
-        return (replace(limits[0], name=tier),)
-    return tuple(replace(limit, name=f"{tier}.{limit.name}") for limit in limits)
+    return Plan(name, False, named_for(name, limits), got.flag("leases"), routes)
 
 
 def parse_route_identity(
