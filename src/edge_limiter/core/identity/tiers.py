@@ -21,6 +21,19 @@ from .tokens import claim_at
 
 
 @dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request is from, as the identity stage found (on the exchange for the rate
+    limit): a verified token's ``claims``, an API key's ``caller`` (its record's owner,
+    else the key's hash), the ``tier`` and what it gives on the route; ``anonymous``
+    when it has neither a valid token nor key and the route lets it through."""
+
+    claims: Mapping[str, Any] | None = None
+    caller: str = ""
+    tier: TierLimits | None = None
+    anonymous: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class TierLimits:
     """What a caller's tier means on one route."""
 
