@@ -282,3 +282,67 @@ def test_a_failing_kv_counts_the_key_under_the_default_tier() -> None:
     kv.failing = True
     assert statuses(h, *(with_key("k1") for _ in range(3))) == [200, 200, 429]
     assert h.events("api_key_lookup_failed")
+
+
+# --- the admin API's API key records ---------------------------------------------------------
+
+
+def admin(h: Harness, method: str, path: str, body: Any = None, query: str = "") -> Response:
+    headers = {"authorization": "Bearer admin-secret"}
+    data = None
+    if body is not None:
+        headers["content-type"] = "application/json"
+        data = json.dumps(body).encode()
+    return h.send(request(f"/_edge-limiter{path}", method, query=query, headers=headers, body=data))
+
+
+def keyed_with_admin() -> tuple[Harness, MemoryKV]:
+    clock = FakeClock()
+    kv = MemoryKV(clock)
+    tiers = {**TIERS, "by": "kv:API_KEYS"}
+    raw = {"name": "api", "match": {"path": "/v1/*"}, "limits": "3/minute",
+           "algorithm": "sliding_log", "tiers": True, "key": "apikey"}  # fmt: skip
+    h = harness(raw, tiers=tiers, clock=clock, named_kv={"API_KEYS": kv},
+                admin_token="admin-secret")  # fmt: skip
+    return h, kv
+
+
+def test_the_admin_api_sets_reads_and_deletes_a_keys_record_taking_effect_here_at_once() -> None:
+    h, kv = keyed_with_admin()
+    assert statuses(h, with_key("sk_1")) == [401]  # unknown (and remembered so)
+    done = admin(h, "POST", "/api/api-keys", {"key": "sk_1", "tier": "pro", "owner": "acme"})
+    assert done.status == 200
+    digest = body_json(done)["sha256"]
+    assert digest == api_key_digest("sk_1") and digest in kv.values
+    assert "sk_1" not in json.dumps(list(kv.values))  # the key itself is never stored
+    read = admin(h, "GET", "/api/api-keys", query=f"sha256={digest}")
+    assert body_json(read) == {"sha256": digest, "tier": "pro", "limits": None, "owner": "acme"}
+    # This isolate forgot its "no such key": the new record counts at once.
+    assert h.send(with_key("sk_1")).headers.get("ratelimit-policy") == '"pro";q=4;w=60'
+    assert admin(h, "DELETE", f"/api/api-keys/{digest}").status == 200
+    assert statuses(h, with_key("sk_1")) == [401]
+    assert admin(h, "GET", "/api/api-keys", query=f"sha256={digest}").status == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"key": "k", "tier": "gold"}, "no tier of [tiers.plans]"),
+        ({"tier": "pro"}, "give the API key as key"),
+        ({"key": "k", "sha256": "ab" * 32, "tier": "pro"}, "give the API key as key"),
+        ({"sha256": "xyz", "tier": "pro"}, "sha256 must be 64 hex digits"),
+        ({"key": "k", "tier": "pro", "admin": True}, "unknown fields admin"),
+        ({"key": "k", "tier": "pro", "limits": "lots"}, "limits:"),
+        ({"key": "a b", "tier": "pro"}, "key:"),
+    ],
+)
+def test_a_bad_record_is_refused_saying_why(body: dict[str, Any], says: str) -> None:
+    h, kv = keyed_with_admin()
+    answer = admin(h, "POST", "/api/api-keys", body)
+    assert answer.status == 400 and says in body_json(answer)["detail"]
+    assert not kv.values
+
+
+def test_without_kv_tiers_the_admin_has_no_api_keys() -> None:
+    h = harness(route(auth=None, key="ip"), admin_token="admin-secret")
+    assert admin(h, "GET", "/api/api-keys", query="sha256=" + "0" * 64).status == 404

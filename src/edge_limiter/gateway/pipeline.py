@@ -87,6 +87,8 @@ class Gateway:
         )
         self.upstream = forward
         self.admin.adopt_breaker = forward.breakers.take
+        if self.identities is not None:
+            self.admin.forget_api_key = self.identities.lookups.forget
         self._routes: dict[str, Handler] = {}
         for route in config.routes:
             self._routes[route.name] = chain(self._stages(route), forward)
