@@ -256,6 +256,8 @@ def harness(
     secrets: dict[str, str] | None = None,
     breakers: MemoryBreakers | None = None,
     control: MemoryControl | None = None,
+    verifier: Any = None,
+    named_kv: dict[str, Any] | None = None,
     **top: Any,
 ) -> Harness:
     """A gateway for ``routes`` (and top-level fields ``top``; ``origin=None`` for none).
@@ -287,6 +289,8 @@ def harness(
         secret=(secrets or {}).get,
         random=random.Random(7).random,
         sleep=sleep,
+        verifier=verifier,
+        kv=lambda name: OnPlatform((named_kv or {})[name]) if name in (named_kv or {}) else None,
     )
     gateway = Gateway(parse_config(raw), services)
     return Harness(gateway, clock, store, upstream, logs, kv, records, breakers, sleep, control)

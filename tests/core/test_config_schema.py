@@ -37,7 +37,26 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE: dict[str, Any] = {
     "origin": "https://origin.example.com",
     "pools": {"regional": {"origins": [{"name": "base", "url": "https://base.example.com"}]}},
-    "routes": [{"name": "r", "match": {"path": "/v1/*"}, "limits": "20/second; 1000/hour"}],
+    "auth": {
+        name: {"algorithms": ["ES256"], "jwks_url": "https://auth.example.com/jwks"}
+        for name in ("main", "regional")
+    },
+    "tiers": {
+        "by": "jwt:tier",
+        "default": "free",
+        "plans": {"free": "50/hour", "pro": "500/hour", "regional": {"limits": "100/hour"}},
+    },
+    "routes": [
+        {"name": "r", "match": {"path": "/v1/*"}, "limits": "20/second; 1000/hour"},
+        {
+            "name": "s",
+            "match": {"path": "/v2/*"},
+            "limits": "5/second",
+            "auth": "main",
+            "tiers": True,
+            "group": "search",
+        },
+    ],
 }
 
 #: Every field with the place of its table, e.g. ("routes[].cache", <ttl>).
@@ -286,6 +305,7 @@ def test_a_route_as_plain_data_has_every_field_of_the_route_table() -> None:
 def test_the_check_tables_columns_are_route_fields() -> None:
     assert {field for _, field, _ in COLUMNS} <= set(ROUTE.names)
     config = parse_config(BASE)
-    heading, _, row = check_table(config).splitlines()
+    heading, _, row, tiered = check_table(config).splitlines()
     assert heading.split()[:3] == ["route", "match", "key"]
     assert row.split()[:4] == ["r", "*", "/v1/*", "ip"]
+    assert "auth main, tiers (group search)" in tiered

@@ -12,6 +12,10 @@ A key is one part or a combination of parts, each written as a short string:
 ``country``         ``request.cf.country``
 ``asn``             ``request.cf.asn``
 ``global``          one counter for everybody on the route
+``jwt:CLAIM``       a claim of the route's verified token, by dotted path
+                    (``jwt:sub``, ``jwt:org.id``; a route with ``auth`` only)
+``apikey``          the caller's API key record: its ``owner``, else the key's
+                    SHA-256 (a route whose tier comes from ``kv:`` only)
 ==================  =========================================================
 
 Client-set headers such as ``X-Forwarded-For`` only ever decide identity when a route
@@ -26,16 +30,20 @@ import functools
 import hashlib
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, unquote
 
 from .errors import KeySpecError
 from .http.messages import Request, taken_whole
+from .identity.tokens import claim_at
 from .validation import shown
 
-KINDS_WITH_NAME = ("header", "cookie", "query", "path")
-KINDS_PLAIN = ("ip", "country", "asn", "global")
+KINDS_WITH_NAME = ("header", "cookie", "query", "path", "jwt")
+KINDS_PLAIN = ("ip", "country", "asn", "global", "apikey")
+#: Key parts that only a verified identity gives a value (never a request's own fields).
+IDENTITY_KINDS = frozenset(("jwt", "apikey"))
 
 # Header and cookie names are RFC 9110 tokens; a query name is anything printable that
 # cannot be confused with the query's own syntax; a path name is a {param} name.
@@ -47,6 +55,11 @@ _NAME_RULES = {
     "cookie": (_TOKEN_RE, "a cookie name (letters, digits and !#$%&'*+.^_`|~-, no spaces)"),
     "query": (_QUERY_NAME_RE, "a query parameter name (printable, no spaces, '&', '=' or '#')"),
     "path": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "a {param} name of match.path"),
+    "jwt": (
+        re.compile(r"^[!-\-/-<>-{}~]{1,64}(\.[!-\-/-<>-{}~]{1,64}){0,7}$"),
+        "a claim's dotted path like 'sub' or 'org.id' (printable, no spaces, '=' or '|', at "
+        "most 8 steps)",
+    ),
 }
 
 #: Fields holding credentials (RFC 9110 section 11): a scheme, whitespace, then the
@@ -96,8 +109,18 @@ class KeySpec:
     ipv4_prefix: int = 32
     ipv6_prefix: int = 64
 
-    def compute(self, request: Request, path_params: dict[str, str]) -> str:
+    def compute(
+        self,
+        request: Request,
+        path_params: dict[str, str],
+        claims: Mapping[str, Any] | None = None,
+        caller: str = "",
+    ) -> str:
         """The key string for ``request``: parts joined by ``|``, values percent-encoded.
+
+        ``claims`` are the verified token's (for ``jwt:`` parts), ``caller`` the API key
+        record's owner or hash (for ``apikey``): only the identity stage sets them, so no
+        header a client writes ever stands in for them.
 
         A missing header, cookie, query parameter or geo field counts as the empty value,
         so every request lacking it shares one counter (never a free pass). A header,
@@ -107,11 +130,28 @@ class KeySpec:
         """
         values: list[str] = []
         for part in self.parts:
-            value = self._value(part, request, path_params)
+            if part.kind == "jwt":
+                value = claim_at(claims, part.name) if claims is not None else None
+                value = value or ""
+            elif part.kind == "apikey":
+                value = caller
+            else:
+                value = self._value(part, request, path_params)
             # A path segment's bytes that are not UTF-8 come as \udcXX escapes: written
             # back as the bytes they were (%XX), never an error.
             values.append(f"{part}={quote(value, safe='', errors='surrogateescape')}")
         return "|".join(values)
+
+    def anonymous(self, request: Request) -> str:
+        """The key of a caller with no verified identity on a route whose key names one
+        (``jwt:``, ``apikey``): counted by its address (aggregated as the route's ``ip``
+        would be), under a label no verified caller's key starts with."""
+        address = aggregate_ip(request.client.ip, self.ipv4_prefix, self.ipv6_prefix)
+        return f"anonymous|ip={quote(address, safe='')}"
+
+    def names_identity(self) -> bool:
+        """Whether a part of the key is a verified identity's (``jwt:``, ``apikey``)."""
+        return any(part.kind in IDENTITY_KINDS for part in self.parts)
 
     def _value(self, part: KeyPart, request: Request, params: dict[str, str]) -> str:
         if part.kind == "ip":
@@ -132,11 +172,12 @@ class KeySpec:
         return ""  # global
 
 
-def caller_fields(specs: Iterable[KeySpec]) -> tuple[str, ...]:
+def caller_fields(specs: Iterable[KeySpec], extra: Iterable[str] = ()) -> tuple[str, ...]:
     """The fields that tell callers apart on a gateway whose routes key on ``specs``:
-    :data:`CALLER_FIELDS` and every header any route keys on (a header one route counts
-    callers by is a credential on every route), sorted."""
-    names = set(CALLER_FIELDS)
+    :data:`CALLER_FIELDS`, ``extra`` (the fields tokens and API keys come in) and every
+    header any route keys on (a header one route counts callers by is a credential on
+    every route), sorted."""
+    names = set(CALLER_FIELDS) | set(extra)
     for spec in specs:
         names.update(part.name for part in spec.parts if part.kind == "header")
     return tuple(sorted(names))
@@ -278,7 +319,7 @@ def parse_key_part(text: object) -> KeyPart:
         return KeyPart(kind)
     if kind in KINDS_WITH_NAME:
         if not name:
-            example = {"cookie": "session", "query": "api_key", "path": "tenant"}.get(
+            example = {"cookie": "session", "query": "api_key", "path": "tenant", "jwt": "sub"}.get(
                 kind, "x-api-key"
             )
             raise KeySpecError(f"key part {text!r}: {kind!r} needs a name, e.g. '{kind}:{example}'")
@@ -297,7 +338,7 @@ def parse_key_part(text: object) -> KeyPart:
                 f"({name!r} is percent-encoded: a request's cookie names are decoded before "
                 "they are matched, so no request's name would be this)"
             )
-        # Header names are case-insensitive; cookie, query and path names are not.
+        # Header names are case-insensitive; cookie, query, path and claim names are not.
         return KeyPart(kind, name.lower() if kind == "header" else name)
     known = ", ".join([*KINDS_PLAIN, *(f"{k}:NAME" for k in KINDS_WITH_NAME)])
     raise KeySpecError(f"unknown key part {text!r} (known: {known})")

@@ -40,6 +40,10 @@ decide that a change was asked for (see :mod:`edge_limiter.core.http.cross_site`
 ``GET  {prefix}/api/breakers``             every origin's shared breaker
 ``POST {prefix}/api/breakers/{origin}``    force it: ``{"state"}``, open, closed or auto
 ``GET  {prefix}/api/stats``                recent decisions by route, most limited keys
+``GET  {prefix}/api/api-keys?sha256=``     an API key's record (``[tiers] by = "kv:..."``)
+``POST {prefix}/api/api-keys``             set one: ``{"key" | "sha256", "tier", "limits",
+                                           "owner"}`` (stored under the key's SHA-256)
+``DELETE {prefix}/api/api-keys/{sha256}``  delete one
 =========================================  ================================================
 """
 
@@ -71,6 +75,17 @@ from ..core.explain import (
 from ..core.http import bounded_json, cross_site, problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
+from ..core.identity.apikeys import (
+    RecordError,
+    api_key_digest,
+    check_api_key,
+    decode_record,
+    encode_record,
+    record_of,
+    record_plain,
+)
+from ..core.identity.settings import Tiers
+from ..core.identity.tokens import TokenError
 from ..core.keys import given_key, object_name, written_as_labelled
 from ..core.ratelimit.decision import Reason
 from ..core.ratelimit.leases.policy import lease_reserves, without_reserve
@@ -84,7 +99,7 @@ from .cache import Cache
 from .exchange import problem_response
 from .health import pools_of
 from .operations import Operating
-from .ports import Services
+from .ports import KeyValueStore, Services
 from .ratelimit import RateLimit, key_digest
 
 JSON = "application/json"
@@ -125,6 +140,8 @@ class Admin:
         self.prefix = config.ops.admin_prefix
         self.adopt_breaker: Callable[[str, BreakerState, int], None] | None = None
         """Takes a shared breaker's answer into this isolate's copy (the gateway sets it)."""
+        self.forget_api_key: Callable[[str], None] = lambda _digest: None
+        """Drops this isolate's memory of a key's lookup (the gateway sets it)."""
 
     def admin_path(self, path: str) -> str | None:
         """The admin API's path for a canonical path under its prefix, in any case and with
@@ -245,6 +262,8 @@ class Admin:
             return _json(200, await self._control(OverridesCall("list"), now))
         if action == "/api/breakers":
             return _json(200, {"breakers": await self._breakers(now)})
+        if action == "/api/api-keys":
+            return await self._api_key_read(params.get("sha256", ""))
         return _json(200, await self._stats())  # /api/stats, the last GET endpoint
 
     async def _act(self, request: Request, action: str, method: str, now: int) -> Response:
@@ -258,6 +277,8 @@ class Admin:
                 f"{method} {action} takes no query: send its parameters as members of an "
                 f"application/json body ({_example(action)})",
             )
+        if method == "DELETE" and action.startswith("/api/api-keys/"):
+            return await self._api_key_delete(action.removeprefix("/api/api-keys/"))
         if method == "DELETE":  # /api/overrides/{id}: the path says it all
             ident = action.removeprefix("/api/overrides/")
             done = await self._control(OverridesCall("delete", id=ident), now)
@@ -268,6 +289,8 @@ class Admin:
         data = await self._json_body(request, action)
         if action == "/api/overrides":
             return await self._set_override(data, now)
+        if action == "/api/api-keys":
+            return await self._api_key_set(data)
         params = _members(action, data)
         if action == "/api/cache/purge":
             return await self._purge(params)
@@ -301,6 +324,70 @@ class Admin:
             raise _AdminError(400, f"the body is not JSON: {exc}") from exc
 
     # --- endpoints ------------------------------------------------------------------------
+
+    def _api_keys(self) -> tuple[KeyValueStore, Tiers]:
+        tiers = self.config.tiers
+        store = self.services.kv(tiers.source) if tiers is not None and tiers.by == "kv" else None
+        if store is None or tiers is None:
+            raise _AdminError(404, 'no API keys here: the config has no [tiers] by = "kv:..."')
+        return store, tiers
+
+    async def _api_key_read(self, digest: str) -> Response:
+        store, _ = self._api_keys()
+        digest = _digest(digest)
+        try:
+            data = await store.get(digest)
+        except Exception as exc:
+            raise _AdminError(503, f"the API keys' KV failed: {exc!r}"[:300]) from exc
+        if data is None:
+            raise _AdminError(404, f"no API key record under {digest}")
+        try:
+            record = decode_record(data)
+        except RecordError as exc:
+            raise _AdminError(409, f"the record under {digest} is unreadable: {exc}") from exc
+        return _json(200, {"sha256": digest, **record_plain(record)})
+
+    async def _api_key_set(self, data: Any) -> Response:
+        store, tiers = self._api_keys()
+        if not isinstance(data, dict):
+            raise _AdminError(400, f"the body must be a JSON object ({_example('/api/api-keys')})")
+        fields = dict(data)
+        key, digest = fields.pop("key", None), fields.pop("sha256", None)
+        if (key is None) == (digest is None):
+            raise _AdminError(400, "give the API key as key, or its SHA-256 hex as sha256 (one)")
+        if key is not None:
+            if not isinstance(key, str):
+                raise _AdminError(400, f"key must be a JSON string, got {_shown(key)}")
+            try:
+                digest = api_key_digest(check_api_key(key))
+            except TokenError as exc:
+                raise _AdminError(400, f"key: {exc}") from exc
+        digest = _digest(str(digest))
+        try:
+            record = record_of(fields)
+        except RecordError as exc:
+            raise _AdminError(400, str(exc)) from exc
+        if record.tier not in tiers.plans:
+            known = ", ".join(tiers.plans)
+            raise _AdminError(400, f"tier {record.tier!r} is no tier of [tiers.plans] ({known})")
+        try:
+            await store.put(digest, encode_record(record), API_KEY_TTL_S)
+        except Exception as exc:
+            raise _AdminError(503, f"the API keys' KV failed: {exc!r}"[:300]) from exc
+        self.forget_api_key(digest)
+        self.services.log({"event": "admin_api_key_set", "sha256": digest, "tier": record.tier})
+        return _json(200, {"sha256": digest, **record_plain(record)})
+
+    async def _api_key_delete(self, digest: str) -> Response:
+        store, _ = self._api_keys()
+        digest = _digest(digest)
+        try:
+            await store.delete(digest)
+        except Exception as exc:
+            raise _AdminError(503, f"the API keys' KV failed: {exc!r}"[:300]) from exc
+        self.forget_api_key(digest)
+        self.services.log({"event": "admin_api_key_deleted", "sha256": digest})
+        return _json(200, {"sha256": digest, "deleted": True})
 
     def _config(self) -> Response:
         ops = self.config.ops
@@ -695,6 +782,7 @@ _ENDPOINT_METHODS = {
     "/api/cache/purge": ("POST",),
     "/api/breakers": ("GET",),
     "/api/stats": ("GET",),
+    "/api/api-keys": ("GET", "POST"),
 }
 
 
@@ -704,6 +792,8 @@ def _methods(action: str) -> tuple[str, ...]:
         return ("DELETE",)
     if action.startswith("/api/breakers/") and action.count("/") == 3:
         return ("POST",)
+    if action.startswith("/api/api-keys/") and action.count("/") == 3:
+        return ("DELETE",)
     return _ENDPOINT_METHODS.get(action, ())
 
 
@@ -741,6 +831,7 @@ _QUERY_PARAMS = {
     "/": frozenset(("part",)),
     "/api/explain": frozenset(("url", "method", "header", *EXPLAINED_CLIENT_PARAMS)),
     "/api/keys": frozenset(("route", "key")),
+    "/api/api-keys": frozenset(("sha256",)),
 }
 
 #: The members of each POST endpoint's JSON body and their JSON types (any other member is
@@ -759,6 +850,7 @@ _EXAMPLES = {
     "/api/cache/purge": '{"url": "https://api.example.com/v1/catalog", "key": "..."}',
     "/api/breakers/": '{"state": "open"}',
     "/api/overrides": '{"route": "search", "key": "premium_*", "limits": "100/second"}',
+    "/api/api-keys": '{"key": "sk_live_...", "tier": "pro", "owner": "acme"}',
 }
 
 
@@ -791,6 +883,18 @@ def _members(action: str, data: Any) -> dict[str, Any]:
         elif not isinstance(value, str):
             raise _AdminError(400, f"{name} must be a JSON string, got {_shown(value)}")
     return data
+
+
+#: How long an API key record is kept in KV (KV needs an expiry): ten years.
+API_KEY_TTL_S = 10 * 365 * 86_400
+
+
+def _digest(text: str) -> str:
+    """An API key's SHA-256 as 64 lower-case hex digits, or a 400."""
+    folded = text.strip().lower()
+    if len(folded) != 64 or any(c not in "0123456789abcdef" for c in folded):
+        raise _AdminError(400, f"sha256 must be 64 hex digits, got {_shown(text)}")
+    return folded
 
 
 def _shown(value: Any) -> str:

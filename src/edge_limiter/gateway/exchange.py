@@ -12,6 +12,7 @@ from ..core.http import problems
 from ..core.http.fields import gateway_fields
 from ..core.http.messages import Headers, Request, Response
 from ..core.http.problems import PROBLEM_JSON, Problem
+from ..core.identity.tiers import Caller
 from .ports import Background
 
 T = TypeVar("T")
@@ -48,6 +49,9 @@ class Exchange:
     route: Route | None = None
     params: dict[str, str] = field(default_factory=dict)
     key: str | None = None
+    caller: Caller | None = None
+    """Who the request is from, as the identity stage verified it (None: the route
+    checks no identity); the rate limit keys and limits it by this."""
     background: Background = field(default_factory=_NoBackground)
     reached_origin: bool = False
     """Whether an origin answered (any status); False when the gateway answered itself."""

@@ -39,6 +39,7 @@ from .cache import Cache
 from .exchange import Exchange, Handler, Stage, chain, problem_response
 from .health import pools_of, probe_all
 from .idempotency import Idempotency
+from .identity import Identify, Identities, refusal
 from .operations import Operating
 from .ports import Background, Services
 from .ratelimit import RateLimit
@@ -71,6 +72,8 @@ class Gateway:
         """Each cached route's cache stage, by route name (filled as routes are built)."""
         self.limiters: dict[str, RateLimit] = {}
         """Each route's rate-limit stage, by route name (filled as routes are built)."""
+        self.identities = Identities(config, services) if config.auth or config.tiers else None
+        """What this isolate knows of callers' identities (None: no route checks one)."""
         self.admin = Admin(config, services, self.operating, self.caches, self.limiters)
         # A secret the config names but the Worker lacks is a config problem (503 saying so).
         self.origin_fields = _origin_fields(config, services)
@@ -84,6 +87,8 @@ class Gateway:
         )
         self.upstream = forward
         self.admin.adopt_breaker = forward.breakers.take
+        if self.identities is not None:
+            self.admin.forget_api_key = self.identities.lookups.forget
         self._routes: dict[str, Handler] = {}
         for route in config.routes:
             self._routes[route.name] = chain(self._stages(route), forward)
@@ -95,6 +100,13 @@ class Gateway:
         limiter = RateLimit(route, self.config, services, self.operating)
         self.limiters[route.name] = limiter
         stages: list[Stage] = []
+        if route.identity is not None and self.identities is not None:
+            # First: nothing is cached, claimed or counted for a caller not yet verified.
+            # A rejected request is counted by the route's own limits under its address,
+            # then refused (a limiter of its own, so its counts stay apart).
+            rejections = RateLimit(route, self.config, services, self.operating)
+            rejected = chain([rejections], refusal(route, self.config))
+            stages.append(Identify(route, self.config, self.identities, rejected))
         if route.idempotency is not None:
             if services.idempotency is None:
                 raise ConfigError(

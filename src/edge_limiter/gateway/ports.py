@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from ..core.control import OverridesAnswer, OverridesCall, StatsAnswer, StatsCall
 from ..core.http.messages import Body, HeaderMap, Response
 from ..core.idempotency.protocol import IdempotencyAnswer, IdempotencyCall
+from ..core.identity.verify import SignatureVerifier
 from ..core.ratelimit.protocol import StoreRequest, StoreResponse
 from ..core.resilience.breaker import BreakerState
 from ..core.resilience.shared import SyncCall
@@ -215,3 +216,8 @@ class Services:
     """Uniform floats in [0, 1), for the jitter of retries."""
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     """Waits that many seconds (a retry's backoff)."""
+    verifier: SignatureVerifier | None = None
+    """Checks token signatures (the platform's WebCrypto), for ``[auth]`` sources."""
+    kv: Callable[[str], KeyValueStore | None] = lambda _name: None
+    """The Worker's KV namespace bound as that name (``[tiers] by = "kv:NAME"``), None
+    when it has none."""

@@ -33,6 +33,7 @@ from ..core.http.fields import (
     with_origins_fields,
 )
 from ..core.http.messages import Headers, Response
+from ..core.identity.tiers import TierLimits
 from ..core.keys import object_name
 from ..core.ratelimit.algorithms import Leasable
 from ..core.ratelimit.check import Check
@@ -40,6 +41,7 @@ from ..core.ratelimit.decision import Decision, Reason
 from ..core.ratelimit.denycache import shifted
 from ..core.ratelimit.leases.holding import Holding, held_back, leased_decisions
 from ..core.ratelimit.leases.lease import Lease
+from ..core.ratelimit.leases.policy import LEASABLE, default_ttl
 from ..core.ratelimit.overrides import Override
 from ..core.ratelimit.protocol import StoreRequest
 from ..core.ratelimit.rule import combine
@@ -60,8 +62,16 @@ def request_key(route: Route, exchange: Exchange) -> str | Response:
     """The route's rate-limit key for the request (kept on the exchange), or a 400."""
     if exchange.key is not None:
         return exchange.key
+    caller = exchange.caller
     try:
-        exchange.key = route.limits.key.compute(exchange.request, exchange.params)
+        if caller is not None and caller.anonymous and route.limits.key.names_identity():
+            exchange.key = route.limits.key.anonymous(exchange.request)
+        elif caller is not None:
+            exchange.key = route.limits.key.compute(
+                exchange.request, exchange.params, caller.claims, caller.caller
+            )
+        else:
+            exchange.key = route.limits.key.compute(exchange.request, exchange.params)
     except AmbiguousRequestError as exc:
         return problem_response(
             problems.bad_request(
@@ -118,6 +128,8 @@ class RateLimit:
         )
         self.timeout_ms = route.failure.store_timeout_ms
         self._override_checks: dict[str, Check] = {}
+        self._tier_checks: dict[tuple[Any, ...], Check] = {}
+        """The checks of callers' tiers on this route, by tier and limits."""
         self._held: OrderedDict[tuple[str, str], Holding] = OrderedDict()
         self._held_payload: dict[str, str] = {}
         """Object name -> the limits (payload) its last leased request was counted under."""
@@ -190,6 +202,29 @@ class RateLimit:
             self._override_checks[override.id] = check
         return check
 
+    def _tier_check(self, tier: TierLimits | None) -> Check:
+        """The check of a caller's tier on this route (its own limits: the route's)."""
+        if tier is None or not tier.limits:
+            return self.check
+        slot = (tier.tier, tier.limits, tier.leases)
+        check = self._tier_checks.get(slot)
+        if check is None:
+            policy = self.route.limits
+            leases = tier.leases and policy.algorithm in LEASABLE
+            ttl = (policy.lease_ttl_ms or default_ttl(policy.algorithm)) if leases else 0
+            check = Check.of(
+                policy.algorithm,
+                tier.limits,
+                policy.cost,
+                self.storing,
+                0 if self.shadow else ttl,
+                refunds=self.refunds,
+            )
+            if len(self._tier_checks) >= MAX_DENIALS:
+                self._tier_checks.clear()  # a record's own limits are many at most
+            self._tier_checks[slot] = check
+        return check
+
     def held_units(self, key: str, override: Override | None, now: int) -> int:
         """The units this isolate's leases on ``key`` still hold (what its next requests
         use before asking the object; the admin API's state counts them)."""
@@ -211,10 +246,14 @@ class RateLimit:
         operating = self.operating
         override = await operating.override_for(route.name, key, now, exchange.background)
         digest = key_digest(key)
+        tier = exchange.caller.tier if exchange.caller is not None else None
+        if override is None and tier is not None and tier.exempt:
+            self._record("exempt", digest, None, 0, exchange)
+            return Admission(headers=[(REASON_HEADER, "exempt")])
         if override is not None and override.exempt:
             self._record("exempt", digest, None, 0, exchange, override=override)
             return Admission(headers=[(REASON_HEADER, "exempt")])
-        check = self._check_for(override)
+        check = self._check_for(override) if override is not None else self._tier_check(tier)
         name = object_name(route.name, key)
         if check.lease_ttl_ms:
             return await self._leased(exchange, check, name, digest, override)

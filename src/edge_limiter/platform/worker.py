@@ -80,6 +80,19 @@ def _binding(env: Any, name: str) -> Any:
     return getattr(binding, "_binding", binding)
 
 
+def _verifier() -> Any:
+    # Imported only where a config verifies tokens: it reaches for crypto.subtle.
+    from .crypto import WebCryptoVerifier  # noqa: PLC0415
+
+    return WebCryptoVerifier()
+
+
+def _kv(env: Any, name: str) -> KvStore | None:
+    """The KV namespace bound as ``name`` (None when the Worker has none)."""
+    binding = _binding(env, name)
+    return KvStore(binding) if binding is not None else None
+
+
 def _text_var(env: Any, name: str) -> str | None:
     """The Worker's secret or text var ``name`` (None when unset or not text)."""
     value = getattr(env, name, None)
@@ -112,6 +125,8 @@ def build_gateway(env: Any) -> Gateway | ConfigError:
         analytics=AnalyticsDataset(analytics) if analytics is not None else None,
         admin_token=str(token) if isinstance(token, str) and token else None,
         secret=lambda name: _text_var(env, name),
+        verifier=_verifier() if config.auth else None,
+        kv=lambda name: _kv(env, name),
     )
     try:
         return Gateway(config, services)

@@ -336,7 +336,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str | 
         dep = deployment(read_toml(args.wrangler), args.env)
         path = config_file(args.wrangler, args.file)
         document = read_toml(path) if path is not None else None
-        config = parse_config(raw_config(dep, document, path.name if path else ""))
+        config = parse_config(
+            raw_config(dep, document, path.name if path else ""),
+            kv_bindings=frozenset(dep.kv_namespaces),
+        )
     except (ProjectConfigError, ConfigError) as exc:
         return _refused([str(exc)], check.warnings, args.json)
     if mode is not None:

@@ -70,6 +70,17 @@ def _limits_cell(route: dict[str, Any]) -> str:
     return "; ".join(parts) + (f" [{', '.join(extras)}]" if extras else "")
 
 
+def _identity_cell(route: dict[str, Any]) -> str:
+    parts = []
+    if route["auth"]:
+        parts.append(f"auth {route['auth']}")
+        if route["on_invalid"] == "anonymous":
+            parts.append("invalid: anonymous")
+    if route["tiers"]:
+        parts.append("tiers" + (f" (group {route['group']})" if route["group"] else ""))
+    return ", ".join(parts) or "-"
+
+
 #: The check table's columns: heading, the route field shown, and how (from the route's JSON).
 COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
     ("route", "name", lambda route: route["name"]),
@@ -78,6 +89,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
     ("limits", "limits", _limits_cell),
     ("algorithm", "algorithm", lambda route: route["algorithm"]),
     ("shadow", "shadow", lambda route: "yes" if route["shadow"] else "no"),
+    ("identity", "auth", _identity_cell),
     ("on failure", "on_store_error", lambda route: route["on_store_error"]),
     (
         "cache",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..caching.settings import CacheSettings
 from ..http.cors import CorsSettings
 from ..http.origin_headers import OriginHeader
 from ..idempotency.settings import IdempotencySettings
+from ..identity.settings import AuthSource, RouteIdentity, Tiers
 from ..keys import KeySpec, caller_fields
 from ..matching import PathPattern, host_matches, path_segments
 from ..ratelimit.rates import Limit
@@ -99,6 +101,8 @@ class Route:
     """GET and HEAD responses kept in KV (None: not cached)."""
     idempotency: IdempotencySettings | None = None
     """Idempotency-Key handling for unsafe methods (None: not honoured)."""
+    identity: RouteIdentity | None = None
+    """The token source it verifies and whether its limits come from tiers (None: neither)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +157,10 @@ class Config:
     those fields: the origin's URL is in the request's own ``Host``."""
     origin_headers: tuple[OriginHeader, ...] = ()
     """Fields set on every request to an origin (:mod:`..http.origin_headers`)."""
+    auth: Mapping[str, AuthSource] = field(default_factory=dict)
+    """The token sources (``[auth.NAME]``) by name."""
+    tiers: Tiers | None = None
+    """Plan tiers (``[tiers]``), None: none."""
     folds_case: bool = field(init=False, compare=False)
     """Whether any route matches paths case-insensitively (then paths are folded once)."""
     caller_fields: tuple[str, ...] = field(init=False, compare=False)
@@ -163,7 +171,12 @@ class Config:
         folds = any(route.match.path.case_insensitive for route in self.routes)
         object.__setattr__(self, "folds_case", folds)
         specs = [route.limits.key for route in self.routes]
-        object.__setattr__(self, "caller_fields", caller_fields(specs))
+        # The fields tokens and API keys come in tell callers apart too.
+        places = [source.token for source in self.auth.values()]
+        if self.tiers is not None and self.tiers.by == "kv":
+            places.append(self.tiers.api_key)
+        extra = [place.name for place in places if place.kind == "header"]
+        object.__setattr__(self, "caller_fields", caller_fields(specs, extra))
 
     def pools(self) -> list[Pool]:
         """Every distinct pool the config forwards to, in the order routes name them (the

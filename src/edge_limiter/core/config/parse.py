@@ -18,6 +18,7 @@ from ..http.origin_headers import FORWARDED_HOST_FIELDS, OriginHeader, parse_ori
 from ..matching import host_covers
 from ..routing.origins import parse_origin_url
 from ..validation import Problems, shown
+from .identity import check_tier_routes, parse_auth, parse_tiers
 from .model import Config, Forwarding, Route
 from .pools import parse_pools, raw_pools
 from .route import Defaults, Upstreams, parse_route, route_name
@@ -25,8 +26,10 @@ from .table import Reader
 from .top import CONFIG, client_ip_header, parse_cors, parse_operations
 
 
-def parse_config(raw: object) -> Config:
-    """Parse and validate a whole config; raises one :class:`ConfigError` listing every problem."""
+def parse_config(raw: object, *, kv_bindings: frozenset[str] | None = None) -> Config:
+    """Parse and validate a whole config; raises one :class:`ConfigError` listing every
+    problem. ``kv_bindings``: the Worker's KV namespaces, where the caller knows them (a
+    ``[tiers]`` source must name one)."""
     problems = Problems()
     if not isinstance(raw, Mapping):
         raise ConfigError([f"config: must be a table with 'routes', got {type(raw).__name__}"])
@@ -51,6 +54,8 @@ def parse_config(raw: object) -> Config:
         else None
     )
     ops = parse_operations(got, problems)
+    auth = parse_auth(raw.get("auth"), problems)
+    tiers = parse_tiers(raw.get("tiers"), problems, kv_bindings)
     defaults = Defaults(
         upstreams=upstreams,
         pool=default_pool,
@@ -60,8 +65,12 @@ def parse_config(raw: object) -> Config:
         case_insensitive=case_insensitive,
         origin_given=raw.get("origin") is not None or raw.get("pool") is not None,
         shadow_everywhere=ops.shadow,
+        auth=auth,
+        tiers=tiers,
+        identity_written=(_names(raw.get("auth")), raw.get("tiers") is not None),
     )
     routes = _routes(raw.get("routes", []), defaults, problems)
+    check_tier_routes(tiers, routes, problems)
     _keys_the_gateway_sets(routes, client_ip, origin_headers, problems)
     if matrix_params != "keep":
         _never_matched_params(routes, matrix_params, problems)
@@ -82,7 +91,13 @@ def parse_config(raw: object) -> Config:
         client_ip_header=client_ip,
         forwarded_host=forwarded_host,
         origin_headers=origin_headers,
+        auth=auth,
+        tiers=tiers,
     )
+
+
+def _names(raw: object) -> frozenset[str]:
+    return frozenset(str(name) for name in raw) if isinstance(raw, Mapping) else frozenset()
 
 
 def _routes(raw_routes: object, defaults: Defaults, problems: Problems) -> list[Route]:

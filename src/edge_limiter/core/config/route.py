@@ -11,6 +11,7 @@ from typing import Any
 
 from ..caching.settings import CacheSettings
 from ..idempotency.settings import IdempotencySettings
+from ..identity.settings import AuthSource, Tiers
 from ..keys import KeySpec, shared_by_address
 from ..resilience.breaker import BreakerSettings
 from ..resilience.retry import IDEMPOTENT_METHODS, RetrySettings
@@ -19,6 +20,7 @@ from ..validation import Problems, shown
 from .cache import CACHE, parse_cache
 from .fields import Duration, Hand, Statuses, Sub
 from .idempotency import IDEMPOTENCY, parse_idempotency
+from .identity import IDENTITY_FIELDS, check_identity_keys, parse_route_identity
 from .keys import parse_key
 from .limits import (
     RATE_LIMIT_FIELDS,
@@ -55,6 +57,7 @@ ROUTE = Table("[[routes]]", (
              "digit). Used in logs, headers, the 429 body and the key's object name."),
     Sub("match", MATCH, required=True, example={"path": "/v1/login", "methods": ["POST"]}),
     *RATE_LIMIT_FIELDS,
+    *IDENTITY_FIELDS,
     Hand("origin", "URL", null_is_absent=True, default_text="the top-level `origin`", attr=None,
          example="https://api.example.com/base",
          doc="Forward this route to this URL (a pool of one); a path in it comes before the "
@@ -158,6 +161,12 @@ class Defaults:
     """Whether the top level names an origin or a pool (a broken one has its own problem)."""
     shadow_everywhere: bool = False
     """The top level's ``shadow``: nothing is blocked anywhere."""
+    auth: Mapping[str, AuthSource] | None = None
+    """The config's token sources by name (None: none)."""
+    tiers: Tiers | None = None
+    """The config's plan tiers."""
+    identity_written: tuple[frozenset[str], bool] = (frozenset(), False)
+    """Every auth source name the config writes, and whether it writes ``[tiers]``."""
 
 
 def route_name(raw: Mapping[str, Any], index: int, problems: Problems) -> tuple[str, str]:
@@ -196,6 +205,17 @@ def parse_route(
         )
     cache = parse_cache(raw.get("cache"), f"{where}.cache", problems)
     idempotency = parse_idempotency(raw.get("idempotency"), f"{where}.idempotency", problems)
+    identity = parse_route_identity(
+        got, defaults.auth or {}, defaults.tiers, problems, defaults.identity_written
+    )
+    check_identity_keys(
+        where,
+        policy.key,
+        identity,
+        defaults.tiers,
+        problems,
+        tiers_written=defaults.identity_written[1],
+    )
     matched = match.methods if match is not None else None
     _warnings(
         got,
@@ -216,6 +236,7 @@ def parse_route(
         forward=Forwarding(pool, got.ms("timeout"), retry, refund_on),
         cache=cache,
         idempotency=idempotency,
+        identity=identity,
     )
 
 

@@ -10,6 +10,7 @@ from ..http.method_override import MODES as OVERRIDE_MODES
 from ..http.origin_headers import NEVER_SET, NOT_AN_ADDRESS
 from ..validation import Problems, shown
 from .fields import Choice, Duration, Flag, Hand, Integer, Number, Sub, Text
+from .identity import AUTH, TIERS
 from .model import (
     DEFAULT_ORIGIN_TIMEOUT_MS,
     DEFAULT_STORE_TIMEOUT_MS,
@@ -142,6 +143,13 @@ CONFIG = Table("the top level", (
              'secret `NAME` (`"$$..."` is a literal starting with `$`).'),
     Sub("cors", CORS, null_is_absent=True, default_text="none",
         example={"allow_origins": ["https://app.example.com"]}),
+    Sub("auth", AUTH, many="map", null_is_absent=True, default_text="none",
+        example={"main": {"issuer": "https://auth.example.com/", "algorithms": ["RS256"],
+                          "jwks_url": "https://auth.example.com/.well-known/jwks.json"}},
+        doc="Sources of JSON Web Tokens verified at the edge, by name (`[auth.NAME]`)."),
+    Sub("tiers", TIERS, null_is_absent=True, default_text="none",
+        example={"by": "jwt:plan", "default": "free",
+                 "plans": {"free": "100/hour", "pro": "10000/hour"}}),
     Sub("routes", ROUTE, many="list", default_text="none",
         example=[{"name": "all", "match": {"path": "*"}, "limits": "100/minute"}],
         doc="The routes, in the order they are tried (`[[routes]]`)."),

@@ -166,6 +166,21 @@ def admin_disabled(prefix: str) -> Problem:
     )
 
 
+def invalid_token(route: str, what: str) -> Problem:
+    """401: the route needs a valid token (or API key, ``what`` says which) and the
+    request has none, or one that does not verify. Why is logged, never told the client
+    (RFC 6750: ``invalid_token`` either way)."""
+    return Problem(
+        401,
+        "Unauthorized",
+        f"Route '{route}' needs {what}: the request's is missing or not valid. It was not "
+        "forwarded.",
+        "invalid_token",
+        members={"route": route},
+        headers=(("WWW-Authenticate", 'Bearer error="invalid_token"'),),
+    )
+
+
 def store_unavailable(route: str) -> Problem:
     """503: a fail-closed route could not reach its counters."""
     return Problem(
