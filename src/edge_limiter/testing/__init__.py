@@ -152,6 +152,9 @@ class Simulator:
     for ``EDGE_LIMITER_ENV = NAME``.
     ``keep_rows=False`` keeps the rate limiter's counters in memory only (no SQLite per
     key): what a long run over many keys needs, such as the replay of a day's log.
+    ``control=False`` runs without the Control Durable Object, as a Worker without its
+    binding does (no overrides, no status-page counters: a replay needs neither, and the
+    counters of a day's keys cost more than the replay itself).
     ``secrets`` are the Worker's secrets and vars (for ``origin_headers``: a mapping, or
     a function of the name); ``admin_token`` enables the admin API; ``seed`` fixes the
     retries' jitter.
@@ -170,6 +173,7 @@ class Simulator:
         start: int | str = EPOCH_MS,
         seed: int = 7,
         keep_rows: bool = True,
+        control: bool = True,
         _world: _World | None = None,
     ) -> None:
         if isinstance(config, Config):
@@ -181,6 +185,7 @@ class Simulator:
         self._secrets = secrets if callable(secrets) else dict(secrets or {}).get
         self._admin_token = admin_token
         self._seed = seed
+        self._control = control
         if _world is None:
             clock = ManualClock(epoch_ms(start))
             latency_ms = (
@@ -218,7 +223,7 @@ class Simulator:
             cache=world.kv,
             idempotency=world.records,
             breakers=world.breakers,
-            control=world.control,
+            control=world.control if self._control else None,
             admin_token=self._admin_token,
             secret=self._secrets,
             random=random.Random(self._seed).random,
@@ -455,6 +460,7 @@ class Simulator:
             secrets=self._secrets,
             admin_token=self._admin_token,
             seed=self._seed + len(self._world.isolates),
+            control=self._control,
             _world=self._world,
         )
 

@@ -73,16 +73,22 @@ class MemoryObjects(Generic[Logic]):
     its method's codec (:class:`~edge_limiter.core.objects.Method`) as the runtime's
     binding does: the very logic and codec the deployed objects run."""
 
-    def __init__(self, clock: ManualClock, logic: Callable[[Sql], Logic]) -> None:
+    def __init__(
+        self,
+        clock: ManualClock,
+        logic: Callable[[Sql], Logic],
+        sql: Callable[[], Sql] = SqliteSql,
+    ) -> None:
         self.clock = clock
         self.logic = logic
+        self.sql = sql
         self.objects: dict[str, Logic] = {}
 
     def object(self, name: str) -> Logic:
         """The object named ``name`` (made on its first call, as the runtime does)."""
         found = self.objects.get(name)
         if found is None:
-            found = self.objects[name] = self.logic(SqliteSql())
+            found = self.objects[name] = self.logic(self.sql())
         return found
 
     def ask(self, name: str, method: Method[Req, Ans], request: Req) -> Ans:
@@ -96,7 +102,7 @@ class MemoryStore(MemoryObjects[KeyStore]):
     :class:`NoRows` when ``keep_rows`` is false: memory only)."""
 
     def __init__(self, clock: ManualClock, *, keep_rows: bool = True) -> None:
-        super().__init__(clock, KeyStore if keep_rows else _keystore_in_memory)
+        super().__init__(clock, KeyStore, SqliteSql if keep_rows else _no_rows)
         self.calls: list[str] = []
 
     def evict_idle(self) -> int:
@@ -122,9 +128,8 @@ class MemoryStore(MemoryObjects[KeyStore]):
         return self.ask(name, DECIDE, request)
 
 
-def _keystore_in_memory(sql: Sql) -> KeyStore:
-    del sql
-    return KeyStore(_NO_ROWS)
+def _no_rows() -> Sql:
+    return _NO_ROWS
 
 
 class MemoryIdempotency(MemoryObjects[RecordStore]):

@@ -61,7 +61,12 @@ class Replay:
         self.host = host or _first_host(config)
         self.status = 200
         self.sim = Simulator(
-            self.config, origin=self._origin, secrets=_secret, keep_rows=False, start=0
+            self.config,
+            origin=self._origin,
+            secrets=_secret,
+            keep_rows=False,
+            control=False,
+            start=0,
         )
         self.clock = self.sim._world.clock
         self.logs = self.sim._world.logs

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import importlib
 import io
+import warnings
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,7 +75,10 @@ def chart_svg(route: dict[str, Any], current: dict[str, Any] | None = None) -> s
         axes.margins(x=0)
         axes.grid(axis="y", alpha=0.3)
         out = io.StringIO()
-        figure.savefig(out, format="svg")
+        with warnings.catch_warnings():
+            # An empty chart has nothing to lay out: matplotlib says so, harmlessly.
+            warnings.simplefilter("ignore", UserWarning)
+            figure.savefig(out, format="svg")
     finally:
         plt.close(figure)
     svg = out.getvalue()
