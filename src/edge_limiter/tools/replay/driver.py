@@ -71,6 +71,8 @@ class Replay:
         self.clock = self.sim._world.clock
         self.logs = self.sim._world.logs
         self.result = Replayed(label)
+        for route in config.routes:  # every route reported, in order, also without requests
+            self.result.route(route.name)
         self.needs = {route.name: _needs(route) for route in config.routes}
         self.secret_keys = {
             route.name

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import heapq
 import io
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,9 +104,7 @@ def _records(path: Path, given: str | None, host: str, reading: Reading) -> Iter
     with _open(path) as stream:
         lines = _lines(stream)
         try:
-            head = [next(lines) for _ in range(SNIFF_LINES)]
-        except StopIteration:
-            head = []
+            head = list(itertools.islice(lines, SNIFF_LINES))
         except (OSError, EOFError) as exc:
             raise LogError(f"{path}: cannot be read ({exc})") from None
         if given is not None:
