@@ -61,6 +61,7 @@ from .objects import (
     MemoryIdempotency,
     MemoryObjects,
     MemoryStore,
+    NoRows,
     SqliteSql,
 )
 from .origins import _ATTEMPTS, Answer, Fields, OriginCall, OriginFunction, Reply, _Origins
@@ -91,6 +92,7 @@ __all__ = [
     "MemoryKV",
     "MemoryObjects",
     "MemoryStore",
+    "NoRows",
     "OriginCall",
     "OriginConnectError",
     "OriginTimeoutError",
@@ -111,6 +113,7 @@ class _World:
 
     clock: ManualClock
     origins: _Origins
+    keep_rows: bool = True
     store: MemoryStore = field(init=False)
     kv: MemoryKV = field(init=False)
     records: MemoryIdempotency = field(init=False)
@@ -120,7 +123,7 @@ class _World:
     isolates: list[Simulator] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.store = MemoryStore(self.clock)
+        self.store = MemoryStore(self.clock, keep_rows=self.keep_rows)
         self.kv = MemoryKV(self.clock)
         self.records = MemoryIdempotency(self.clock)
         self.breakers = MemoryBreakers(self.clock)
@@ -147,6 +150,11 @@ class Simulator:
     (``fixed_window``, ``sliding_window``) reset at times that depend on it.
     ``env`` lays the config's ``[env.NAME]`` table over its top level, as the Worker does
     for ``EDGE_LIMITER_ENV = NAME``.
+    ``keep_rows=False`` keeps the rate limiter's counters in memory only (no SQLite per
+    key): what a long run over many keys needs, such as the replay of a day's log.
+    ``control=False`` runs without the Control Durable Object, as a Worker without its
+    binding does (no overrides, no status-page counters: a replay needs neither, and the
+    counters of a day's keys cost more than the replay itself).
     ``secrets`` are the Worker's secrets and vars (for ``origin_headers``: a mapping, or
     a function of the name); ``admin_token`` enables the admin API; ``seed`` fixes the
     retries' jitter.
@@ -164,6 +172,8 @@ class Simulator:
         admin_token: str | None = None,
         start: int | str = EPOCH_MS,
         seed: int = 7,
+        keep_rows: bool = True,
+        control: bool = True,
         _world: _World | None = None,
     ) -> None:
         if isinstance(config, Config):
@@ -175,6 +185,7 @@ class Simulator:
         self._secrets = secrets if callable(secrets) else dict(secrets or {}).get
         self._admin_token = admin_token
         self._seed = seed
+        self._control = control
         if _world is None:
             clock = ManualClock(epoch_ms(start))
             latency_ms = (
@@ -184,7 +195,7 @@ class Simulator:
             )
             if latency_ms < 0:
                 raise ValueError("origin_latency cannot be negative")
-            _world = _World(clock, _Origins(origin, clock, latency_ms))
+            _world = _World(clock, _Origins(origin, clock, latency_ms), keep_rows)
         self._world = _world
         self._world.isolates.append(self)
         self._build()
@@ -212,7 +223,7 @@ class Simulator:
             cache=world.kv,
             idempotency=world.records,
             breakers=world.breakers,
-            control=world.control,
+            control=world.control if self._control else None,
             admin_token=self._admin_token,
             secret=self._secrets,
             random=random.Random(self._seed).random,
@@ -351,6 +362,49 @@ class Simulator:
             body=_ClientBody(data) if data is not None else None,
         )
 
+    async def asend(self, request: Request) -> Answer:
+        """A request already in the gateway's terms (a :class:`Request` as the platform
+        adapter makes it), and then the work it left: for a tool that makes many at times
+        of its own (the replay sets the clock, then sends), without the parsing and checks
+        of :meth:`arequest`'s options."""
+        try:
+            answer = await self._send(request)
+        except BaseException:
+            self._background.discard()
+            raise
+        await self._background.run()
+        return answer
+
+    def forget_history(self) -> None:
+        """Drop what the simulation recorded so far (origin calls, object calls, KV
+        reads and writes, log lines), keeping all state: a long run's memory stays
+        bounded."""
+        world = self._world
+        world.origins.calls.clear()
+        world.logs.clear()
+        world.store.calls.clear()
+        world.kv.gets.clear()
+        world.kv.puts.clear()
+        world.kv.deletes.clear()
+        world.records.calls.clear()
+        world.breakers.calls.clear()
+        world.control.calls.clear()
+        world.origins.wait.waits.clear()
+        for isolate in world.isolates:
+            sleep = isolate.gateway.services.sleep
+            if isinstance(sleep, InstantSleep):
+                sleep.waits.clear()
+
+    def evict_idle(self) -> int:
+        """Let go of what the platform would have by now (rate-limiter objects whose rows
+        are all idle, KV values past their expiry); how many objects went."""
+        world = self._world
+        now = world.clock.now
+        expired = [key for key, (_, expires) in world.kv.values.items() if expires <= now]
+        for key in expired:
+            del world.kv.values[key]
+        return world.store.evict_idle()
+
     async def _send(self, request: Request) -> Answer:
         attempts = [0]
         token = _ATTEMPTS.set(attempts)
@@ -406,6 +460,7 @@ class Simulator:
             secrets=self._secrets,
             admin_token=self._admin_token,
             seed=self._seed + len(self._world.isolates),
+            control=self._control,
             _world=self._world,
         )
 

@@ -47,22 +47,48 @@ class SqliteSql:
         return [dict(row) for row in self.db.execute(query, args)]
 
 
+class NoRows:
+    """A Durable Object's SQL API that keeps nothing: every write goes nowhere and every
+    read finds no rows. For logic whose memory is the truth while the object lives (the
+    rate limiter's :class:`KeyStore`) when nothing needs to outlive the run: the
+    simulator's ``keep_rows=False``, which the replay uses to hold 100,000 keys in memory
+    where an SQLite database each would not fit."""
+
+    __slots__ = ()
+
+    def run(self, query: str, *args: Any) -> None:
+        del query, args
+
+    def rows(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        del query, args
+        return []
+
+
+_NO_ROWS = NoRows()
+
+
 class MemoryObjects(Generic[Logic]):
     """Durable Objects of one class in memory: one instance of the object's logic per
     name, over its own SQLite (:class:`SqliteSql`), each call written and read through
     its method's codec (:class:`~edge_limiter.core.objects.Method`) as the runtime's
     binding does: the very logic and codec the deployed objects run."""
 
-    def __init__(self, clock: ManualClock, logic: Callable[[Sql], Logic]) -> None:
+    def __init__(
+        self,
+        clock: ManualClock,
+        logic: Callable[[Sql], Logic],
+        sql: Callable[[], Sql] = SqliteSql,
+    ) -> None:
         self.clock = clock
         self.logic = logic
+        self.sql = sql
         self.objects: dict[str, Logic] = {}
 
     def object(self, name: str) -> Logic:
         """The object named ``name`` (made on its first call, as the runtime does)."""
         found = self.objects.get(name)
         if found is None:
-            found = self.objects[name] = self.logic(SqliteSql())
+            found = self.objects[name] = self.logic(self.sql())
         return found
 
     def ask(self, name: str, method: Method[Req, Ans], request: Req) -> Ans:
@@ -72,16 +98,38 @@ class MemoryObjects(Generic[Logic]):
 
 
 class MemoryStore(MemoryObjects[KeyStore]):
-    """The rate limiter's Durable Objects: a :class:`KeyStore` per object name."""
+    """The rate limiter's Durable Objects: a :class:`KeyStore` per object name (over
+    :class:`NoRows` when ``keep_rows`` is false: memory only)."""
 
-    def __init__(self, clock: ManualClock) -> None:
-        super().__init__(clock, KeyStore)
+    def __init__(self, clock: ManualClock, *, keep_rows: bool = True) -> None:
+        super().__init__(clock, KeyStore, SqliteSql if keep_rows else _no_rows)
         self.calls: list[str] = []
+
+    def evict_idle(self) -> int:
+        """Drop every object whose rows are all idle at the clock's time, with nothing
+        pending (no write-behind, no outstanding lease), as the platform's alarm and
+        eviction would: such an object, made afresh, decides the same. How many went."""
+        now = self.clock.now
+        idle = [
+            name
+            for name, store in self.objects.items()
+            if store.flush_due is None
+            and not store.dirty
+            and not store.grants.by_limits
+            and all(at <= now for at in store.idle.values())
+        ]
+        for name in idle:
+            del self.objects[name]
+        return len(idle)
 
     async def call(self, name: str, request: StoreRequest, timeout_ms: int = 0) -> StoreResponse:
         del timeout_ms
         self.calls.append(name)
         return self.ask(name, DECIDE, request)
+
+
+def _no_rows() -> Sql:
+    return _NO_ROWS
 
 
 class MemoryIdempotency(MemoryObjects[RecordStore]):

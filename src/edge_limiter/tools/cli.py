@@ -3,6 +3,7 @@
     edge-limiter check [FILE]             the config as the Worker parses it: routes, in order
     edge-limiter explain METHOD URL       which route, key and Durable Object a request gets
     edge-limiter simulate METHOD URL      requests through the whole gateway, simulated clock
+    edge-limiter replay LOG... --config F  past traffic through a proposed config, with a report
     edge-limiter dev                      the gateway on localhost, on local workerd
     edge-limiter bench                    the benchmarks (BENCHMARKS.md)
 
@@ -32,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "edge_limiter.tools.check_config",
         "simulate_main",
         "send requests through the whole gateway on a simulated clock (no runtime)",
+    ),
+    "replay": (
+        "edge_limiter.tools.replay.command",
+        "main",
+        "replay access logs through a proposed config: whom would it have limited",
     ),
     "dev": (
         "edge_limiter.tools.dev",
