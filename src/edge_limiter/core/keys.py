@@ -335,3 +335,8 @@ def object_name(route: str, key: str) -> str:
         return f"{route}:{key}"
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{route}#{digest}"
+
+
+def key_digest(key: str) -> str:
+    """A short, stable hash of a rate-limit key: logs never carry the key itself."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]

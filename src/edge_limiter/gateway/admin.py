@@ -71,7 +71,7 @@ from ..core.explain import (
 from ..core.http import bounded_json, cross_site, problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
-from ..core.keys import given_key, object_name, written_as_labelled
+from ..core.keys import given_key, key_digest, object_name, written_as_labelled
 from ..core.ratelimit.decision import Reason
 from ..core.ratelimit.leases.policy import lease_reserves, without_reserve
 from ..core.ratelimit.overrides import OverrideError, parse_override
@@ -85,7 +85,7 @@ from .exchange import problem_response
 from .health import pools_of
 from .operations import Operating
 from .ports import Services
-from .ratelimit import RateLimit, key_digest
+from .ratelimit import RateLimit
 
 JSON = "application/json"
 

@@ -55,9 +55,8 @@ from ..core.http import problems
 from ..core.http.fields import GATEWAY_FIELD_NAMES, gateway_fields, origin_fields
 from ..core.http.messages import Headers, Progress, Response
 from ..core.keys import CALLER_FIELDS
-from .exchange import Exchange, Handler, body_broken_response, problem_response
+from .exchange import Counting, Exchange, Handler, body_broken_response, problem_response
 from .ports import KeyValueStore, Services
-from .ratelimit import RateLimit, request_key
 
 CACHE_HEADER = "X-Cache"
 #: ``X-Cache`` of a stale copy served while a fresh one is fetched (stale-while-revalidate).
@@ -127,7 +126,7 @@ class Cache:
         route: Route,
         settings: CacheSettings,
         kv: KeyValueStore,
-        limiter: RateLimit,
+        counting: Counting | None,
         services: Services,
         *,
         caller_fields: Iterable[str] = CALLER_FIELDS,
@@ -137,7 +136,8 @@ class Cache:
         self.caller_fields = tuple(caller_fields)
         """What an entry kept per rate-limit key varies on besides the origin's ``Vary``."""
         self.kv = kv
-        self.limiter = limiter
+        self.counting = counting
+        """Counts a hit (``count_hits``: the rate limit's count, through its port)."""
         self.services = services
         self._written: OrderedDict[str, int] = OrderedDict()
         self._purged: OrderedDict[str, int] = OrderedDict()
@@ -169,7 +169,7 @@ class Cache:
             return response
         scope_key = None
         if self.settings.scope == "key":
-            key = request_key(self.route, exchange)
+            key = exchange.limit_key()
             if isinstance(key, Response):
                 return key
             scope_key = key
@@ -581,11 +581,11 @@ class Cache:
         label: str = "HIT",
     ) -> Response:
         headers: list[tuple[str, str]] = []
-        if self.settings.count_hits:
-            admission = await self.limiter.admit(exchange)
-            if admission.answer is not None:
-                return admission.answer
-            headers = admission.headers
+        if self.counting is not None:
+            counted = await self.counting.count(exchange)
+            if isinstance(counted, Response):
+                return counted
+            headers = counted
         return self._answer(exchange, entry, validators, label, headers)
 
     def _answer(
@@ -722,7 +722,7 @@ class Cache:
         longer says what the origin holds. A failure is logged."""
         scope_key = None
         if self.settings.scope == "key":
-            key = request_key(self.route, exchange)
+            key = exchange.limit_key()
             if isinstance(key, Response):
                 return
             scope_key = key

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from ..core.config import Forwarding, Route
+from ..core.errors import AmbiguousRequestError
 from ..core.http import problems
 from ..core.http.fields import gateway_fields
 from ..core.http.messages import Headers, Request, Response
@@ -101,6 +102,28 @@ class Exchange:
             self.finishing = False
             resolve()
 
+    def limit_key(self) -> str | Response:
+        """The route's rate-limit key for the request, computed once and kept (``key``),
+        or the 400 when the request gives a part of it twice. Every stage that needs the
+        key reads it here: the rate limit, a cache kept per key, an idempotency record."""
+        key = self.key
+        if key is not None:
+            return key
+        route = self.route
+        assert route is not None, "a key is only asked of a routed request"
+        try:
+            key = self.key = route.limits.key.compute(self.request, self.params)
+        except AmbiguousRequestError as exc:
+            return problem_response(
+                problems.bad_request(
+                    f"{exc}; route {route.name!r} counts requests by it, so it must have "
+                    "one value.",
+                    "ambiguous_key",
+                    route=route.name,
+                )
+            )
+        return key
+
     @property
     def route_name(self) -> str | None:
         """The matched route's name (None for unmatched requests)."""
@@ -116,6 +139,17 @@ class Stage(Protocol):
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         """Handle ``exchange``."""
+        ...
+
+
+class Counting(Protocol):
+    """The rate limit's count of a request, for a stage that answers the request itself
+    (a cache hit on a route that counts hits): the stage reaches it through this port,
+    never through the rate-limit stage."""
+
+    async def count(self, exchange: Exchange) -> Response | list[tuple[str, str]]:
+        """The answer to give instead (a 429, a 400, a fail-closed 503), or the gateway's
+        fields for the answer the stage gives."""
         ...
 
 

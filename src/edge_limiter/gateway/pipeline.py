@@ -120,7 +120,7 @@ class Gateway:
                 route,
                 route.cache,
                 services.cache,
-                limiter,
+                limiter if route.cache.count_hits else None,
                 services,
                 caller_fields=self.config.caller_fields,
             )
