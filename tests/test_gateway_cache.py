@@ -894,7 +894,7 @@ def test_the_admin_api_purges_one_urls_stored_answer() -> None:
 
 
 def test_a_slow_kv_does_not_hold_the_writes_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("edge_limiter.gateway.pipeline.INVALIDATE_WAIT_S", 0.01)
+    monkeypatch.setattr("edge_limiter.gateway.routes.INVALIDATE_WAIT_S", 0.01)
     h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()))
     h.send(request("/v1/catalog/a"))
     stored = set(h.kv.values)

@@ -50,10 +50,10 @@ import hmac
 import json
 import secrets
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote
 
 from ..core.canonical import admin_path, canonical_host, canonical_path, runtime_path
@@ -74,18 +74,16 @@ from ..core.http.messages import Headers, Request, Response
 from ..core.keys import given_key, key_digest, object_name, written_as_labelled
 from ..core.ratelimit.decision import Reason
 from ..core.ratelimit.leases.policy import lease_reserves, without_reserve
-from ..core.ratelimit.overrides import OverrideError, parse_override
+from ..core.ratelimit.overrides import Override, OverrideError, parse_override
 from ..core.ratelimit.protocol import StoreRequest, StoreResponse
 from ..core.ratelimit.rule import combine
 from ..core.resilience.breaker import FORCED, BreakerState, current_phase
 from ..core.resilience.shared import SyncCall
 from ..core.routing.origins import PLAIN_LABEL
-from .cache import Cache
-from .exchange import problem_response
+from .exchange import Exchange, problem_response
 from .health import pools_of
 from .operations import Operating
 from .ports import Services
-from .ratelimit import RateLimit
 
 JSON = "application/json"
 
@@ -104,27 +102,47 @@ def _fail(status: int, title: str, detail: str, code: str) -> Response:
     return problem_response(problems.Problem(status, title, detail, code))
 
 
+class RouteView(Protocol):
+    """What the admin API reads and asks of the routes' stages (the gateway's route table)."""
+
+    def cache_scope(self, route: str) -> str | None:
+        """What the route's cache keeps entries per (``None``: it caches nothing)."""
+        ...
+
+    async def purge(
+        self, route: str, host: str, path: str, query: str, scope_key: str | None
+    ) -> tuple[str, bool | None]:
+        """Forget the route's cached GET answer for a URI: the KV key, whether one stood."""
+        ...
+
+    def held_units(self, route: str, key: str, override: Override | None, now: int) -> int:
+        """The units this isolate's leases on the route's key still hold."""
+        ...
+
+    def adopt_breaker(self, origin: str, shared: BreakerState, now: int) -> None:
+        """Take a shared breaker's state into this isolate's copy at once."""
+        ...
+
+
 class Admin:
-    """Answers requests under the admin prefix; see the module docstring."""
+    """Answers requests under the admin prefix; see the module docstring. As a stage before
+    the route, it takes every request under the prefix."""
 
     def __init__(
-        self,
-        config: Config,
-        services: Services,
-        operating: Operating,
-        caches: Mapping[str, Cache] | None = None,
-        limiters: Mapping[str, RateLimit] | None = None,
+        self, config: Config, services: Services, operating: Operating, routes: RouteView
     ) -> None:
         self.config = config
         self.services = services
         self.operating = operating
-        self.caches: Mapping[str, Cache] = caches if caches is not None else {}
-        """The cache stage of each cached route (the gateway's own, filled as it builds)."""
-        self.limiters: Mapping[str, RateLimit] = limiters if limiters is not None else {}
-        """Each route's rate-limit stage (the gateway's own): its leases' units in hand."""
+        self.routes = routes
         self.prefix = config.ops.admin_prefix
-        self.adopt_breaker: Callable[[str, BreakerState, int], None] | None = None
-        """Takes a shared breaker's answer into this isolate's copy (the gateway sets it)."""
+
+    def __call__(self, exchange: Exchange) -> Awaitable[Response] | None:
+        path = self.admin_path(exchange.path)
+        if path is None:
+            return None
+        exchange.private = True
+        return self.handle(exchange.request, path, self.services.clock.now_ms())
 
     def admin_path(self, path: str) -> str | None:
         """The admin API's path for a canonical path under its prefix, in any case and with
@@ -352,13 +370,13 @@ class Admin:
             raise _AdminError(400, f"url: {exc}") from None
         host = canonical_host(authority, scheme.lower())
         matched = self.config.match("GET", host, path)
-        cache = self.caches.get(matched[0].name) if matched is not None else None
-        if matched is None or cache is None:
+        scope = self.routes.cache_scope(matched[0].name) if matched is not None else None
+        if matched is None or scope is None:
             where = f"route {matched[0].name!r}" if matched is not None else "no route"
             raise _AdminError(400, f"a GET of {url} goes to {where}, which caches nothing")
         route = matched[0]
         scope_key = None
-        if cache.settings.scope == "key":
+        if scope == "key":
             given = params.get("key")
             if not given:
                 raise _AdminError(
@@ -373,10 +391,10 @@ class Admin:
             raise _AdminError(
                 400,
                 f"route {route.name!r} keeps one copy for every key (scope = "
-                f"{cache.settings.scope!r}): purge it without key",
+                f"{scope!r}): purge it without key",
             )
         try:
-            removed, found = await cache.purge(host, path, query, scope_key, look=True)
+            removed, found = await self.routes.purge(route.name, host, path, query, scope_key)
         except Exception as exc:
             raise _AdminError(503, f"the cache (KV) failed: {type(exc).__name__}") from exc
         self.services.log({"event": "admin_cache_purge", "route": route.name, "path": path})
@@ -447,10 +465,7 @@ class Admin:
         decision = combine(decisions)
         # What each limit lets the key use now (a denied request took nothing), with the
         # units this isolate's leases hold, which its next requests use first.
-        held = 0
-        limiter = self.limiters.get(route.name)
-        if limiter is not None:
-            held = limiter.held_units(key, override, self.services.clock.now_ms())
+        held = self.routes.held_units(route.name, key, override, self.services.clock.now_ms())
         available = [d.remaining + (probe if decision.allowed else 0) + held for d in decisions]
         if held and (decision.allowed or held >= probe):
             decisions = tuple(
@@ -595,8 +610,7 @@ class Admin:
             raise _AdminError(
                 503, f"the breaker's Durable Object failed: {type(exc).__name__}"
             ) from exc
-        if self.adopt_breaker is not None:
-            self.adopt_breaker(origin, shared, now)
+        self.routes.adopt_breaker(origin, shared, now)
         self.services.log({"event": "admin_breaker_forced", "origin": origin, "state": state})
         return _json(200, {"origin": origin, "state": state, "breakers": await self._breakers(now)})
 

@@ -13,6 +13,7 @@ from ..core.http import problems
 from ..core.http.fields import gateway_fields
 from ..core.http.messages import Headers, Request, Response
 from ..core.http.problems import PROBLEM_JSON, Problem
+from ..core.routing.origins import Pool
 from .ports import Background
 
 T = TypeVar("T")
@@ -34,11 +35,16 @@ class _NoBackground:
         return _nothing
 
 
+#: Where a request goes before its route is known (no stage before the route forwards).
+UNROUTED = Forwarding(Pool("", ()))
+
+
 @dataclass(slots=True)
 class Exchange:
     """What the stages know about a request: its canonical form and what was decided.
 
-    ``path`` is the canonical path: what was matched, counted and is forwarded.
+    ``path`` and ``host`` are canonical once the stage that makes them so has run (before
+    that, as received): what is matched, counted and forwarded.
     """
 
     request: Request
@@ -59,6 +65,8 @@ class Exchange:
     lost, an interim answer): the origin may have acted on it."""
     idempotency_token: int | None = None
     """The fencing token of the Idempotency-Key claim this request holds, if any."""
+    private: bool = False
+    """Whether the gateway answers for itself (the admin API): no CORS fields on it."""
     counted: bool = False
     """Whether the request was already counted by an earlier stage (the stale copy a
     refresh replaces was served as a hit that ``count_hits`` counted): the rate limit
@@ -139,6 +147,16 @@ class Stage(Protocol):
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         """Handle ``exchange``."""
+        ...
+
+
+class Before(Protocol):
+    """A stage before the route: ``None`` to let the request go on, a response to answer
+    it with, or an awaitable of either when it has I/O to do (a request that needs none
+    makes no coroutine)."""
+
+    def __call__(self, exchange: Exchange) -> Response | Awaitable[Response | None] | None:
+        """Look at (and maybe change) ``exchange``'s request."""
         ...
 
 
