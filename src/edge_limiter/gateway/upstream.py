@@ -34,12 +34,7 @@ from ..core.errors import BodyReadError
 from ..core.http import problems
 from ..core.http.messages import Response
 from ..core.resilience.backoff import parse_retry_after, retry_delay_ms
-from ..core.resilience.breaker import (
-    Outcome,
-    Permit,
-    Refusal,
-    classify,
-)
+from ..core.resilience.breaker import Outcome, Permit, Refusal, classify
 from ..core.resilience.budget import RetryBudget, RetryBudgetState
 from ..core.resilience.bulkhead import Bulkhead
 from ..core.resilience.retry import (
