@@ -45,7 +45,9 @@ def test_the_fast_loop_is_every_test_but_the_e2e_and_slow_ones() -> None:
         "tests/test_deploy.py::test_every_durable_object_has_a_sqlite_migration_and_is_exported"
         not in fast
     )
-    assert "tests/core/ratelimit/test_leases.py::test_leases_never_admit_more_than_the_limit" in fast
+    assert (
+        "tests/core/ratelimit/test_leases.py::test_leases_never_admit_more_than_the_limit" in fast
+    )
 
 
 def test_a_property_draws_all_its_examples_unless_the_loop_is_fast(

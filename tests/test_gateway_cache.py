@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.core.http.messages import Headers, Response
 from edge_limiter.gateway import OriginRequest
-from edge_limiter.gateway.cache import LINGER_MS
+from edge_limiter.gateway.collapsing import LINGER_MS
 from tests.examples import examples
 
 from .fakes import FakeOrigin, answering, body_json, cut_off, harness, request, streaming
@@ -894,7 +894,7 @@ def test_the_admin_api_purges_one_urls_stored_answer() -> None:
 
 
 def test_a_slow_kv_does_not_hold_the_writes_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("edge_limiter.gateway.pipeline.INVALIDATE_WAIT_S", 0.01)
+    monkeypatch.setattr("edge_limiter.gateway.routes.INVALIDATE_WAIT_S", 0.01)
     h = harness(GETS_ONLY, WRITES, upstream=FakeOrigin(respond=answering()))
     h.send(request("/v1/catalog/a"))
     stored = set(h.kv.values)
@@ -1239,27 +1239,29 @@ def test_answers_held_in_memory_are_bounded_in_time_and_bytes() -> None:
     cache = h.gateway.caches["catalog"]
     for n in range(5):
         h.send(request(f"/v1/catalog/m{n}"), flush=False)
-    assert len(cache._lingering) == 5 and cache._lingering_bytes == 5000
+    assert len(cache.collapsing.lingering) == 5 and cache.collapsing.lingering_bytes == 5000
     h.send(request("/v1/catalog/m0"), flush=False)  # held: a hit, no fetch
     assert len(h.origin.sent) == 5
     h.clock.advance(LINGER_MS + 1)
     h.send(request("/v1/catalog/other"))
-    assert list(cache._lingering) and len(cache._lingering) == 1  # only the newest left
-    assert cache._lingering_bytes == 1000
+    assert (
+        list(cache.collapsing.lingering) and len(cache.collapsing.lingering) == 1
+    )  # only the newest left
+    assert cache.collapsing.lingering_bytes == 1000
     h.flush()
 
 
 def test_the_oldest_held_answers_go_first_past_the_byte_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import edge_limiter.gateway.cache as stage
+    import edge_limiter.gateway.collapsing as stage
 
     monkeypatch.setattr(stage, "LINGER_MAX_BYTES", 2_500)
     h = holding()
     cache = h.gateway.caches["catalog"]
     for n in range(4):
         h.send(request(f"/v1/catalog/b{n}"), flush=False)
-    assert len(cache._lingering) == 2 and cache._lingering_bytes == 2000
+    assert len(cache.collapsing.lingering) == 2 and cache.collapsing.lingering_bytes == 2000
     # The newest are held (their KV writes not done yet), the oldest not.
     assert h.send(request("/v1/catalog/b3"), flush=False).headers.get("x-cache") == "HIT"
     assert h.send(request("/v1/catalog/b0"), flush=False).headers.get("x-cache") == "MISS"

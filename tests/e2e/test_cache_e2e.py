@@ -12,7 +12,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from edge_limiter.gateway.cache import LINGER_MS
+from edge_limiter.gateway.collapsing import LINGER_MS
 from edge_limiter.tools.demo_origin import DemoOrigin
 from edge_limiter.tools.local_gateway import LocalGateway
 

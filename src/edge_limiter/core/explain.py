@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 from .caching.fields import connection_named, is_token
 from .canonical import admin_path, ascii_host, canonical_host, canonical_path, runtime_path
-from .config import Config
+from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
 from .http.method_override import (
@@ -167,16 +167,11 @@ def explain(
     except PathError as exc:
         out.update(status=400, error=f"bad_path: {exc}")
         return out
-    if not authority.isascii():
-        # A name written as read: the runtime (like any client) has it in its ASCII
-        # (punycode) form, as the host patterns are kept.
-        name, colon, port = authority.rpartition(":") if ":" in authority else (authority, "", "")
-        try:
-            name = ascii_host(name)
-        except UnicodeError:
-            out.update(status=400, error=f"bad_host: {authority!r} is not a host name")
-            return out
-        authority = f"{name}{colon}{port}"
+    try:
+        authority = _ascii_authority(authority)
+    except UnicodeError:
+        out.update(status=400, error=f"bad_host: {authority!r} is not a host name")
+        return out
     host = canonical_host(authority, scheme.lower())
     out.update(canonical_path=path, canonical_host=host)
     if admin_path(config.ops.admin_prefix, path) is not None:
@@ -204,34 +199,38 @@ def explain(
             out.update(route=None, forward_to=config.forward.pool.name, limited=False)
         return out
     route, params = matched
-    request = Request(
-        out["method"],
-        raw_path,
-        query,
-        authority,
-        scheme,
-        given,
-        client or Client(),
-    )
+    request = Request(out["method"], raw_path, query, authority, scheme, given, client or Client())
     out.update(route=route.name, params=params)
     try:
         key = route.limits.key.compute(request, params)
     except AmbiguousRequestError as exc:
         out.update(status=400, error=f"ambiguous_key: {exc}")
         return out
-    where = request.client
+    out.update(key=key, **_counted(route, key, request.client))
+    return out
+
+
+def _ascii_authority(authority: str) -> str:
+    """A host written as read, in the ASCII (punycode) form the runtime (like any client)
+    has it in, as the host patterns are kept; raises :class:`UnicodeError` for no name."""
+    if authority.isascii():
+        return authority
+    name, colon, port = authority.rpartition(":") if ":" in authority else (authority, "", "")
+    return f"{ascii_host(name)}{colon}{port}"
+
+
+def _counted(route: Route, key: str, where: Client) -> dict[str, Any]:
+    """How the route counts ``key``, and the order its origins are tried in for ``where``."""
     order = order_origins(
         route.forward.pool.origins,
         ClientLocation(
             where.country or None, where.continent or None, where.latitude, where.longitude
         ),
     )
-    out.update(
-        key=key,
-        durable_object=object_name(route.name, key),
-        limits=[str(lim) for lim in route.limits.limits],
-        algorithm=route.limits.algorithm,
-        shadow=route.limits.shadow,
-        origins=[origin.name for origin in order],
-    )
-    return out
+    return {
+        "durable_object": object_name(route.name, key),
+        "limits": [str(lim) for lim in route.limits.limits],
+        "algorithm": route.limits.algorithm,
+        "shadow": route.limits.shadow,
+        "origins": [origin.name for origin in order],
+    }

@@ -376,3 +376,41 @@ def object_name(route: str, key: str) -> str:
         return f"{route}:{key}"
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{route}#{digest}"
+
+
+def key_digest(key: str) -> str:
+    """A short, stable hash of a rate-limit key: logs never carry the key itself."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def every_route_key(specs: Iterable[tuple[str, KeySpec]], key: str) -> str:
+    """The form of ``key`` for an override of every route (``specs``: each route's name
+    and key): it is compared with each request's key as stored, so it is stored in the
+    form requests have (``2001:db8::1`` as the ``2001:db8::/64`` requests count it in).
+    Raises :class:`KeySpecError` where routes would count it in different forms, or no
+    route has keys like it."""
+    routes = list(specs)
+    # Written with some routes' labels: those routes judge it; else the value alone is for
+    # the routes of one-part keys.
+    shaped = [(name, spec) for name, spec in routes if written_as_labelled(spec, key)]
+    judges = shaped or [(name, spec) for name, spec in routes if len(spec.parts) == 1]
+    refusals: list[str] = []
+    forms: dict[str, list[str]] = {}
+    for name, spec in judges:
+        try:
+            counted = given_key(spec, key)
+        except KeySpecError as exc:
+            refusals.append(f"route {name!r}: {exc}")
+            continue
+        if not shaped:
+            counted = unquote(counted.split("=", 1)[1], errors="surrogateescape")
+        forms.setdefault(counted, []).append(name)
+    if not forms:
+        why = "; ".join(refusals) or "no route's key has that many parts"
+        raise KeySpecError(f"no route has a key like {key!r} ({why})")
+    if len(forms) > 1:
+        said = "; ".join(f"{form!r} on {', '.join(names)}" for form, names in forms.items())
+        raise KeySpecError(
+            f"routes count {key!r} in different forms ({said}): set an override per route instead"
+        )
+    return next(iter(forms))

@@ -49,22 +49,18 @@ decide that a change was asked for (see :mod:`edge_limiter.core.http.cross_site`
 
 from __future__ import annotations
 
-import base64
-import hmac
-import json
 import secrets
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 from ..core.canonical import admin_path, canonical_host, canonical_path, runtime_path
-from ..core.config import Config
+from ..core.config import Config, Route
 from ..core.config.describe import describe_route
 from ..core.control import OverridesCall, StatsCall
-from ..core.errors import BodyReadError, ExplainError, KeySpecError, PathError
+from ..core.errors import ExplainError, KeySpecError, PathError
 from ..core.explain import (
     EXPLAINED_CLIENT_PARAMS,
     explain,
@@ -72,76 +68,61 @@ from ..core.explain import (
     header_line,
     split_url,
 )
-from ..core.http import bounded_json, cross_site, problems
+from ..core.http import cross_site, problems
 from ..core.http.fields import REASON_HEADER, rate_limit_headers
 from ..core.http.messages import Headers, Request, Response
-from ..core.identity.apikeys import (
-    RecordError,
-    api_key_digest,
-    check_api_key,
-    decode_record,
-    encode_record,
-    record_of,
-    record_plain,
-)
-from ..core.identity.settings import Tiers
-from ..core.identity.tokens import TokenError
-from ..core.keys import given_key, object_name, written_as_labelled
+from ..core.keys import every_route_key, given_key, key_digest, object_name
 from ..core.ratelimit.decision import Reason
 from ..core.ratelimit.leases.policy import lease_reserves, without_reserve
-from ..core.ratelimit.overrides import OverrideError, parse_override
+from ..core.ratelimit.overrides import Override, OverrideError, parse_override
 from ..core.ratelimit.protocol import StoreRequest, StoreResponse
+from ..core.ratelimit.rates import Limit
 from ..core.ratelimit.rule import combine
-from ..core.resilience.breaker import FORCED, BreakerState, current_phase
+from ..core.resilience.breaker import FORCED, current_phase
 from ..core.resilience.shared import SyncCall
 from ..core.routing.origins import PLAIN_LABEL
-from .cache import Cache
-from .exchange import problem_response
+from .admin_apikeys import ApiKeys
+from .admin_calls import (
+    AdminError,
+    RouteView,
+    authorized,
+    endpoint_methods,
+    example,
+    fail,
+    hardened,
+    json_answer,
+    json_body,
+    members,
+    not_allowed,
+    query_params,
+)
+from .exchange import Exchange, problem_response
 from .health import pools_of
 from .operations import Operating
-from .ports import KeyValueStore, Services
-from .ratelimit import RateLimit, key_digest
-
-JSON = "application/json"
-
-
-def _json(status: int, data: Any) -> Response:
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
-    headers = Headers([("content-type", JSON), ("cache-control", "no-store")])
-    return Response(status, headers, body)
-
-
-#: An override is a few hundred bytes of JSON; nothing larger is read.
-MAX_BODY_BYTES = 64 * 1024
-
-
-def _fail(status: int, title: str, detail: str, code: str) -> Response:
-    return problem_response(problems.Problem(status, title, detail, code))
+from .ports import Services
 
 
 class Admin:
-    """Answers requests under the admin prefix; see the module docstring."""
+    """Answers requests under the admin prefix; see the module docstring. As a stage before
+    the route, it takes every request under the prefix."""
 
     def __init__(
-        self,
-        config: Config,
-        services: Services,
-        operating: Operating,
-        caches: Mapping[str, Cache] | None = None,
-        limiters: Mapping[str, RateLimit] | None = None,
+        self, config: Config, services: Services, operating: Operating, routes: RouteView
     ) -> None:
         self.config = config
         self.services = services
         self.operating = operating
-        self.caches: Mapping[str, Cache] = caches if caches is not None else {}
-        """The cache stage of each cached route (the gateway's own, filled as it builds)."""
-        self.limiters: Mapping[str, RateLimit] = limiters if limiters is not None else {}
-        """Each route's rate-limit stage (the gateway's own): its leases' units in hand."""
+        self.routes = routes
         self.prefix = config.ops.admin_prefix
-        self.adopt_breaker: Callable[[str, BreakerState, int], None] | None = None
-        """Takes a shared breaker's answer into this isolate's copy (the gateway sets it)."""
-        self.forget_api_key: Callable[[str], None] = lambda _digest: None
-        """Drops this isolate's memory of a key's lookup (the gateway sets it)."""
+        self.api_keys = ApiKeys(config, services, routes.forget_api_key)
+        self._key_specs = [(route.name, route.limits.key) for route in config.routes]
+
+    def __call__(self, exchange: Exchange) -> Awaitable[Response] | None:
+        path = self.admin_path(exchange.path)
+        if path is None:
+            return None
+        exchange.private = True
+        return self.handle(exchange.request, path, self.services.clock.now_ms())
 
     def admin_path(self, path: str) -> str | None:
         """The admin API's path for a canonical path under its prefix, in any case and with
@@ -150,30 +131,9 @@ class Admin:
         the operator's token. ``None`` for every other path."""
         return admin_path(self.prefix, path)
 
-    def _authorized(self, request: Request) -> bool:
-        token = self.services.admin_token
-        if not token:
-            return False
-        header = request.headers.get("authorization") or ""
-        scheme, _, credentials = header.partition(" ")
-        offered = ""
-        if scheme.lower() == "bearer":
-            offered = credentials.strip()
-        elif scheme.lower() == "basic":
-            try:
-                decoded = base64.b64decode(credentials.strip(), validate=True).decode()
-            except (ValueError, UnicodeDecodeError):
-                decoded = ""
-            offered = decoded.partition(":")[2]
-        # Constant time whatever the offered value: compare digests of equal length.
-        return hmac.compare_digest(
-            hmac.new(b"edge-limiter", offered.encode(), "sha256").digest(),
-            hmac.new(b"edge-limiter", token.encode(), "sha256").digest(),
-        )
-
     async def handle(self, request: Request, path: str, now: int) -> Response:
         """The answer to a request under the prefix (``path`` its canonical path)."""
-        return _hardened(await self._answer(request, path, now))
+        return hardened(await self._answer(request, path, now))
 
     async def _answer(self, request: Request, path: str, now: int) -> Response:
         if not self.services.admin_token:
@@ -200,15 +160,15 @@ class Admin:
                     "credentials": bool(headers.get("authorization")),
                 }
             )
-            return _fail(
+            return fail(
                 403,
                 "Forbidden",
                 f"The admin API acts only for its own page and for clients that are no "
                 f"browser: {refused}.",
                 "admin_cross_site",
             )
-        if not self._authorized(request):
-            response = _fail(401, "Unauthorized", "Credentials are required.", "unauthorized")
+        if not authorized(self.services.admin_token, request.headers.get("authorization")):
+            response = fail(401, "Unauthorized", "Credentials are required.", "unauthorized")
             challenge = 'Basic realm="edge-limiter"' if page else 'Bearer realm="edge-limiter"'
             response.headers.set("www-authenticate", challenge)
             self.services.log({"event": "admin_unauthorized", "path": path})
@@ -216,41 +176,27 @@ class Admin:
         action = path[len(self.prefix) :].rstrip("/") or "/"
         # A HEAD is answered as its GET (the runtime sends no body with it).
         method = "GET" if request.method == "HEAD" else request.method
-        allowed = ("GET",) if page else _methods(action)
+        allowed = ("GET",) if page else endpoint_methods(action)
         if method not in allowed:
-            return _not_allowed(action, request.method, allowed)
+            return not_allowed(action, request.method, allowed)
         try:
             if method == "GET":
                 return await self._read(request, action, page, now)
             return await self._act(request, action, method, now)
-        except _AdminError as exc:
-            response = _fail(exc.status, exc.title, str(exc), exc.code)
+        except AdminError as exc:
+            response = fail(exc.status, exc.title, str(exc), exc.code)
             for name, value in exc.headers:
                 response.headers.set(name, value)
             return response
 
     async def _read(self, request: Request, action: str, page: bool, now: int) -> Response:
         """A GET: its parameters from the query; it changes nothing."""
-        pairs = parse_qsl(request.query, keep_blank_values=True)
+        pairs = query_params(action, request.query)
         params = dict(pairs)
-        counts = Counter(name for name, _ in pairs if name != "header")
-        twice = sorted(name for name, count in counts.items() if count > 1)
-        if twice:
-            # Which one was meant cannot be told: say so rather than take the last.
-            raise _AdminError(
-                400, f"give each parameter once: {', '.join(twice)} came more than once"
-            )
-        unknown = sorted({name for name, _ in pairs} - _QUERY_PARAMS.get(action, frozenset()))
-        if unknown:
-            # A misspelt parameter is not ignored: the answer would be to another question.
-            takes = ", ".join(sorted(_QUERY_PARAMS.get(action, ()))) or "none"
-            raise _AdminError(
-                400, f"unknown parameter(s) {', '.join(unknown)}: {action} takes {takes}"
-            )
         if page:
             part = params.get("part")
             if part not in (None, "live"):
-                raise _AdminError(400, f"part may only be live, got {part!r}")
+                raise AdminError(400, f"part may only be live, got {part!r}")
             return await self._page(now, whole=part is None)
         if action == "/api/config":
             return self._config()
@@ -259,39 +205,39 @@ class Admin:
         if action == "/api/keys":
             return await self._key(params, "peek")
         if action == "/api/overrides":
-            return _json(200, await self._control(OverridesCall("list"), now))
+            return json_answer(200, await self._control(OverridesCall("list"), now))
         if action == "/api/breakers":
-            return _json(200, {"breakers": await self._breakers(now)})
+            return json_answer(200, {"breakers": await self._breakers(now)})
         if action == "/api/api-keys":
-            return await self._api_key_read(params.get("sha256", ""))
-        return _json(200, await self._stats())  # /api/stats, the last GET endpoint
+            return await self.api_keys.read(params.get("sha256", ""))
+        return json_answer(200, await self._stats())  # /api/stats, the last GET endpoint
 
     async def _act(self, request: Request, action: str, method: str, now: int) -> Response:
         """A call that changes something: its parameters from a JSON body only, which no
         form or simple request of another site's page can send."""
         if request.query and method == "DELETE":
-            raise _AdminError(400, f"DELETE {action} takes no query: its path names the override")
+            raise AdminError(400, f"DELETE {action} takes no query: its path names the override")
         if request.query:
-            raise _AdminError(
+            raise AdminError(
                 400,
                 f"{method} {action} takes no query: send its parameters as members of an "
-                f"application/json body ({_example(action)})",
+                f"application/json body ({example(action)})",
             )
         if method == "DELETE" and action.startswith("/api/api-keys/"):
-            return await self._api_key_delete(action.removeprefix("/api/api-keys/"))
+            return await self.api_keys.delete(action.removeprefix("/api/api-keys/"))
         if method == "DELETE":  # /api/overrides/{id}: the path says it all
             ident = action.removeprefix("/api/overrides/")
             done = await self._control(OverridesCall("delete", id=ident), now)
             if not done.get("deleted"):
-                raise _AdminError(404, f"no override has the id {ident!r} (see GET overrides)")
+                raise AdminError(404, f"no override has the id {ident!r} (see GET overrides)")
             self.services.log({"event": "admin_override_deleted", "id": ident})
-            return _json(200, done)
-        data = await self._json_body(request, action)
+            return json_answer(200, done)
+        data = await json_body(request, action)
         if action == "/api/overrides":
             return await self._set_override(data, now)
         if action == "/api/api-keys":
-            return await self._api_key_set(data)
-        params = _members(action, data)
+            return await self.api_keys.set(data)
+        params = members(action, data)
         if action == "/api/cache/purge":
             return await self._purge(params)
         if action.startswith("/api/breakers/"):
@@ -299,99 +245,11 @@ class Admin:
             return await self._force(origin, params, now)
         return await self._key(params, action.rsplit("/", 1)[1])  # reset, refund
 
-    async def _json_body(self, request: Request, action: str) -> Any:
-        """The request's body, which must be JSON said to be (``Content-Type:
-        application/json``), at most :data:`MAX_BODY_BYTES`, naming each member once."""
-        content_type = request.headers.get("content-type")
-        if not cross_site.json_media_type(content_type):
-            said = f"Content-Type: {content_type}" if content_type else "no Content-Type"
-            raise _AdminError(
-                415,
-                f"POST {action} takes an application/json body ({_example(action)}), got {said}",
-                headers=(("accept-post", JSON),),
-            )
-        try:
-            raw = await request.read_body_at_most(MAX_BODY_BYTES)
-        except BodyReadError as exc:
-            raise _AdminError(400, f"the body could not be read to its end: {exc}") from exc
-        if raw is None:
-            raise _AdminError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
-        try:
-            return bounded_json.loads(raw or b"null", object_pairs_hook=_once_each)
-        except _Repeated as exc:
-            raise _AdminError(400, f"the body's JSON is ambiguous: {exc}") from exc
-        except ValueError as exc:
-            raise _AdminError(400, f"the body is not JSON: {exc}") from exc
-
     # --- endpoints ------------------------------------------------------------------------
-
-    def _api_keys(self) -> tuple[KeyValueStore, Tiers]:
-        tiers = self.config.tiers
-        store = self.services.kv(tiers.source) if tiers is not None and tiers.by == "kv" else None
-        if store is None or tiers is None:
-            raise _AdminError(404, 'no API keys here: the config has no [tiers] by = "kv:..."')
-        return store, tiers
-
-    async def _api_key_read(self, digest: str) -> Response:
-        store, _ = self._api_keys()
-        digest = _digest(digest)
-        try:
-            data = await store.get(digest)
-        except Exception as exc:
-            raise _AdminError(503, f"the API keys' KV failed: {exc!r}"[:300]) from exc
-        if data is None:
-            raise _AdminError(404, f"no API key record under {digest}")
-        try:
-            record = decode_record(data)
-        except RecordError as exc:
-            raise _AdminError(409, f"the record under {digest} is unreadable: {exc}") from exc
-        return _json(200, {"sha256": digest, **record_plain(record)})
-
-    async def _api_key_set(self, data: Any) -> Response:
-        store, tiers = self._api_keys()
-        if not isinstance(data, dict):
-            raise _AdminError(400, f"the body must be a JSON object ({_example('/api/api-keys')})")
-        fields = dict(data)
-        key, digest = fields.pop("key", None), fields.pop("sha256", None)
-        if (key is None) == (digest is None):
-            raise _AdminError(400, "give the API key as key, or its SHA-256 hex as sha256 (one)")
-        if key is not None:
-            if not isinstance(key, str):
-                raise _AdminError(400, f"key must be a JSON string, got {_shown(key)}")
-            try:
-                digest = api_key_digest(check_api_key(key))
-            except TokenError as exc:
-                raise _AdminError(400, f"key: {exc}") from exc
-        digest = _digest(str(digest))
-        try:
-            record = record_of(fields)
-        except RecordError as exc:
-            raise _AdminError(400, str(exc)) from exc
-        if record.tier not in tiers.plans:
-            known = ", ".join(tiers.plans)
-            raise _AdminError(400, f"tier {record.tier!r} is no tier of [tiers.plans] ({known})")
-        try:
-            await store.put(digest, encode_record(record), API_KEY_TTL_S)
-        except Exception as exc:
-            raise _AdminError(503, f"the API keys' KV failed: {exc!r}"[:300]) from exc
-        self.forget_api_key(digest)
-        self.services.log({"event": "admin_api_key_set", "sha256": digest, "tier": record.tier})
-        return _json(200, {"sha256": digest, **record_plain(record)})
-
-    async def _api_key_delete(self, digest: str) -> Response:
-        store, _ = self._api_keys()
-        digest = _digest(digest)
-        try:
-            await store.delete(digest)
-        except Exception as exc:
-            raise _AdminError(503, f"the API keys' KV failed: {exc!r}"[:300]) from exc
-        self.forget_api_key(digest)
-        self.services.log({"event": "admin_api_key_deleted", "sha256": digest})
-        return _json(200, {"sha256": digest, "deleted": True})
 
     def _config(self) -> Response:
         ops = self.config.ops
-        return _json(
+        return json_answer(
             200,
             {
                 "routes": [describe_route(route) for route in self.config.routes],
@@ -415,7 +273,7 @@ class Admin:
 
     def _explain(self, params: dict[str, str], header_params: list[str]) -> Response:
         if not params.get("url"):
-            raise _AdminError(400, "the url parameter is required")
+            raise AdminError(400, "the url parameter is required")
         try:
             client = explained_client(
                 **{name: params.get(name, "") for name in EXPLAINED_CLIENT_PARAMS}
@@ -425,62 +283,64 @@ class Admin:
                 self.config, params.get("method") or "GET", params["url"], headers, client
             )
         except ExplainError as exc:
-            raise _AdminError(400, str(exc)) from None
-        return _json(200, explained)
+            raise AdminError(400, str(exc)) from None
+        return json_answer(200, explained)
 
     async def _purge(self, params: Mapping[str, Any]) -> Response:
         url = params.get("url")
         if not url:
-            raise _AdminError(400, "url is required (the GET to forget, as clients send it)")
+            raise AdminError(400, "url is required (the GET to forget, as clients send it)")
         try:
             scheme, authority, target_path, query = split_url(url)
             path = canonical_path(runtime_path(target_path), self.config.matrix_params)
         except (ExplainError, PathError) as exc:
-            raise _AdminError(400, f"url: {exc}") from None
+            raise AdminError(400, f"url: {exc}") from None
         host = canonical_host(authority, scheme.lower())
         matched = self.config.match("GET", host, path)
-        cache = self.caches.get(matched[0].name) if matched is not None else None
-        if matched is None or cache is None:
+        scope = self.routes.cache_scope(matched[0].name) if matched is not None else None
+        if matched is None or scope is None:
             where = f"route {matched[0].name!r}" if matched is not None else "no route"
-            raise _AdminError(400, f"a GET of {url} goes to {where}, which caches nothing")
+            raise AdminError(400, f"a GET of {url} goes to {where}, which caches nothing")
         route = matched[0]
         scope_key = None
-        if cache.settings.scope == "key":
+        if scope == "key":
             given = params.get("key")
             if not given:
-                raise _AdminError(
+                raise AdminError(
                     400, f"route {route.name!r} caches per rate-limit key: give key as well"
                 )
             try:
                 scope_key = given_key(route.limits.key, given)
             except KeySpecError as exc:
-                raise _AdminError(400, f"key: {exc}") from None
+                raise AdminError(400, f"key: {exc}") from None
         elif "key" in params:
             # Purging "this key's copy" of a shared one would purge it for everyone.
-            raise _AdminError(
+            raise AdminError(
                 400,
                 f"route {route.name!r} keeps one copy for every key (scope = "
-                f"{cache.settings.scope!r}): purge it without key",
+                f"{scope!r}): purge it without key",
             )
         try:
-            removed, found = await cache.purge(host, path, query, scope_key, look=True)
+            removed, found = await self.routes.purge(route.name, host, path, query, scope_key)
         except Exception as exc:
-            raise _AdminError(503, f"the cache (KV) failed: {type(exc).__name__}") from exc
+            raise AdminError(503, f"the cache (KV) failed: {type(exc).__name__}") from exc
         self.services.log({"event": "admin_cache_purge", "route": route.name, "path": path})
-        return _json(200, {"route": route.name, "url": url, "purged": removed, "found": found})
+        return json_answer(
+            200, {"route": route.name, "url": url, "purged": removed, "found": found}
+        )
 
-    def _route_and_key(self, params: Mapping[str, Any]) -> tuple[Any, str]:
+    def _route_and_key(self, params: Mapping[str, Any]) -> tuple[Route, str]:
         route = self.config.route(params.get("route", ""))
         if route is None:
             names = ", ".join(r.name for r in self.config.routes)
-            raise _AdminError(400, f"route must be one of: {names}")
+            raise AdminError(400, f"route must be one of: {names}")
         key = params.get("key")
         if not key:
-            raise _AdminError(400, "key is required (as the config check's --explain prints it)")
+            raise AdminError(400, "key is required (as the config check's --explain prints it)")
         try:
             return route, given_key(route.limits.key, key)
         except KeySpecError as exc:
-            raise _AdminError(400, f"key: {exc}") from None
+            raise AdminError(400, f"key: {exc}") from None
 
     async def _key(self, params: Mapping[str, Any], op: str) -> Response:
         route, key = self._route_and_key(params)
@@ -489,7 +349,7 @@ class Admin:
         if op == "refund":
             cost = params.get("cost", policy.cost)  # an integer (see _members)
             if cost < 1:
-                raise _AdminError(400, "cost must be at least 1")
+                raise AdminError(400, "cost must be at least 1")
         operating = self.operating
         if operating.overrides_loaded_at is None and self.services.control is not None:
             # A fresh isolate loads the list with its first request; the admin API may
@@ -499,45 +359,33 @@ class Admin:
         limits = override.limits if override is not None and override.limits else policy.limits
         name = object_name(route.name, key)
 
-        async def call(step: str, units: int) -> StoreResponse:
-            request = StoreRequest(
-                step,
-                policy.algorithm,
-                limits,
-                units,
-                policy.write_behind_ms,
-                self.config.ops.cleanup_after_ms,
-            )
-            try:
-                return await self.services.store.call(name, request)
-            except Exception as exc:
-                raise _AdminError(
-                    503, f"the key's Durable Object failed: {type(exc).__name__}"
-                ) from exc
-
         if op != "peek":
-            await call(op, cost)
+            await self._object_call(name, route, limits, op, cost)
             self.operating.deny.clear()
             self.services.log(
                 {"event": f"admin_{op}", "route": route.name, "key_hash": key_digest(key)}
             )
-        # What a request of the route's cost would find now (a refund's or reset's own
-        # answer is for a request of one unit).
+        return await self._key_state(route, key, name, override, op)
+
+    async def _key_state(
+        self, route: Route, key: str, name: str, override: Override | None, op: str
+    ) -> Response:
+        """What the key holds now, and what a request of the route's cost would get (a
+        refund's or reset's own answer is for a request of one unit)."""
+        policy = route.limits
+        limits = override.limits if override is not None and override.limits else policy.limits
         probe = policy.cost
         # A leased bucket grants no lease that would take its reserve: ask for it too.
         reserves = lease_reserves(limits, policy.algorithm, policy.lease_ttl_ms)
         asked = max(reserves) if policy.lease_ttl_ms else 0
-        response = await call("peek", probe + asked)
+        response = await self._object_call(name, route, limits, "peek", probe + asked)
         decisions = response.decisions
         if asked:
             decisions = without_reserve(decisions, reserves, asked)
         decision = combine(decisions)
         # What each limit lets the key use now (a denied request took nothing), with the
         # units this isolate's leases hold, which its next requests use first.
-        held = 0
-        limiter = self.limiters.get(route.name)
-        if limiter is not None:
-            held = limiter.held_units(key, override, self.services.clock.now_ms())
+        held = self.routes.held_units(route.name, key, override, self.services.clock.now_ms())
         available = [d.remaining + (probe if decision.allowed else 0) + held for d in decisions]
         if held and (decision.allowed or held >= probe):
             decisions = tuple(
@@ -557,7 +405,7 @@ class Admin:
                 "allowed": said.allowed,
                 "headers": dict(rate_limit_headers(said, decisions)),
             }
-        return _json(
+        return json_answer(
             200,
             {
                 "route": route.name,
@@ -585,17 +433,35 @@ class Admin:
             },
         )
 
+    async def _object_call(
+        self, name: str, route: Route, limits: tuple[Limit, ...], step: str, units: int
+    ) -> StoreResponse:
+        """One step of the key's object (``name``) under ``limits``."""
+        policy = route.limits
+        request = StoreRequest(
+            step,
+            policy.algorithm,
+            limits,
+            units,
+            policy.write_behind_ms,
+            self.config.ops.cleanup_after_ms,
+        )
+        try:
+            return await self.services.store.call(name, request)
+        except Exception as exc:
+            raise AdminError(503, f"the key's Durable Object failed: {type(exc).__name__}") from exc
+
     async def _control(self, call: OverridesCall, now: int) -> dict[str, Any]:
         """The Control object's answer to an overrides call; this isolate takes the list."""
         control = self.services.control
         if control is None:
-            raise _AdminError(503, "overrides need the CONTROL Durable Object binding")
+            raise AdminError(503, "overrides need the CONTROL Durable Object binding")
         try:
             answer = await control.overrides(call)
         except Exception as exc:
-            raise _AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
+            raise AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
         if answer.error:
-            raise _AdminError(409, answer.error)
+            raise AdminError(409, answer.error)
         self.operating.override_set(list(answer.overrides), now)
         return answer.describe()
 
@@ -605,7 +471,7 @@ class Admin:
         try:
             override = parse_override(data, now, algorithms, costs=costs)
         except OverrideError as exc:
-            raise _AdminError(400, str(exc)) from exc
+            raise AdminError(400, str(exc)) from exc
         route = self.config.route(override.route)
         if route is not None and "*" not in override.key:
             # One route, one key: put in the form its requests get (an ip aggregated, a
@@ -613,49 +479,19 @@ class Admin:
             try:
                 override = replace(override, key=given_key(route.limits.key, override.key))
             except KeySpecError as exc:
-                raise _AdminError(400, f"key: {exc}") from None
+                raise AdminError(400, f"key: {exc}") from None
         elif route is None and "*" not in override.key:
-            override = replace(override, key=self._every_route_key(override.key))
+            try:
+                override = replace(override, key=every_route_key(self._key_specs, override.key))
+            except KeySpecError as exc:
+                raise AdminError(400, f"key: {exc}") from None
         self.services.log(
             {"event": "admin_override_set", "route": override.route, "id": override.id}
         )
         described = override.describe()
         answer = await self._control(OverridesCall("put", override), now)
         # The one just set first (its id, to delete it by), then the whole list.
-        return _json(200, {"override": described, **answer})
-
-    def _every_route_key(self, key: str) -> str:
-        """An override for every route is compared with each request's key as stored, so
-        it is stored in the form requests have (``2001:db8::1`` as the ``2001:db8::/64``
-        requests count it in), or refused where routes would count it in different forms,
-        or where no route has keys like it."""
-        routes = self.config.routes
-        # Written with some routes' labels: those routes judge it; else the value alone
-        # is for the routes of one-part keys.
-        shaped = [r for r in routes if written_as_labelled(r.limits.key, key)]
-        judges = shaped or [r for r in routes if len(r.limits.key.parts) == 1]
-        refusals: list[str] = []
-        forms: dict[str, list[str]] = {}
-        for route in judges:
-            try:
-                counted = given_key(route.limits.key, key)
-            except KeySpecError as exc:
-                refusals.append(f"route {route.name!r}: {exc}")
-                continue
-            if not shaped:
-                counted = unquote(counted.split("=", 1)[1], errors="surrogateescape")
-            forms.setdefault(counted, []).append(route.name)
-        if not forms:
-            why = "; ".join(refusals) or "no route's key has that many parts"
-            raise _AdminError(400, f"key: no route has a key like {key!r} ({why})")
-        if len(forms) > 1:
-            said = "; ".join(f"{form!r} on {', '.join(names)}" for form, names in forms.items())
-            raise _AdminError(
-                400,
-                f"key: routes count {key!r} in different forms ({said}): set an override "
-                "per route instead",
-            )
-        return next(iter(forms))
+        return json_answer(200, {"override": described, **answer})
 
     async def _force(self, origin: str, params: Mapping[str, Any], now: int) -> Response:
         """Force an origin's shared breaker open (out of every pool's rotation), closed
@@ -669,23 +505,24 @@ class Admin:
         pool = next((p for p in pools if any(o.name == origin for o in p.origins)), None)
         if pool is None:
             names = ", ".join(sorted(o.name for p in pools for o in p.origins))
-            raise _AdminError(404, f"no origin is named {origin!r} (origins: {names})")
+            raise AdminError(404, f"no origin is named {origin!r} (origins: {names})")
         state = params.get("state", "")
         if state not in (*FORCED, "auto"):
-            raise _AdminError(400, f"state must be open, closed or auto, got {state!r}")
+            raise AdminError(400, f"state must be open, closed or auto, got {state!r}")
         breakers = self.services.breakers
         if breakers is None:
-            raise _AdminError(503, "forcing a breaker needs the BREAKERS Durable Object binding")
+            raise AdminError(503, "forcing a breaker needs the BREAKERS Durable Object binding")
         try:
             shared = await breakers.sync(origin, SyncCall(pool.breaker, force=state))
         except Exception as exc:
-            raise _AdminError(
+            raise AdminError(
                 503, f"the breaker's Durable Object failed: {type(exc).__name__}"
             ) from exc
-        if self.adopt_breaker is not None:
-            self.adopt_breaker(origin, shared, now)
+        self.routes.adopt_breaker(origin, shared, now)
         self.services.log({"event": "admin_breaker_forced", "origin": origin, "state": state})
-        return _json(200, {"origin": origin, "state": state, "breakers": await self._breakers(now)})
+        return json_answer(
+            200, {"origin": origin, "state": state, "breakers": await self._breakers(now)}
+        )
 
     async def _breakers(self, now: int) -> dict[str, str]:
         breakers = self.services.breakers
@@ -714,7 +551,7 @@ class Admin:
         try:
             answer = await control.stats(StatsCall("get"))
         except Exception as exc:
-            raise _AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
+            raise AdminError(503, f"the Control object failed: {type(exc).__name__}") from exc
         return dict(answer.summary or {})
 
     async def _page(self, now: int, *, whole: bool) -> Response:
@@ -745,179 +582,3 @@ class Admin:
         if nonce is not None:
             headers.set("content-security-policy", policy(nonce))
         return Response(200, headers, html.encode())
-
-
-class _AdminError(Exception):
-    """An admin call that cannot be done as asked."""
-
-    def __init__(self, status: int, detail: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.headers = headers
-        self.title = {
-            400: "Bad Request",
-            404: "Not Found",
-            409: "Conflict",
-            413: "Content Too Large",
-            415: "Unsupported Media Type",
-            503: "Service Unavailable",
-        }.get(status, "Error")
-        self.code = {
-            400: "bad_admin_request",
-            404: "admin_not_found",
-            409: "admin_conflict",
-            413: "admin_body_too_large",
-            415: "admin_json_required",
-        }.get(status, "admin_unavailable")
-
-
-#: Each admin endpoint's methods (for the 405 answer to another method).
-_ENDPOINT_METHODS = {
-    "/api/config": ("GET",),
-    "/api/explain": ("GET",),
-    "/api/keys": ("GET",),
-    "/api/keys/reset": ("POST",),
-    "/api/keys/refund": ("POST",),
-    "/api/overrides": ("GET", "POST"),
-    "/api/cache/purge": ("POST",),
-    "/api/breakers": ("GET",),
-    "/api/stats": ("GET",),
-    "/api/api-keys": ("GET", "POST"),
-}
-
-
-def _methods(action: str) -> tuple[str, ...]:
-    """The methods ``action`` takes; none when no endpoint has that path."""
-    if action.startswith("/api/overrides/") and action.count("/") == 3:
-        return ("DELETE",)
-    if action.startswith("/api/breakers/") and action.count("/") == 3:
-        return ("POST",)
-    if action.startswith("/api/api-keys/") and action.count("/") == 3:
-        return ("DELETE",)
-    return _ENDPOINT_METHODS.get(action, ())
-
-
-def _not_allowed(action: str, method: str, allowed: tuple[str, ...]) -> Response:
-    """404 for a path no endpoint has; 405 with ``Allow`` for another method."""
-    if not allowed:
-        return _fail(404, "Not Found", f"No admin endpoint {method} {action}.", "no_admin_endpoint")
-    if "GET" in allowed:
-        allowed = (*allowed, "HEAD")
-    response = _fail(
-        405,
-        "Method Not Allowed",
-        f"{action} takes {' or '.join(allowed)}, not {method}.",
-        "admin_method_not_allowed",
-    )
-    response.headers.set("allow", ", ".join(allowed))
-    return response
-
-
-class _Repeated(ValueError):
-    """A JSON object names a member twice."""
-
-
-def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose members are named once each: which of two ``route`` members
-    was meant cannot be told (an override set on the wrong route)."""
-    twice = sorted(name for name, count in Counter(n for n, _ in pairs).items() if count > 1)
-    if twice:
-        raise _Repeated(f"member(s) {', '.join(twice)} given more than once")
-    return dict(pairs)
-
-
-#: The query parameters each GET endpoint takes (any other is refused).
-_QUERY_PARAMS = {
-    "/": frozenset(("part",)),
-    "/api/explain": frozenset(("url", "method", "header", *EXPLAINED_CLIENT_PARAMS)),
-    "/api/keys": frozenset(("route", "key")),
-    "/api/api-keys": frozenset(("sha256",)),
-}
-
-#: The members of each POST endpoint's JSON body and their JSON types (any other member is
-#: refused); ``/api/overrides`` is checked by :func:`parse_override`.
-_MEMBERS: dict[str, dict[str, type]] = {
-    "/api/keys/reset": {"route": str, "key": str},
-    "/api/keys/refund": {"route": str, "key": str, "cost": int},
-    "/api/cache/purge": {"url": str, "key": str},
-    "/api/breakers/": {"state": str},
-}
-
-#: What each POST endpoint's body looks like, for the answers that say how to send it.
-_EXAMPLES = {
-    "/api/keys/reset": '{"route": "login", "key": "ip=203.0.113.9"}',
-    "/api/keys/refund": '{"route": "login", "key": "ip=203.0.113.9", "cost": 1}',
-    "/api/cache/purge": '{"url": "https://api.example.com/v1/catalog", "key": "..."}',
-    "/api/breakers/": '{"state": "open"}',
-    "/api/overrides": '{"route": "search", "key": "premium_*", "limits": "100/second"}',
-    "/api/api-keys": '{"key": "sk_live_...", "tier": "pro", "owner": "acme"}',
-}
-
-
-def _endpoint(action: str) -> str:
-    """The table key of ``action`` (every origin's breaker is one endpoint)."""
-    return "/api/breakers/" if action.startswith("/api/breakers/") else action
-
-
-def _example(action: str) -> str:
-    return f"e.g. {_EXAMPLES[_endpoint(action)]}"
-
-
-def _members(action: str, data: Any) -> dict[str, Any]:
-    """A POST body's members, each one the endpoint takes and of its type."""
-    takes = _MEMBERS[_endpoint(action)]
-    if not isinstance(data, dict):
-        raise _AdminError(400, f"the body must be a JSON object ({_example(action)})")
-    unknown = sorted(set(data) - set(takes))
-    if unknown:
-        # A misspelt member is not ignored: a refund of 3 units asked as "units": 3 would
-        # give back the route's cost and say done.
-        raise _AdminError(
-            400,
-            f"unknown member(s) {', '.join(unknown)}: {action} takes {', '.join(sorted(takes))}",
-        )
-    for name, value in data.items():
-        if takes[name] is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise _AdminError(400, f"{name} must be a JSON integer, got {_shown(value)}")
-        elif not isinstance(value, str):
-            raise _AdminError(400, f"{name} must be a JSON string, got {_shown(value)}")
-    return data
-
-
-#: How long an API key record is kept in KV (KV needs an expiry): ten years.
-API_KEY_TTL_S = 10 * 365 * 86_400
-
-
-def _digest(text: str) -> str:
-    """An API key's SHA-256 as 64 lower-case hex digits, or a 400."""
-    folded = text.strip().lower()
-    if len(folded) != 64 or any(c not in "0123456789abcdef" for c in folded):
-        raise _AdminError(400, f"sha256 must be 64 hex digits, got {_shown(text)}")
-    return folded
-
-
-def _shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:60] + "..."
-
-
-#: Fields on every admin answer: never sniffed as another type, framed, or read by
-#: another origin's page as a script or image (the page sets its own policy).
-_HARDENING = (
-    ("x-content-type-options", "nosniff"),
-    ("x-frame-options", "DENY"),
-    ("cross-origin-resource-policy", "same-origin"),
-)
-_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
-
-
-def _hardened(response: Response) -> Response:
-    headers = response.headers
-    for name, value in _HARDENING:
-        headers.set(name, value)
-    if headers.get("content-security-policy") is None:
-        headers.set("content-security-policy", _POLICY)
-    if headers.get("cache-control") is None:
-        headers.set("cache-control", "no-store")
-    return response

@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from ..core.config import Forwarding, Route
+from ..core.errors import AmbiguousRequestError
 from ..core.http import problems
 from ..core.http.fields import gateway_fields
 from ..core.http.messages import Headers, Request, Response
 from ..core.http.problems import PROBLEM_JSON, Problem
 from ..core.identity.tiers import Caller
+from ..core.routing.origins import Pool
 from .ports import Background
 
 T = TypeVar("T")
@@ -34,11 +36,16 @@ class _NoBackground:
         return _nothing
 
 
+#: Where a request goes before its route is known (no stage before the route forwards).
+UNROUTED = Forwarding(Pool("", ()))
+
+
 @dataclass(slots=True)
 class Exchange:
     """What the stages know about a request: its canonical form and what was decided.
 
-    ``path`` is the canonical path: what was matched, counted and is forwarded.
+    ``path`` and ``host`` are canonical once the stage that makes them so has run (before
+    that, as received): what is matched, counted and forwarded.
     """
 
     request: Request
@@ -62,6 +69,8 @@ class Exchange:
     lost, an interim answer): the origin may have acted on it."""
     idempotency_token: int | None = None
     """The fencing token of the Idempotency-Key claim this request holds, if any."""
+    private: bool = False
+    """Whether the gateway answers for itself (the admin API): no CORS fields on it."""
     counted: bool = False
     """Whether the request was already counted by an earlier stage (the stale copy a
     refresh replaces was served as a hit that ``count_hits`` counted): the rate limit
@@ -105,6 +114,35 @@ class Exchange:
             self.finishing = False
             resolve()
 
+    def limit_key(self) -> str | Response:
+        """The route's rate-limit key for the request, computed once and kept (``key``),
+        or the 400 when the request gives a part of it twice. Every stage that needs the
+        key reads it here: the rate limit, a cache kept per key, an idempotency record."""
+        key = self.key
+        if key is not None:
+            return key
+        route = self.route
+        assert route is not None, "a key is only asked of a routed request"
+        spec, caller = route.limits.key, self.caller
+        try:
+            if caller is None:
+                key = spec.compute(self.request, self.params)
+            elif caller.anonymous and spec.names_identity():
+                key = spec.anonymous(self.request)
+            else:
+                key = spec.compute(self.request, self.params, caller.claims, caller.caller)
+            self.key = key
+        except AmbiguousRequestError as exc:
+            return problem_response(
+                problems.bad_request(
+                    f"{exc}; route {route.name!r} counts requests by it, so it must have "
+                    "one value.",
+                    "ambiguous_key",
+                    route=route.name,
+                )
+            )
+        return key
+
     @property
     def route_name(self) -> str | None:
         """The matched route's name (None for unmatched requests)."""
@@ -120,6 +158,27 @@ class Stage(Protocol):
 
     async def __call__(self, exchange: Exchange, call_next: Handler) -> Response:
         """Handle ``exchange``."""
+        ...
+
+
+class Before(Protocol):
+    """A stage before the route: ``None`` to let the request go on, a response to answer
+    it with, or an awaitable of either when it has I/O to do (a request that needs none
+    makes no coroutine)."""
+
+    def __call__(self, exchange: Exchange) -> Response | Awaitable[Response | None] | None:
+        """Look at (and maybe change) ``exchange``'s request."""
+        ...
+
+
+class Counting(Protocol):
+    """The rate limit's count of a request, for a stage that answers the request itself
+    (a cache hit on a route that counts hits): the stage reaches it through this port,
+    never through the rate-limit stage."""
+
+    async def count(self, exchange: Exchange) -> Response | list[tuple[str, str]]:
+        """The answer to give instead (a 429, a 400, a fail-closed 503), or the gateway's
+        fields for the answer the stage gives."""
         ...
 
 

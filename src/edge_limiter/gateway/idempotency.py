@@ -54,7 +54,6 @@ from ..core.idempotency.settings import IdempotencySettings
 from ..core.keys import CALLER_FIELDS
 from .exchange import Exchange, Handler, body_broken_response, problem_response
 from .ports import IdempotencyStore, KeyValueStore, Services
-from .ratelimit import request_key
 
 KEY_HEADER = "idempotency-key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -125,7 +124,7 @@ class Idempotency:
             return problem_response(
                 problems.idempotency_key_invalid(self.route.name, exc.code, str(exc))
             )
-        identity = request_key(self.route, exchange)
+        identity = exchange.limit_key()
         if isinstance(identity, Response):
             return identity
         try:

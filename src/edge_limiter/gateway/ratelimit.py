@@ -16,14 +16,13 @@ request's context, which workerd refuses), so requests never wait on each other.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.config import Config, Route
-from ..core.errors import AmbiguousRequestError, ProtocolError
+from ..core.errors import ProtocolError
 from ..core.http import problems
 from ..core.http.fields import (
     REASON_HEADER,
@@ -34,7 +33,7 @@ from ..core.http.fields import (
 )
 from ..core.http.messages import Headers, Response
 from ..core.identity.tiers import TierLimits
-from ..core.keys import object_name
+from ..core.keys import key_digest, object_name
 from ..core.ratelimit.algorithms import Leasable
 from ..core.ratelimit.check import Check
 from ..core.ratelimit.decision import Decision, Reason
@@ -51,36 +50,6 @@ from .ports import Services
 
 #: Built 429s a route keeps (:meth:`RateLimit._denial`); all dropped when full.
 MAX_DENIALS = 256
-
-
-def key_digest(key: str) -> str:
-    """A short, stable hash of a rate-limit key: logs never carry the key itself."""
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def request_key(route: Route, exchange: Exchange) -> str | Response:
-    """The route's rate-limit key for the request (kept on the exchange), or a 400."""
-    if exchange.key is not None:
-        return exchange.key
-    caller = exchange.caller
-    try:
-        if caller is not None and caller.anonymous and route.limits.key.names_identity():
-            exchange.key = route.limits.key.anonymous(exchange.request)
-        elif caller is not None:
-            exchange.key = route.limits.key.compute(
-                exchange.request, exchange.params, caller.claims, caller.caller
-            )
-        else:
-            exchange.key = route.limits.key.compute(exchange.request, exchange.params)
-    except AmbiguousRequestError as exc:
-        return problem_response(
-            problems.bad_request(
-                f"{exc}; route {route.name!r} counts requests by it, so it must have one value.",
-                "ambiguous_key",
-                route=route.name,
-            )
-        )
-    return exchange.key
 
 
 #: The most keys one route keeps lease bookkeeping for in an isolate (least recent first
@@ -236,10 +205,15 @@ class RateLimit:
             return 0
         return sum(lease.unused(now) for lease in holding.leases if lease.live(now))
 
+    async def count(self, exchange: Exchange) -> Response | list[tuple[str, str]]:
+        """The :class:`Counting` port (a cache hit counted on ``count_hits``)."""
+        admission = await self.admit(exchange)
+        return admission.answer if admission.answer is not None else admission.headers
+
     async def admit(self, exchange: Exchange) -> Admission:
         """Count the request: a 429 (or 400, or a fail-closed 503), or the headers to add."""
         route = self.route
-        key = request_key(route, exchange)
+        key = exchange.limit_key()
         if isinstance(key, Response):
             return Admission(key)
         now = exchange.now_ms

@@ -168,64 +168,12 @@ def render(
 ) -> str:
     """The page's HTML; ``nonce`` is the one :func:`policy` names for this response, or
     ``None`` for its ``#live`` part alone (what the script reads again)."""
-    routes = []
-    per_route = stats.get("routes", {})
-    for route in config.routes:
-        info = describe_route(route)
-        counts5 = per_route.get(route.name, {}).get("5m", {})
-        counts60 = per_route.get(route.name, {}).get("60m", {})
-        denied5 = counts5.get("limited", 0) + counts5.get("cached_denial", 0)
-        denied60 = counts60.get("limited", 0) + counts60.get("cached_denial", 0)
-        routes.append(
-            [
-                route.name,
-                f"{' '.join(info['match']['methods']) if isinstance(info['match']['methods'], list) else '*'} "
-                f"{info['match']['path']}",
-                ", ".join(str(limit) for limit in route.limits.limits),
-                info["algorithm"],
-                ", ".join(info["key"]),
-                "yes" if info["shadow"] else "",
-                denied5,
-                denied60,
-                counts5.get("shadow", 0),
-                counts60.get("shadow", 0),
-            ]
-        )
+    routes = _route_rows(config, stats.get("routes", {}))
     top = [
         [item["route"], item["key_hash"], item["limited"]] for item in stats.get("top_limited", [])
     ]
-    override_rows = [
-        [
-            o["route"],
-            o["key"],
-            "exempt" if o["exempt"] else ", ".join(_rate(q, w) for q, w in o["limits"]),
-            o["reason"],
-            _when(o["expires_at"]),
-            o["id"],
-            _Html(_button("delete", f"delete:{o['id']}", op="delete-override", id=str(o["id"]))),
-        ]
-        for o in overrides
-    ]
-    breaker_rows = [
-        [
-            name,
-            phase,
-            _Html(
-                "".join(
-                    _button(
-                        f"force {state}",
-                        f"breaker:{name}:{state}",
-                        op="breaker",
-                        origin=name,
-                        state=state,
-                    )
-                    for state in ("open", "closed")
-                )
-                + _button("auto", f"breaker:{name}:auto", op="breaker", origin=name, state="auto")
-            ),
-        ]
-        for name, phase in sorted(breakers.items())
-    ]
+    override_rows = [_override_row(o) for o in overrides]
+    breaker_rows = [_breaker_row(name, phase) for name, phase in sorted(breakers.items())]
     shadow_note = (
         '<p class="bad">Global shadow mode is on: nothing is blocked.</p>'
         if config.ops.shadow
@@ -262,6 +210,75 @@ def render(
     )
     if nonce is None:
         return live
+    controls = _controls(config)
+    script = _SCRIPT.replace("REFRESH_MS", str(REFRESH_SECONDS * 1000))
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f'<noscript><meta http-equiv="refresh" content="{REFRESH_SECONDS}"></noscript>'
+        "<title>edge-limiter status</title>"
+        f'<style nonce="{nonce}">{_STYLE}</style></head>'
+        f'<body data-prefix="{escape(config.ops.admin_prefix)}">'
+        "<h1>edge-limiter</h1>"
+        f"{live}"
+        f"{controls}"
+        '<h2>Answer</h2><pre id="said" aria-live="polite">Nothing asked yet.</pre>'
+        f'<script nonce="{nonce}">{script}</script>'
+        "</body></html>"
+    )
+
+
+def _route_rows(config: Config, per_route: dict[str, Any]) -> list[list[Any]]:
+    """Each route's row: what it matches and limits, and its denials of the last 5 and 60
+    minutes (``per_route``: the stats by route)."""
+    rows = []
+    for route in config.routes:
+        info = describe_route(route)
+        counts5 = per_route.get(route.name, {}).get("5m", {})
+        counts60 = per_route.get(route.name, {}).get("60m", {})
+        methods = info["match"]["methods"]
+        rows.append(
+            [
+                route.name,
+                f"{' '.join(methods) if isinstance(methods, list) else '*'} "
+                f"{info['match']['path']}",
+                ", ".join(str(limit) for limit in route.limits.limits),
+                info["algorithm"],
+                ", ".join(info["key"]),
+                "yes" if info["shadow"] else "",
+                counts5.get("limited", 0) + counts5.get("cached_denial", 0),
+                counts60.get("limited", 0) + counts60.get("cached_denial", 0),
+                counts5.get("shadow", 0),
+                counts60.get("shadow", 0),
+            ]
+        )
+    return rows
+
+
+def _override_row(o: dict[str, Any]) -> list[Any]:
+    """An override's row, with the button that deletes it."""
+    return [
+        o["route"],
+        o["key"],
+        "exempt" if o["exempt"] else ", ".join(_rate(q, w) for q, w in o["limits"]),
+        o["reason"],
+        _when(o["expires_at"]),
+        o["id"],
+        _Html(_button("delete", f"delete:{o['id']}", op="delete-override", id=str(o["id"]))),
+    ]
+
+
+def _breaker_row(name: str, phase: str) -> list[Any]:
+    """An origin's breaker row, with the buttons that force it."""
+    buttons = "".join(
+        _button(f"force {state}", f"breaker:{name}:{state}", op="breaker", origin=name, state=state)
+        for state in ("open", "closed")
+    )
+    auto = _button("auto", f"breaker:{name}:auto", op="breaker", origin=name, state="auto")
+    return [name, phase, _Html(buttons + auto)]
+
+
+def _controls(config: Config) -> str:
+    """The forms that reset a key, and (when a route caches) purge a cached answer."""
     options = "".join(
         f'<option value="{escape(route.name)}">{escape(route.name)}</option>'
         for route in config.routes
@@ -283,20 +300,7 @@ def render(
             'placeholder="on a route cached per key"></label>'
             '<button type="submit">purge</button></form>'
         )
-    script = _SCRIPT.replace("REFRESH_MS", str(REFRESH_SECONDS * 1000))
-    return (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f'<noscript><meta http-equiv="refresh" content="{REFRESH_SECONDS}"></noscript>'
-        "<title>edge-limiter status</title>"
-        f'<style nonce="{nonce}">{_STYLE}</style></head>'
-        f'<body data-prefix="{escape(config.ops.admin_prefix)}">'
-        "<h1>edge-limiter</h1>"
-        f"{live}"
-        f"{controls}"
-        '<h2>Answer</h2><pre id="said" aria-live="polite">Nothing asked yet.</pre>'
-        f'<script nonce="{nonce}">{script}</script>'
-        "</body></html>"
-    )
+    return controls
 
 
 def _rate(quota: int, window_ms: int) -> str:

@@ -20,46 +20,21 @@ For each request:
 4. when every attempt failed: the last origin's own answer, or 502/503/504 saying which
    origins were tried and why (breaker-open answers carry ``Retry-After``).
 
-Each isolate keeps its own copy of every origin's breaker and reports what it saw to the
-origin's shared breaker (a Durable Object) after the response, at most about once a
-second; the answer replaces its copy, so an outage one isolate sees protects the others.
-If that Durable Object is unreachable, the isolate's own breaker goes on deciding alone.
+Each origin's breaker is this isolate's copy of a shared one (:mod:`.breakers`).
 """
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from ..core.caching.fields import connection_named
-from ..core.config import Route
 from ..core.errors import BodyReadError
 from ..core.http import problems
-from ..core.http.messages import BytesBody, Request, Response
-from ..core.http.method_override import OVERRIDE_FIELDS
-from ..core.http.origin_headers import (
-    FORWARDED_AS_FIELDS,
-    FORWARDED_HOST_FIELDS,
-    PATH_OVERRIDE_FIELDS,
-)
+from ..core.http.messages import Response
 from ..core.resilience.backoff import parse_retry_after, retry_delay_ms
-from ..core.resilience.breaker import (
-    BreakerDecision,
-    BreakerSettings,
-    BreakerState,
-    Outcome,
-    Permit,
-    Phase,
-    Refusal,
-    Report,
-    allow,
-    classify,
-    current_phase,
-    overloaded,
-    record,
-)
+from ..core.resilience.breaker import Outcome, Permit, Refusal, classify
 from ..core.resilience.budget import RetryBudget, RetryBudgetState
 from ..core.resilience.bulkhead import Bulkhead
 from ..core.resilience.retry import (
@@ -71,203 +46,23 @@ from ..core.resilience.retry import (
     may_resend,
     resend_is_free,
 )
-from ..core.resilience.shared import MAX_PENDING_REPORTS, SyncCall, adopt
 from ..core.routing.geo import ClientLocation, order_origins
 from ..core.routing.origins import Origin, Pool
+from .breakers import BreakerBoard
 from .exchange import Exchange, problem_response
+from .outgoing import Outgoing, in_memory, origin_request, replayable_body
 from .ports import (
-    DEFERRED_GIVEN_UP_MS,
     Background,
     ClientBodyError,
     OriginConnectError,
-    OriginRequest,
     OriginTimeoutError,
     OriginUnreachableError,
     Services,
 )
 
 ORIGIN_HEADER = "X-Origin"
-#: How stale an isolate's copy of a shared breaker may get before it reports and refreshes
-#: (after the response).
-SYNC_EVERY_MS = 1_000
-#: A copy older than this (a new isolate, or no traffic for a while) is refreshed before it
-#: decides: one round trip, so a breaker a health probe or another isolate opened holds
-#: from this isolate's first request on.
-REFRESH_BEFORE_USE_MS = 10_000
-#: The most a request waits for that refresh; past it, the old copy decides.
-REFRESH_TIMEOUT_S = 0.2
 #: The longest an origin's Retry-After may park it.
 MAX_RETRY_AFTER_MS = 300_000
-#: Fields dropped from every forwarded request besides those: ``Expect: 100-continue``
-#: asks the origin for an interim ``100 Continue``, which the runtime's fetch takes as the
-#: final answer (local workerd hands it back as the response); the client's own
-#: expectation is the runtime's to answer, and the body is sent whole either way. And the
-#: fields for a proxy between the client and the gateway (RFC 9110 11.7.4: a client's
-#: proxy credentials are that proxy's, never the origin's).
-DROPPED_FIELDS = frozenset(
-    (
-        *PATH_OVERRIDE_FIELDS,
-        *FORWARDED_AS_FIELDS,
-        "expect",
-        "proxy-authorization",
-        "proxy-connection",
-    )
-)
-#: The scheme field every forwarded request carries (see ``Upstream.__call__``).
-PROTO_FIELD = FORWARDED_HOST_FIELDS[1]
-#: A request body is kept in memory, so that it can be sent again, up to this size (its
-#: Content-Length): for retries (an idempotent request, ``attempts`` above 1), and on a
-#: pool with another origin to fall back to, for any method (a request that never left,
-#: its connection refused, goes to the next origin). A larger one, or one of unknown
-#: length (chunked), is sent once, streamed: if its connection is refused, the client
-#: gets the 502 (and the origin's breaker still counts the failure).
-MAX_REPLAY_BODY_BYTES = 1 << 20
-
-
-@dataclass(slots=True)
-class _Copy:
-    """This isolate's copy of one origin's breaker, and what it has not reported yet."""
-
-    state: BreakerState = field(default_factory=BreakerState)
-    pending: list[Report] = field(default_factory=list)
-    synced_at: int = -SYNC_EVERY_MS
-    syncing: bool = False
-    """A sync began at ``synced_at`` and has not ended (see :meth:`busy`)."""
-    settings: BreakerSettings | None = None
-    """The pool's breaker settings, from the last call decided (to replay reports)."""
-    urgent: bool = False
-    """The copy changed phase (tripped open, or closed again): report it at once, not
-    within the second, since no request may come to carry the report later."""
-
-    def busy(self, now: int) -> bool:
-        """Whether a sync is under way: one begun :data:`DEFERRED_GIVEN_UP_MS` ago was cut
-        off with the work it ran in, and no longer keeps the copy from syncing."""
-        return self.syncing and now - self.synced_at < DEFERRED_GIVEN_UP_MS
-
-
-class BreakerBoard:
-    """Every origin's breaker as this isolate sees it, kept in step with the shared ones."""
-
-    def __init__(self, services: Services) -> None:
-        self.services = services
-        self.copies: dict[str, _Copy] = {}
-
-    def _copy(self, name: str) -> _Copy:
-        copy = self.copies.get(name)
-        if copy is None:
-            copy = self.copies[name] = _Copy()
-        return copy
-
-    def take(self, origin: str, shared: BreakerState, now: int) -> None:
-        """Adopt the shared breaker's state (``shared``, as its object answers) into this
-        isolate's copy: a health probe's verdict holds here from the next request."""
-        copy = self._copy(origin)
-        copy.state = adopt(copy.state, shared, copy.settings, copy.pending)
-        copy.synced_at = now
-
-    def allow(self, origin: str, settings: BreakerSettings, now: int) -> BreakerDecision:
-        copy = self._copy(origin)
-        copy.settings = settings
-        decision, copy.state = allow(copy.state, settings, now)
-        return decision
-
-    def give_back(self, origin: str, settings: BreakerSettings, permit: Permit) -> None:
-        """Return an unused permit (a half-open trial that was never made)."""
-        copy = self._copy(origin)
-        copy.state = record(copy.state, settings, 0, Outcome.OVERLOAD, permit)
-
-    def phase(self, origin: str, now: int) -> str:
-        state = self._copy(origin).state
-        return f"forced_{state.forced}" if state.forced else current_phase(state, now).value
-
-    def record(
-        self,
-        origin: str,
-        settings: BreakerSettings,
-        now: int,
-        outcome: Outcome,
-        *,
-        permit: Permit | None,
-        overloaded_until: int = 0,
-    ) -> None:
-        copy = self._copy(origin)
-        if copy.state.forced:
-            # Forced by an operator: the call counts nowhere, and no report of it goes
-            # out to count once its breaker decides again (``auto``).
-            return
-        before = current_phase(copy.state, now)
-        paused_before = copy.state.cool_down_until
-        if outcome is Outcome.OVERLOAD and overloaded_until > now:
-            copy.state = overloaded(copy.state, now, overloaded_until)
-        copy.state = record(copy.state, settings, now, outcome, permit)
-        copy.pending.append(Report(now, outcome, permit, overloaded_until))
-        del copy.pending[:-MAX_PENDING_REPORTS]
-        if current_phase(copy.state, now) != before or copy.state.cool_down_until > paused_before:
-            # A trip, a close, or a new pause: every isolate should know now, not with a
-            # later request (there may be none for a while).
-            copy.urgent = True
-
-    def sync_soon(
-        self, origin: str, settings: BreakerSettings, now: int, background: Background
-    ) -> None:
-        """Report and refresh after the response when the copy is about a second old."""
-        if self.services.breakers is None:
-            return
-        copy = self._copy(origin)
-        if copy.busy(now) or (not copy.urgent and now - copy.synced_at < SYNC_EVERY_MS):
-            return
-        copy.syncing = True
-        copy.synced_at = now
-        background.defer(self._sync(origin, settings, copy))
-
-    async def refresh_if_old(self, origin: str, settings: BreakerSettings, now: int) -> None:
-        """Refresh a copy too old to trust before it decides (see REFRESH_BEFORE_USE_MS),
-        or one about to send a half-open trial on what it knew before the wait ended (a
-        health probe or another isolate's trial may have opened it again since)."""
-        if self.services.breakers is None:
-            return
-        copy = self._copy(origin)
-        if copy.busy(now):
-            return
-        state = copy.state
-        waking = (
-            state.phase is Phase.OPEN
-            and not state.forced
-            and copy.synced_at < state.open_until <= now
-        )
-        if not waking and now - copy.synced_at < REFRESH_BEFORE_USE_MS:
-            return
-        copy.syncing = True
-        copy.synced_at = now
-        try:
-            await asyncio.wait_for(self._sync(origin, settings, copy), REFRESH_TIMEOUT_S)
-        except TimeoutError:
-            copy.syncing = False
-
-    async def _sync(self, origin: str, settings: BreakerSettings, copy: _Copy) -> None:
-        assert self.services.breakers is not None
-        try:
-            while True:
-                # A phase change recorded while a report was on its way goes out at once
-                # too (the loop), not with some later request's report.
-                copy.urgent = False
-                reports, copy.pending = copy.pending, []
-                try:
-                    answer = await self.services.breakers.sync(
-                        origin, SyncCall(settings, tuple(reports))
-                    )
-                    # What was recorded while the answer was on its way is replayed on it.
-                    copy.state = adopt(copy.state, answer, settings, copy.pending)
-                except Exception as exc:  # the isolate's own breaker goes on deciding alone
-                    copy.pending = (reports + copy.pending)[-MAX_PENDING_REPORTS:]
-                    self.services.log(
-                        {"event": "breaker_sync_error", "origin": origin, "error": repr(exc)[:200]}
-                    )
-                    return
-                if not (copy.urgent and copy.pending):
-                    return
-        finally:
-            copy.syncing = False
 
 
 @dataclass(slots=True)
@@ -303,51 +98,18 @@ class Upstream:
         drop_overrides: bool = True,
     ) -> None:
         self.services = services
-        self.client_ip_header = client_ip_header
-        self.forwarded_host = forwarded_host
-        """Whether origins are told the host and scheme the client asked for."""
-        self.dropped = DROPPED_FIELDS | frozenset(OVERRIDE_FIELDS if drop_overrides else ())
-        own = {
-            PROTO_FIELD,
-            "cf-connecting-ip",
-            *([client_ip_header.lower()] if client_ip_header else []),
-        }
-        self._underscored = frozenset(own)
-        self.underscored: dict[str, frozenset[str]] = {
-            pool: frozenset({*own, *(name.lower() for name, _ in fields)})
-            for pool, fields in (origin_fields or {}).items()
-        }
-        """By pool, the fields the gateway sets itself on requests to its origins: a
-        client's copy in another spelling (``_`` for ``-``, which a CGI-style origin reads
-        as the same field) is dropped; the one spelled as the gateway sets it is replaced."""
-        """The client's fields no origin gets: a method override is one too wherever the
-        gateway applies or refuses overrides (on a POST it was applied or refused before
-        this; on another method, an origin that honours it would run a method that was
-        not counted, and a cache would keep its answer for the GET)."""
-        self.origin_fields = origin_fields or {}
-        """By pool name, the fields set on every request to its origins (origin_headers)."""
+        self.outgoing = Outgoing(
+            client_ip_header,
+            origin_fields,
+            forwarded_host=forwarded_host,
+            drop_overrides=drop_overrides,
+        )
         self.breakers = BreakerBoard(services)
         self.bulkheads: dict[str, Bulkhead] = {}
         self.budgets: dict[tuple[str, RetrySettings], RetryBudgetState] = {}
         # The rules of each pool's budget, built once (not per request).
         self._budget_rules: dict[RetrySettings, RetryBudget] = {}
         self.orders: dict[tuple[Any, ...], tuple[Origin, ...]] = {}
-        self._route_fields: dict[tuple[str, str], frozenset[str]] = {}
-
-    def _own_fields(self, pool: str, route: Route | None) -> frozenset[str]:
-        """The fields a client may send to this pool's origins only in the gateway's own
-        spelling: those the gateway sets, and the route's key headers (an ``x_api_key``
-        that a CGI-style origin reads as ``X-Api-Key`` would reach it uncounted: the
-        request was counted as lacking the key)."""
-        fields = self.underscored.get(pool, self._underscored)
-        if route is None:
-            return fields
-        cached = self._route_fields.get((pool, route.name))
-        if cached is None:
-            parts = route.limits.key.parts
-            keys = {part.name.lower() for part in parts if part.kind == "header"}
-            cached = self._route_fields[(pool, route.name)] = fields | keys
-        return cached
 
     def _order(self, pool: Pool, exchange: Exchange) -> tuple[Origin, ...]:
         if len(pool.origins) == 1:
@@ -436,6 +198,8 @@ class Upstream:
         allowed, self.budgets[key] = self._budget(retry).try_spend(
             self.budgets.get(key, RetryBudgetState()), now
         )
+        if not allowed:
+            self.services.log({"event": "retry_budget_exhausted", "route": exchange.route_name})
         return allowed
 
     async def __call__(self, exchange: Exchange) -> Response:
@@ -444,41 +208,20 @@ class Upstream:
         forward = exchange.forward
         pool, retry = forward.pool, forward.retry
         request = exchange.request
-        request.headers.discard(self.dropped, self._own_fields(pool.name, exchange.route))
-        # The scheme the client used, never what it claims (Rails' force_ssl would answer a
-        # client's "http" with a redirect, cached for everyone); origin_headers may say
-        # otherwise.
-        if request.headers.get(PROTO_FIELD) != request.scheme:
-            # (Cloudflare's edge sets it to the same already: then the fields stay as they
-            # came, with no copy made.)
-            request.headers.set(PROTO_FIELD, request.scheme)
-        for name, value in self.origin_fields.get(pool.name, ()):
-            request.headers.set(name, value)  # whatever the client sent under that name
-        if self.client_ip_header is not None:
-            # The origin learns the client's address from the gateway, never from the
-            # client: whatever the client put in this field is replaced.
-            ip = request.client.ip
-            if ip:
-                request.headers.set(self.client_ip_header, ip)
-            else:
-                request.headers.delete(self.client_ip_header)
-        if self.forwarded_host:
-            # What the client asked for, as matched (the canonical host): the request's
-            # own Host names the origin once it is sent there.
-            request.headers.set(FORWARDED_HOST_FIELDS[0], exchange.host)
+        self.outgoing.prepare(exchange)
         order = self._order(pool, exchange)
         start = clock.now_ms()
         deadline = start + forward.timeout_ms
         claim = exchange.idempotency_token is not None
         idempotent = is_idempotent(request.method, claim)
         try:
-            # Kept in memory (up to MAX_REPLAY_BODY_BYTES) only where it may be sent
+            # Kept in memory (up to outgoing.MAX_REPLAY_BODY_BYTES) only where it may be sent
             # again: a retry of an idempotent request, or, on a pool with another origin,
             # a resend of any request that never left. Elsewhere it streams as it comes.
             if (idempotent and retry.attempts > 1) or len(order) > 1:
-                replayable = await _replayable(request)
+                replayable = await replayable_body(request)
             else:
-                replayable = _in_memory(request)
+                replayable = in_memory(request)
         except BodyReadError:
             return problem_response(problems.request_body_broken())
         budget_key = (pool.name, retry)
@@ -503,16 +246,13 @@ class Upstream:
         the request can be sent again, ``replayable``; one otherwise, and resends of one
         that never left): the first answer to pass on, or the failure's (see the module
         docstring)."""
-        services = self.services
-        clock = services.clock
+        clock = self.services.clock
         pool, retry = exchange.forward.pool, exchange.forward.retry
-        request = exchange.request
-        claim = exchange.idempotency_token is not None
         tried: list[_Tried] = []
         last: Response | None = None
         # Origins that answered with a Retry-After: until when (an attempt going back to
         # one, after the next origin in the order failed too, still waits for it).
-        asked_until: dict[str, int] = {}
+        asked: dict[str, int] = {}
         position = 0
         attempts = retry.attempts if replayable else 1
         counted = 0  # attempts made that count towards ``attempts``
@@ -524,7 +264,6 @@ class Upstream:
         while True:
             now = clock.now_ms()
             if counted and not free and not self._may_retry(exchange, retry, now):
-                services.log({"event": "retry_budget_exhausted", "route": exchange.route_name})
                 break
             chosen = await self._choose(
                 order, position, pool, now, tried, background=exchange.background
@@ -533,22 +272,11 @@ class Upstream:
                 break
             position, origin, permit = chosen
             position += 1  # the next attempt prefers the next origin in the order
-            if free:
-                if now >= deadline:
-                    self._give_back(origin, pool, permit)
-                    break
-            elif counted:
-                # Full jitter; an origin's Retry-After only holds for that same origin.
-                until = asked_until.get(origin.name)
-                wait_for = max(0, until - now) if until is not None else None
-                delay = retry_delay_ms(
-                    counted - 1, retry.base_ms, retry.cap_ms, services.random, wait_for
-                )
-                if now + delay >= deadline:
-                    self._give_back(origin, pool, permit)
-                    break
-                if delay > 0:
-                    await services.sleep(delay / 1000)
+            # The first attempt goes at once (no coroutine made for it).
+            if (free or counted) and not await self._waited(
+                origin, permit, exchange, now, deadline, counted=0 if free else counted, asked=asked
+            ):
+                break
             try:
                 response, outcome, retry_after_ms, delivery = await self._attempt(
                     exchange,
@@ -562,12 +290,7 @@ class Upstream:
             finally:
                 self._bulkhead(origin).release()
             number += 1
-            if response is not None and (
-                outcome in (Outcome.SUCCESS, Outcome.SLOW)
-                or (outcome is Outcome.OVERLOAD and not pool.breaker.pause_on_429)
-            ):
-                # A 429 is the origin's answer to this client unless the pool says it
-                # means the whole origin is overloaded: passed on, never retried.
+            if response is not None and _passed_on(outcome, pool):
                 exchange.answer_broke = partial(self._broke, origin.name, pool)
                 return response
             if delivery is Delivery.CLIENT_FAILED:
@@ -577,7 +300,7 @@ class Upstream:
             if response is not None:
                 last = response
             if retry_after_ms:
-                asked_until[origin.name] = clock.now_ms() + retry_after_ms
+                asked[origin.name] = clock.now_ms() + retry_after_ms
             if tried[-1].outcome == "interim_answer":
                 break  # the origin answered (and acted): sending it again would act again
             free = resend_is_free(delivery) and free_left > 0
@@ -585,17 +308,47 @@ class Upstream:
                 free_left -= 1
                 continue
             counted += 1
+            status = response.status if response is not None else None
+            claim = exchange.idempotency_token is not None
             if counted >= attempts or not may_resend(
-                request.method,
-                claim,
-                response.status if response is not None else None,
-                delivery,
+                exchange.request.method, claim, status, delivery
             ):
                 break  # the origin may have acted: not sent again (see may_resend)
         exchange.origin_failed = True
         if last is not None:
             return last  # the origin's own failure answer, passed on
         return problem_response(self._failure(exchange, tried))
+
+    async def _waited(
+        self,
+        origin: Origin,
+        permit: Permit,
+        exchange: Exchange,
+        now: int,
+        deadline: int,
+        *,
+        counted: int,
+        asked: dict[str, int],
+    ) -> bool:
+        """Wait before another attempt at ``origin``: a resend that never left (``counted``
+        0) goes at once, a retry after a full-jitter backoff (the Retry-After an origin
+        answered with, ``asked``, holds for that same origin only). False, with ``origin``
+        given back, when the route's deadline comes first."""
+        services = self.services
+        retry = exchange.forward.retry
+        delay = 0
+        if counted:
+            until = asked.get(origin.name)
+            wait_for = max(0, until - now) if until is not None else None
+            delay = retry_delay_ms(
+                counted - 1, retry.base_ms, retry.cap_ms, services.random, wait_for
+            )
+        if now + delay >= deadline:
+            self._give_back(origin, exchange.forward.pool, permit)
+            return False
+        if delay > 0:
+            await services.sleep(delay / 1000)
+        return True
 
     async def _attempt(
         self,
@@ -611,48 +364,23 @@ class Upstream:
         """One call to ``origin``: its response (None on an error), outcome, Retry-After,
         and how far the request went (:class:`Delivery`; from the status when it
         answered)."""
-        services = self.services
-        clock = services.clock
+        clock = self.services.clock
         pool = exchange.forward.pool
-        request = exchange.request
         started = clock.now_ms()
         timeout_ms = min(origin.timeout_ms, max(1, deadline - started))
-        url = origin.url + exchange.path + (f"?{request.query}" if request.query else "")
-        # A body read here (to store it) may pause for the route's timeout between parts,
-        # whichever origin sends it (the origin's own timeout bounds its head only).
-        outgoing = OriginRequest(
-            request.method,
-            url,
-            request.headers,
-            request.body,
-            timeout_ms,
-            request.native,
-            exchange.forward.timeout_ms,
-            resend_if_unsent,
-        )
         response: Response | None = None
         error: str | None = None
-        interim = False
-        unusable = False
         delivery = Delivery.SENT
         timed_out = False
+        not_final: int | None = None  # a status that is no final answer (see _no_answer)
         try:
             # The origin port enforces the timeout (the platform aborts the fetch, which
             # also closes the connection): no timer of the gateway's own per request.
-            response = await services.origin.send(outgoing)
-        except OriginConnectError as exc:
-            delivery = Delivery.NOT_SENT
-            timed_out = exc.timed_out
-            said = "connect timeout" if timed_out else "never connected"
-            error = f"{said}: {exc}"[:200]
-        except (OriginTimeoutError, TimeoutError):
-            error = "timeout"
-            timed_out = True
-        except OriginUnreachableError as exc:
-            error = f"unreachable: {exc}"[:200]
-        except ClientBodyError as exc:
-            delivery = Delivery.CLIENT_FAILED
-            error = f"client body: {exc}"[:200]
+            response = await self.services.origin.send(
+                origin_request(exchange, origin, timeout_ms, resend_if_unsent)
+            )
+        except (OriginUnreachableError, OriginTimeoutError, TimeoutError, ClientBodyError) as exc:
+            delivery, timed_out, error = _failed_send(exc)
         except BaseException:
             # Anything else (a platform error, the request cancelled as its client went
             # away) decides nothing about the origin, but a half-open trial permit must
@@ -661,17 +389,8 @@ class Upstream:
             self.breakers.give_back(origin.name, pool.breaker, permit)
             raise
         if response is not None and not 200 <= response.status <= 599 and response.status != 101:
-            # An interim answer (100 Continue, 102, 103 Early Hints) handed back as if it
-            # were the final one (local workerd's fetch does this), or a status HTTP does
-            # not have (600 and up): there is no answer to pass on, and the runtime cannot
-            # even build a response with that status. After an interim answer the origin
-            # is up and acted: the attempt is neither retried (it would act again) nor
-            # judged by the breaker (one page sending Early Hints must not open it for
-            # every route). A status of 600 and up is a failure like a 5xx (``bad_answer``).
-            interim = 100 <= response.status <= 199
-            unusable = not interim
-            said = "unreachable" if interim else "bad answer"
-            error = f"{said}: {_not_final(response.status)} came instead of an answer"
+            not_final = response.status
+            error = _no_answer(not_final)
             response = None
         ended = clock.now_ms()
         if response is None and delivery is not Delivery.NOT_SENT:
@@ -685,44 +404,12 @@ class Upstream:
         retry_after_ms: int | None = None
         overloaded_until = 0
         if response is not None:
-            exchange.reached_origin = True
-            response.headers.set(ORIGIN_HEADER, origin.label)
-            if response.status != 101:  # an upgrade's fields are the runtime's
-                # What the origin's Connection names is for the hop to the gateway only.
-                named = connection_named(response.headers.get("connection"))
-                if named:
-                    response.headers.discard(named)
-            overload = outcome is Outcome.OVERLOAD and pool.breaker.pause_on_429
-            if outcome is Outcome.FAILURE or overload:
-                # Only a failure is retried or parks the origin: any other answer is passed
-                # on without reading the field (one platform call fewer per request).
-                retry_after_ms = parse_retry_after(response.headers.get("retry-after"), ended)
-            if overload:
-                pause = min(retry_after_ms or 1_000, MAX_RETRY_AFTER_MS)
-                overloaded_until = ended + pause
-        if interim or not counts_on_breaker(delivery):
-            # The origin answered (an interim answer: it is up), or the client's own
-            # upload broke off: neither says the origin failed, so neither counts (clients
-            # aborting uploads must not open the breaker for everyone). Every other
-            # failure counts, whatever the method and however the body was sent.
-            self.breakers.give_back(origin.name, pool.breaker, permit)
-        else:
-            self.breakers.record(
-                origin.name,
-                pool.breaker,
-                ended,
-                outcome,
-                permit=permit,
-                overloaded_until=overloaded_until,
-            )
-        self.breakers.sync_soon(origin.name, pool.breaker, ended, exchange.background)
-        kind = "timeout" if timed_out else ("unreachable" if error else outcome.value)
-        if delivery is Delivery.CLIENT_FAILED:
-            kind = "client_body_failed"
-        elif interim:
-            kind = "interim_answer"
-        elif unusable:
-            kind = "bad_answer"  # it answered: "unreachable" would send operators astray
+            retry_after_ms = _answered(exchange, response, origin, outcome, ended)
+            if outcome is Outcome.OVERLOAD and pool.breaker.pause_on_429:
+                overloaded_until = ended + min(retry_after_ms or 1_000, MAX_RETRY_AFTER_MS)
+        kind = _kind(outcome, delivery, error, timed_out, not_final)
+        counts = kind != "interim_answer" and counts_on_breaker(delivery)
+        self._judge(exchange, origin, permit, outcome, ended, until=overloaded_until, counts=counts)
         waited = timeout_ms if kind == "timeout" else 0
         tried.append(_Tried(origin.label, kind, status, timeout_ms=waited))
         if attempt or outcome is not Outcome.SUCCESS:
@@ -738,6 +425,37 @@ class Upstream:
                 error=error,
             )
         return response, outcome, retry_after_ms, delivery
+
+    def _judge(
+        self,
+        exchange: Exchange,
+        origin: Origin,
+        permit: Permit,
+        outcome: Outcome,
+        ended: int,
+        *,
+        until: int,
+        counts: bool,
+    ) -> None:
+        """Record the attempt's outcome on the origin's breaker (unless it ``counts`` for
+        nothing; ``until``: when an overload's pause ends), and sync it soon."""
+        breaker = exchange.forward.pool.breaker
+        if not counts:
+            # The origin answered (an interim answer: it is up), or the client's own
+            # upload broke off: neither says the origin failed, so neither counts (clients
+            # aborting uploads must not open the breaker for everyone). Every other
+            # failure counts, whatever the method and however the body was sent.
+            self.breakers.give_back(origin.name, breaker, permit)
+        else:
+            self.breakers.record(
+                origin.name,
+                breaker,
+                ended,
+                outcome,
+                permit=permit,
+                overloaded_until=until,
+            )
+        self.breakers.sync_soon(origin.name, breaker, ended, exchange.background)
 
     def _broke(self, origin: str, pool: Pool) -> None:
         """The answer passed on as a success broke off mid-body: a failure of ``origin``."""
@@ -798,27 +516,69 @@ class Upstream:
         return problems.origin_unreachable(route, pool, described)
 
 
-def _not_final(status: int) -> str:
-    """What an origin's status that is no final answer is, for the log."""
+def _passed_on(outcome: Outcome, pool: Pool) -> bool:
+    """Whether an answer with ``outcome`` goes to the client as it is (never retried): a
+    success, a slow one, and a 429, which is the origin's answer to this client unless
+    the pool says it means the whole origin is overloaded."""
+    return outcome in (Outcome.SUCCESS, Outcome.SLOW) or (
+        outcome is Outcome.OVERLOAD and not pool.breaker.pause_on_429
+    )
+
+
+def _kind(
+    outcome: Outcome, delivery: Delivery, error: str | None, timed_out: bool, not_final: int | None
+) -> str:
+    """What happened at the origin, as the log and a failure's problem body say it."""
+    if delivery is Delivery.CLIENT_FAILED:
+        return "client_body_failed"
+    if not_final is not None:
+        # An interim answer; else it answered: "unreachable" would send operators astray.
+        return "interim_answer" if 100 <= not_final < 200 else "bad_answer"
+    return "timeout" if timed_out else ("unreachable" if error else outcome.value)
+
+
+def _failed_send(exc: BaseException) -> tuple[Delivery, bool, str]:
+    """How far a request went that got no answer, whether it timed out, and why (the log)."""
+    if isinstance(exc, OriginConnectError):
+        said = "connect timeout" if exc.timed_out else "never connected"
+        return Delivery.NOT_SENT, exc.timed_out, f"{said}: {exc}"[:200]
+    if isinstance(exc, OriginTimeoutError | TimeoutError):
+        return Delivery.SENT, True, "timeout"
+    if isinstance(exc, ClientBodyError):
+        return Delivery.CLIENT_FAILED, False, f"client body: {exc}"[:200]
+    return Delivery.SENT, False, f"unreachable: {exc}"[:200]
+
+
+def _no_answer(status: int) -> str:
+    """Why an origin's status is no answer to pass on, for the log.
+
+    An interim answer (100 Continue, 102, 103 Early Hints) handed back as if it were the
+    final one (local workerd's fetch does this), or a status HTTP does not have (600 and
+    up): there is no answer to pass on, and the runtime cannot even build a response with
+    that status. After an interim answer the origin is up and acted: the attempt is
+    neither retried (it would act again) nor judged by the breaker (one page sending Early
+    Hints must not open it for every route). A status of 600 and up is a failure like a
+    5xx (``bad_answer``).
+    """
     if 100 <= status < 200:
-        return f"an interim {status} answer"
-    return f"status {status} (final statuses are 200 to 599)"
+        return f"unreachable: an interim {status} answer came instead of an answer"
+    return f"bad answer: status {status} (final statuses are 200 to 599) came instead of an answer"
 
 
-def _in_memory(request: Request) -> bool:
-    """Whether the request can be sent again as it is: no body, or one already in memory."""
-    body = request.body
-    return body is None or isinstance(body, BytesBody) or getattr(body, "data", None) is not None
-
-
-async def _replayable(request: Request) -> bool:
-    """Whether the request can be sent again: no body, a body already in memory, or one
-    small enough to read now (a streamed body can be sent only once)."""
-    body = request.body
-    if body is None or isinstance(body, BytesBody) or getattr(body, "data", None) is not None:
-        return True
-    length = request.headers.get("content-length")
-    if length is None or not length.isdigit() or int(length) > MAX_REPLAY_BODY_BYTES:
-        return False
-    await body.read()  # kept by the body: every attempt sends these bytes
-    return True
+def _answered(
+    exchange: Exchange, response: Response, origin: Origin, outcome: Outcome, ended: int
+) -> int | None:
+    """Mark ``response`` as ``origin``'s answer; its Retry-After, when it is a failure that
+    may be retried or park the origin (any other answer is passed on without reading the
+    field: one platform call fewer per request)."""
+    exchange.reached_origin = True
+    response.headers.set(ORIGIN_HEADER, origin.label)
+    if response.status != 101:  # an upgrade's fields are the runtime's
+        # What the origin's Connection names is for the hop to the gateway only.
+        named = connection_named(response.headers.get("connection"))
+        if named:
+            response.headers.discard(named)
+    pause = outcome is Outcome.OVERLOAD and exchange.forward.pool.breaker.pause_on_429
+    if outcome is Outcome.FAILURE or pause:
+        return parse_retry_after(response.headers.get("retry-after"), ended)
+    return None

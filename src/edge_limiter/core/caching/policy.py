@@ -4,11 +4,9 @@ The gateway asks :func:`lookup_decision` before it reads KV (and before rate lim
 hit consumes no quota unless ``count_hits``), then :func:`store_decision` when the origin
 has answered a request that may be stored. Both only decide; the gateway does the I/O.
 
-This is a shared cache in front of one origin (RFC 9111) with two deliberate limits: it
-never revalidates with a conditional request (a response that must be revalidated is
-simply not stored; stale-while-revalidate fetches the whole response again) and it
-stores whole responses only (Range requests pass through). The route's ``ttl`` caps every
-lifetime: an origin can shorten how long a response is served, never lengthen it.
+This is a shared cache in front of one origin (RFC 9111) that stores whole responses only
+(Range requests pass through). The route's ``ttl`` caps every lifetime: an origin can
+shorten how long a response is served, never lengthen it.
 
 KV is eventually consistent (writes reach other locations within about 60 s) and takes
 one write per second per key, so a store that fails is not an error: the next miss
@@ -21,6 +19,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import NamedTuple
 
 from ..http.dates import http_date_ms
 from ..keys import CALLER_FIELDS
@@ -242,6 +241,85 @@ class Store:
     """Until when a copy with a validator is kept to be revalidated (0: no validator)."""
 
 
+class _Said(NamedTuple):
+    """What an answer says of its own caching, once it may be stored at all."""
+
+    directives: CacheControl
+    legacy: bool  # no Cache-Control (nor a targeted field): a Pragma: no-cache counts
+    targeted: CacheControl | None
+    no_cache: frozenset[str] | None
+    omitted: frozenset[str]
+    vary: list[str]
+
+
+def _said(status: int, response_headers: Fields, settings: CacheSettings) -> _Said | StoreReason:
+    """What the answer says of its caching, or why it is never stored: its status, a live
+    stream, no-store, private, a cookie, a ``Vary`` no request can match."""
+    if status < 200 or status in UNSTORABLE_STATUSES:
+        return StoreReason.STATUS
+    if settings.statuses is not None and status not in settings.statuses:
+        return StoreReason.STATUS
+    if is_stream(response_headers):
+        return StoreReason.STREAM
+    # A field aimed at CDN caches (RFC 9213) replaces Cache-Control, Expires and Pragma.
+    targeted = targeted_directives(response_headers)
+    if targeted is not None:
+        directives = targeted
+        legacy = False
+    else:
+        cache_control = field_value(response_headers, "cache-control")
+        directives = parse_cache_control(cache_control)
+        legacy = cache_control is None
+    if directives.has("must-understand"):
+        # RFC 9111 section 5.2.2.3: stored only where the status is one this cache knows
+        # the caching rules of, and then whatever no-store says (it is there for caches
+        # that do not know must-understand).
+        if status not in UNDERSTOOD_STATUSES:
+            return StoreReason.STATUS
+    elif directives.no_store:
+        return StoreReason.NO_STORE
+    # The qualified forms name fields a shared cache must not keep (private="a", RFC 9111
+    # section 5.2.2.7) or hand out without asking the origin (no-cache="a", 5.2.2.4):
+    # the rest of the answer is kept, and reused, without them.
+    private = _qualified(directives, "private")
+    if private is not None and not private:
+        return StoreReason.PRIVATE
+    no_cache = _qualified(directives, "no-cache")
+    omitted = frozenset((private or frozenset()) | (no_cache or frozenset()))
+    if field_values(response_headers, "set-cookie") and "set-cookie" not in omitted:
+        return StoreReason.SET_COOKIE
+    vary_items = list_items(field_value(response_headers, "vary"))
+    if "*" in vary_items:
+        return StoreReason.VARY_STAR
+    if not all(is_token(item) for item in vary_items):
+        return StoreReason.VARY_INVALID
+    return _Said(directives, legacy, targeted, no_cache, omitted, vary_items)
+
+
+def _lifetime_ms(
+    status: int,
+    said: _Said,
+    response_headers: Fields,
+    *,
+    date_ms: int,
+    now_ms: int,
+    settings: CacheSettings,
+) -> int | None:
+    """How long the answer is fresh for: as it says (a targeted field's alone, when there
+    is one), or the route's ``default_ttl``, or a heuristic; ``None`` for a status with
+    no explicit freshness that may not be stored without it."""
+    explicit_headers = response_headers if said.targeted is None else ()
+    lifetime_ms = _explicit_lifetime_ms(said.directives, explicit_headers, date_ms, now_ms)
+    if lifetime_ms is not None:
+        return lifetime_ms
+    if not (status in HEURISTIC_STATUSES or said.directives.public):
+        return None
+    given = settings.statuses if settings.statuses is not None else DEFAULT_TTL_STATUSES
+    if settings.default_ttl_ms and status in given:
+        return settings.default_ttl_ms
+    return _heuristic_lifetime_ms(response_headers, date_ms, now_ms)
+
+
 def store_decision(
     status: int,
     response_headers: Fields,
@@ -257,62 +335,21 @@ def store_decision(
     decides, or the answer says the body must be measured first. An entry kept per
     rate-limit key also varies on ``caller_fields`` (the gateway's ``caller_fields``).
     """
-    if status < 200 or status in UNSTORABLE_STATUSES:
-        return Store(False, StoreReason.STATUS)
-    if settings.statuses is not None and status not in settings.statuses:
-        return Store(False, StoreReason.STATUS)
-    if is_stream(response_headers):
-        return Store(False, StoreReason.STREAM)
-    # A field aimed at CDN caches (RFC 9213) replaces Cache-Control, Expires and Pragma.
-    targeted = targeted_directives(response_headers)
-    if targeted is not None:
-        directives = targeted
-        legacy = False
-    else:
-        cache_control = field_value(response_headers, "cache-control")
-        directives = parse_cache_control(cache_control)
-        legacy = cache_control is None
-    if directives.has("must-understand"):
-        # RFC 9111 section 5.2.2.3: stored only where the status is one this cache knows
-        # the caching rules of, and then whatever no-store says (it is there for caches
-        # that do not know must-understand).
-        if status not in UNDERSTOOD_STATUSES:
-            return Store(False, StoreReason.STATUS)
-    elif directives.no_store:
-        return Store(False, StoreReason.NO_STORE)
-    # The qualified forms name fields a shared cache must not keep (private="a", RFC 9111
-    # section 5.2.2.7) or hand out without asking the origin (no-cache="a", 5.2.2.4):
-    # the rest of the answer is kept, and reused, without them.
-    private = _qualified(directives, "private")
-    if private is not None and not private:
-        return Store(False, StoreReason.PRIVATE)
-    no_cache = _qualified(directives, "no-cache")
-    omitted = frozenset((private or frozenset()) | (no_cache or frozenset()))
-    if field_values(response_headers, "set-cookie") and "set-cookie" not in omitted:
-        return Store(False, StoreReason.SET_COOKIE)
-
-    vary_items = list_items(field_value(response_headers, "vary"))
-    if "*" in vary_items:
-        return Store(False, StoreReason.VARY_STAR)
-    if not all(is_token(item) for item in vary_items):
-        return Store(False, StoreReason.VARY_INVALID)
-
+    said = _said(status, response_headers, settings)
+    if isinstance(said, StoreReason):
+        return Store(False, said)
+    directives, legacy, _, no_cache, omitted, vary_items = said
     # no-cache (in any form; a bare Pragma: no-cache where Cache-Control is absent) lets
     # a copy be stored but never reused without asking the origin: stale from the start.
     must_ask = no_cache == frozenset() or (legacy and _pragma_no_cache(response_headers))
-    explicit_headers = response_headers if targeted is None else ()
     date_ms = _date_ms(response_headers, now_ms)
-    lifetime_ms = _explicit_lifetime_ms(directives, explicit_headers, date_ms, now_ms)
+    lifetime_ms = _lifetime_ms(
+        status, said, response_headers, date_ms=date_ms, now_ms=now_ms, settings=settings
+    )
     if lifetime_ms is None:
-        if not (status in HEURISTIC_STATUSES or directives.public):
-            # RFC 9111 section 3: without explicit freshness only the statuses defined as
-            # heuristically cacheable may be stored (a passing 503 is no answer to keep).
-            return Store(False, StoreReason.NO_FRESHNESS)
-        given = settings.statuses if settings.statuses is not None else DEFAULT_TTL_STATUSES
-        if settings.default_ttl_ms and status in given:
-            lifetime_ms = settings.default_ttl_ms
-        else:
-            lifetime_ms = _heuristic_lifetime_ms(response_headers, date_ms, now_ms)
+        # RFC 9111 section 3: without explicit freshness only the statuses defined as
+        # heuristically cacheable may be stored (a passing 503 is no answer to keep).
+        return Store(False, StoreReason.NO_FRESHNESS)
     # The copy's age when it arrives: the origin's Age, or how old its Date says it is
     # (RFC 9111 section 4.2.3), whichever is more; an Age that cannot be read, stale.
     age = _age(response_headers)
@@ -324,7 +361,6 @@ def store_decision(
     if left_ms <= 0 and not validated:
         # Stale on arrival with nothing to revalidate it by: every reuse would be a fetch.
         return Store(False, StoreReason.NO_CACHE if must_ask else StoreReason.NOT_FRESH)
-
     forbidden = must_ask or directives.must_revalidate or directives.proxy_revalidate
     stale_ms = _stale_window_ms(
         settings.stale_if_error_ms, directives.stale_if_error, directives, forbidden
@@ -335,7 +371,6 @@ def store_decision(
         directives,
         forbidden,
     )
-
     fields = storable_fields(response_headers)
     if len(json.dumps([list(pair) for pair in fields])) > MAX_STORED_FIELD_BYTES:
         return Store(False, StoreReason.FIELDS_TOO_LARGE)
