@@ -7,12 +7,14 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 from .caching.fields import connection_named, is_token
 from .canonical import admin_path, ascii_host, canonical_host, canonical_path, runtime_path
-from .config import Config
+from .config import Config, Route
 from .errors import AmbiguousRequestError, ExplainError, PathError
 from .http.messages import Client, Headers, Request
 from .http.method_override import (
@@ -22,6 +24,7 @@ from .http.method_override import (
     override_fields,
     without_override_param,
 )
+from .identity.tiers import Caller
 from .keys import object_name
 from .routing.geo import ClientLocation, order_origins
 from .routing.origins import CONTINENTS
@@ -104,6 +107,26 @@ def explained_client(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ExplainedCaller:
+    """Who a request to explain is from, as the identity stage decided it.
+
+    ``caller`` is what the stage puts on the exchange (None: the request is refused, 401;
+    ``key`` is then what the refusal is counted under); ``reason`` why a token or key was
+    refused (also when the route lets the caller in as anonymous); ``shown`` what was
+    verified, for the reader (``{"auth": "main", "sub": "u1", "plan": "pro"}``)."""
+
+    caller: Caller | None
+    reason: str | None = None
+    key: str | None = None
+    shown: dict[str, Any] = field(default_factory=dict)
+
+
+#: Decides who a request is from on a route with identity (the route, the request, the
+#: path's parameters); the tools verify the token offline, the admin API gives none.
+Identify = Callable[[Route, Request, dict[str, str]], ExplainedCaller]
+
+
 def split_url(url: str) -> tuple[str, str, str, str]:
     """An absolute http(s) URL's scheme, authority, path (``/`` when empty) and query.
 
@@ -144,8 +167,15 @@ def explain(
     url: str,
     headers: list[tuple[str, str]] | None = None,
     client: Client | None = None,
+    *,
+    identify: Identify | None = None,
 ) -> dict[str, Any]:
     """Which route ``method url`` hits, its canonical path, key and Durable Object.
+
+    On a route with ``auth`` or ``tiers``, ``identify`` says who the request is from: the
+    key and limits are then the verified caller's and its tier's (or the anonymous
+    tier's, or the refusal's: ``status`` 401). Without it, ``identity`` says it was not
+    checked, and a ``jwt:`` or ``apikey`` part of the key shows as empty.
 
     Raises :class:`ExplainError` when ``url`` is not an absolute http(s) URL with a host
     or ``method`` is not a method name: there is no request to explain. A request the
@@ -214,8 +244,34 @@ def explain(
         client or Client(),
     )
     out.update(route=route.name, params=params)
+    limits = [str(lim) for lim in route.limits.limits]
     try:
-        key = route.limits.key.compute(request, params)
+        if route.identity is None:
+            key = route.limits.key.compute(request, params)
+        elif identify is None:
+            out.update(identity="not checked (no token or API key given)")
+            key = route.limits.key.compute(request, params)
+        else:
+            found = identify(route, request, params)
+            out.update(identity=found.shown or "none")
+            caller = found.caller
+            if found.reason is not None:
+                out.update(invalid=found.reason)
+            if caller is None:
+                # Refused: counted under the client's address by the route's own limits.
+                out.update(status=401, error=f"invalid_token: {found.reason}")
+                key = found.key or ""
+            else:
+                key = _caller_key(route, request, params, caller)
+                tier = caller.tier
+                if tier is not None:
+                    out.update(tier=tier.tier)
+                    if tier.exempt:
+                        limits = []
+                        out.update(exempt=True)
+                    elif tier.limits:
+                        limits = [str(lim) for lim in tier.limits]
+                        out.update(leases=tier.leases)
     except AmbiguousRequestError as exc:
         out.update(status=400, error=f"ambiguous_key: {exc}")
         return out
@@ -229,9 +285,19 @@ def explain(
     out.update(
         key=key,
         durable_object=object_name(route.name, key),
-        limits=[str(lim) for lim in route.limits.limits],
+        limits=limits,
         algorithm=route.limits.algorithm,
         shadow=route.limits.shadow,
         origins=[origin.name for origin in order],
     )
     return out
+
+
+def _caller_key(route: Route, request: Request, params: dict[str, str], caller: Caller) -> str:
+    """The route's key for a request the identity stage let through (as the rate limit
+    computes it): an anonymous caller's address on a route keyed on an identity, else
+    the key with the verified claims and API key owner."""
+    spec = route.limits.key
+    if caller.anonymous and spec.names_identity():
+        return str(spec.anonymous(request))
+    return str(spec.compute(request, params, caller.claims, caller.caller))
