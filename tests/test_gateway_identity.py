@@ -277,6 +277,28 @@ def test_an_unknown_api_key_is_401_and_lookups_are_remembered_then_refreshed() -
     assert h.send(with_key("k")).headers.get("x-edgelimiter-reason") == "exempt"
 
 
+def test_api_key_ttl_sets_how_long_a_record_and_its_absence_are_remembered() -> None:
+    clock = FakeClock()
+    kv = MemoryKV(clock)
+    tiers = {**TIERS, "by": "kv:API_KEYS", "api_key_ttl": "10s"}
+    raw = {"name": "api", "match": {"path": "/v1/*"}, "limits": "3/minute",
+           "algorithm": "sliding_log", "tiers": True, "key": "apikey"}  # fmt: skip
+    h = harness(raw, tiers=tiers, clock=clock, named_kv={"API_KEYS": kv})
+    store(kv, "k", ApiKeyRecord("free"))
+    assert h.send(with_key("k")).headers.get("ratelimit-policy") == '"free";q=2;w=60'
+    store(kv, "k", ApiKeyRecord("internal"))
+    h.clock.advance(9_999)
+    assert h.send(with_key("k")).headers.get("x-edgelimiter-reason") is None  # remembered
+    h.clock.advance(1)
+    assert h.send(with_key("k")).headers.get("x-edgelimiter-reason") == "exempt"
+    assert statuses(h, with_key("new")) == [401]
+    store(kv, "new", ApiKeyRecord("pro"))
+    h.clock.advance(4_999)
+    assert statuses(h, with_key("new")) == [401]  # its absence, half as long
+    h.clock.advance(1)
+    assert h.send(with_key("new")).headers.get("ratelimit-policy") == '"pro";q=4;w=60'
+
+
 def test_a_failing_kv_counts_the_key_under_the_default_tier() -> None:
     h, kv = keyed()
     kv.failing = True

@@ -234,3 +234,22 @@ def test_a_kv_source_must_name_a_binding_the_worker_has_where_it_is_known() -> N
         "config.tiers.by: names the KV binding 'API_KEYS', which wrangler.toml does not "
         "declare (its kv_namespaces: CACHE)"
     ]
+
+
+def test_api_key_ttl_is_bounded_and_only_for_records_in_kv() -> None:
+    raw = config()
+    raw["tiers"]["by"] = "kv:API_KEYS"
+    raw["routes"][0]["key"] = "apikey"
+    del raw["routes"][0]["auth"]
+    tiers = parse_config(raw).tiers
+    assert tiers is not None and tiers.api_key_ttl_ms == 60_000  # as it always was
+    raw["tiers"]["api_key_ttl"] = "5s"
+    tiers = parse_config(raw).tiers
+    assert tiers is not None and tiers.api_key_ttl_ms == 5_000
+    for bad in ("0s", "500ms", "6m"):
+        raw["tiers"]["api_key_ttl"] = bad
+        (problem,) = problems_of(raw)
+        assert problem.startswith("config.tiers.api_key_ttl"), problem
+    claimed = config()
+    claimed["tiers"]["api_key_ttl"] = "5s"
+    assert any("api_key_ttl" in w for w in parse_config(claimed).warnings)

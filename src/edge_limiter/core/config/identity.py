@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import KeySpecError
+from ..identity.apikeys import FOUND_TTL_MS, MAX_KEY_TTL_MS, MIN_KEY_TTL_MS
 from ..identity.keys import Jwk, UnusableKeyError, parse_jwk, pem_key
 from ..identity.settings import (
     DEFAULT_LEEWAY_MS,
@@ -117,6 +118,12 @@ TIERS = Table("tiers", (
     Text("api_key", _TOKEN_PLACE_RE, _TOKEN_PLACE_RULE, default="header:x-api-key",
          example="bearer",
          doc="With `by = \"kv:...\"`: where requests carry their API key."),
+    Duration("api_key_ttl", MIN_KEY_TTL_MS, MAX_KEY_TTL_MS, default=FOUND_TTL_MS,
+             example="10s",
+             doc="With `by = \"kv:...\"`: how long an isolate remembers an API key's record "
+                 "once read from KV, so a change of tier or a deleted key takes effect within "
+                 "it (plus KV's own propagation, up to about a minute). \"No such key\" is "
+                 "remembered half as long. Shorter costs more KV reads."),
     Text("default", NAME_RE.pattern, _NAME_RULE, required=True, example="pro",
          doc="The tier of a verified caller whose claim or record names no tier of `plans`."),
     Text("anonymous", NAME_RE.pattern, _NAME_RULE, null_is_absent=True, default_text="`default`",
@@ -402,7 +409,12 @@ def parse_tiers(
             )
     if len(problems) != before:
         return None
-    return Tiers(kind, source, default, anonymous, plans, api_key)
+    ttl = got.ms("api_key_ttl")
+    if kind == "jwt" and "api_key_ttl" in got.raw:
+        problems.warn(
+            f"{where}.api_key_ttl", "has no effect: tiers come from a claim (by = 'jwt:')"
+        )
+    return Tiers(kind, source, default, anonymous, plans, api_key, ttl)
 
 
 def _plan(name: str, body: object, where: str, problems: Problems) -> Plan | None:
