@@ -160,6 +160,21 @@ def test_the_tier_comes_from_the_verified_claim_and_names_the_policy() -> None:
     )
 
 
+def test_a_namespaced_claim_with_dots_in_its_name_keys_and_tiers_a_caller() -> None:
+    # Auth0 puts custom claims under URL names: "https://example.com/plan" is one name.
+    plan, org = '"https://example.com/plan"', '"https://example.com/org"'
+    h = gateway(route(tiers=True, key=[f"jwt:{org}.id"]), tiers={**TIERS, "by": f"jwt:{plan}"})
+    pro = {"https://example.com/plan": "pro", "https://example.com/org": {"id": "acme"}}
+    first, second = token(sub="a", **pro), token(sub="b", **pro)
+    answers = [h.send(bearer(first if n % 2 else second)) for n in range(5)]
+    assert [a.status for a in answers] == [200] * 4 + [429]  # one org, pro's 4/minute
+    assert answers[0].headers.get("ratelimit-policy") == '"pro";q=4;w=60'
+    # The name read as a path of steps ("https://example", "com/plan") is not the claim.
+    nested = token(sub="c", **{"https://example": {"com/plan": "internal"}},
+                   **{"https://example.com/org": {"id": "other"}})  # fmt: skip
+    assert h.send(bearer(nested)).headers.get("ratelimit-policy") == '"free";q=2;w=60'
+
+
 def test_a_forged_plan_claim_gets_nothing() -> None:
     h = gateway(route(tiers=True), tiers=TIERS)
     real = token(sub="f", plan="free")

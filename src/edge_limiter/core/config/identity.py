@@ -26,7 +26,13 @@ from ..identity.settings import (
     TokenPlace,
 )
 from ..identity.tiers import named_for
-from ..identity.tokens import ALGORITHMS, MAX_TOKEN_BYTES
+from ..identity.tokens import (
+    ALGORITHMS,
+    MAX_TOKEN_BYTES,
+    ClaimPathError,
+    claim_path,
+    claim_steps,
+)
 from ..keys import KeySpec, parse_key_part
 from ..ratelimit.rates import Limit
 from ..validation import Problems, shown, table
@@ -85,7 +91,8 @@ AUTH = Table("auth.NAME", (
     Duration("leeway", 0, MAX_LEEWAY_MS, default=DEFAULT_LEEWAY_MS, example="30s",
              doc="How far `exp`, `nbf` and `iat` may be off, for clocks that disagree."),
     Hand("required_claims", "list of claim paths", default=("exp",), example=["exp", "sub"],
-         doc="Claims every token must carry (dotted paths); `exp` unless you say otherwise "
+         doc="Claims every token must carry (paths as in `jwt:` key parts: `org.id`, "
+             "`'\"https://example.com/plan\"'`); `exp` unless you say otherwise "
              "(a token that never expires is a password)."),
     Size("max_token_bytes", 256, MAX_TOKEN_BYTES, default=DEFAULT_MAX_TOKEN_BYTES,
          example=4096,
@@ -113,7 +120,7 @@ TIERS = Table("tiers", (
     Text("by", r"jwt:\S+|kv:[A-Za-z_][A-Za-z0-9_]*",
          "'jwt:CLAIM' or 'kv:BINDING'", required=True, example="jwt:plan",
          doc="Where a caller's tier comes from: a claim of the route's verified token "
-             "(`jwt:plan`), or the record of its API key in a KV namespace (`kv:API_KEYS`: "
+             "(`jwt:plan`; a name with dots quoted, `'jwt:\"https://example.com/plan\"'`), or the record of its API key in a KV namespace (`kv:API_KEYS`: "
              "the value under the SHA-256 hex of the key)."),
     Text("api_key", _TOKEN_PLACE_RE, _TOKEN_PLACE_RULE, default="header:x-api-key",
          example="bearer",
@@ -172,6 +179,19 @@ def _strings(value: object, where: str, problems: Problems, what: str) -> tuple[
         problems.add(where, f"must be a list of {what}, got {shown(value)}")
         return ()
     return tuple(dict.fromkeys(value))
+
+
+def _claim_paths(value: object, where: str, problems: Problems) -> tuple[str, ...]:
+    """Claim paths (``sub``, ``org.id``, ``"https://example.com/plan"``), each in its one
+    spelling."""
+    paths = _strings(value, where, problems, "claim paths")
+    out = []
+    for index, path in enumerate(paths):
+        try:
+            out.append(claim_path(claim_steps(path)))
+        except ClaimPathError as exc:
+            problems.add(f"{where}[{index}]", f"{path!r}: {exc}")
+    return tuple(dict.fromkeys(out))
 
 
 def _token_place(text: str) -> TokenPlace:
@@ -289,9 +309,7 @@ def _auth_source(name: str, body: object, where: str, problems: Problems) -> Aut
     leeway = got.ms("leeway")
     required: tuple[str, ...] = ("exp",)
     if got.raw.get("required_claims") is not None:
-        required = _strings(
-            got.raw["required_claims"], f"{where}.required_claims", problems, "claim names"
-        )
+        required = _claim_paths(got.raw["required_claims"], f"{where}.required_claims", problems)
     max_bytes = got.integer("max_token_bytes")
     _key_rules(where, algorithms, url, keys, secret_ref, problems=problems)
     if len(problems) != before:
@@ -371,7 +389,7 @@ def parse_tiers(
     kind, _, source = by.partition(":")
     if kind == "jwt":
         try:
-            parse_key_part(by)
+            source = parse_key_part(by).name  # one spelling of the claim's path
         except KeySpecError as exc:
             problems.add(f"{where}.by", str(exc).replace("key part", "claim"))
     elif kind == "kv" and kv_bindings is not None and source not in kv_bindings:
