@@ -426,8 +426,10 @@ def _identity(data: Data) -> tuple[list[str], list[Row], list[str]]:
     above, verdict = identity_verdict(data)
     notes = [
         f"One request at a time: {section['requests']} per row, {section['first']} tokens "
-        f"each of its own for a first sight; {medians(section['repeat'])}, on one runtime a "
-        "round. Both routes count one key under the same limit and algorithm. A first sight "
+        f"each of its own for a first sight, in {section.get('blocks', 1)} blocks a round "
+        "taking each row in turn; medians of the blocks' figures over "
+        f"{section['repeat']} round(s), on a runtime of its own each. Both routes count one "
+        "key under the same limit and algorithm. A first sight "
         "parses the token and verifies its signature with WebCrypto before it is counted; "
         "a cached token is looked up by its SHA-256.",
         f"Goal (issue 39): a cached token at most {IDENTITY_GOAL_MS} ms above the header key "
