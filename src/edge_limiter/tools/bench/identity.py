@@ -140,23 +140,27 @@ def section_identity(report: Report, quick: bool, origin: str) -> None:
         for _ in range(repeat):
             with LocalGateway(worker, {"EDGE_LIMITER": config}) as gw:
                 for block in range(blocks):
-                    runs.setdefault(HEADER_ROW, []).append(
-                        rt.load(
-                            f"{gw.url}/header/x", requests=requests // blocks, headers={KEY: "hot"}
-                        )
-                    )
-                    runs.setdefault(CACHED_ROW, []).append(
-                        rt.load(f"{gw.url}/claim/x", requests=requests // blocks, headers=cached)
-                    )
+                    measures: list[tuple[str, str, dict[str, str], Path | None]] = [
+                        (HEADER_ROW, f"{gw.url}/header/x", {KEY: "hot"}, None),
+                        (CACHED_ROW, f"{gw.url}/claim/x", cached, None),
+                    ]
                     for signer in signers:
                         path = Path(tmp) / f"tokens-{signer.alg}-{block}.txt"
                         fresh_tokens(signer, first // blocks + warmup, path)
-                        runs.setdefault(first_row(signer.alg), []).append(
+                        url = f"{gw.url}/claim/x"
+                        measures.append((first_row(signer.alg), url, {}, path))
+                    # Each block starts with another row: none always runs first.
+                    turn = block % len(measures)
+                    for name, url, headers, tokens in measures[turn:] + measures[:turn]:
+                        count = requests // blocks if tokens is None else first // blocks
+                        lines = None if tokens is None else ("authorization", tokens)
+                        runs.setdefault(name, []).append(
                             rt.load(
-                                f"{gw.url}/claim/x",
-                                requests=first // blocks,
+                                url,
+                                requests=count,
                                 warmup=warmup,
-                                header_lines=("authorization", path),
+                                headers=headers,
+                                header_lines=lines,
                             )
                         )
     rows = {

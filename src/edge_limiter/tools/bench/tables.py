@@ -427,7 +427,7 @@ def _identity(data: Data) -> tuple[list[str], list[Row], list[str]]:
     notes = [
         f"One request at a time: {section['requests']} per row, {section['first']} tokens "
         f"each of its own for a first sight, in {section.get('blocks', 1)} blocks a round "
-        "taking each row in turn; medians of the blocks' figures over "
+        "taking each row in turn (each block starting with another); medians of the blocks' figures over "
         f"{section['repeat']} round(s), on a runtime of its own each. Both routes count one "
         "key under the same limit and algorithm. A first sight "
         "parses the token and verifies its signature with WebCrypto before it is counted; "
