@@ -6,11 +6,14 @@
 //
 //   node scripts/load.mjs URL [--requests N] [--concurrency C] [--warmup N]
 //                             [--method M] [--header "name: value"]... [--rate R]
-//                             [--duration S]
+//                             [--duration S] [--header-lines "name: FILE"]
 //
 // --rate R spreads the requests over time (R per second in total, open loop on a timer)
 // instead of sending the next one as soon as one finishes. --duration S stops a closed loop
-// after S seconds instead of after N requests.
+// after S seconds instead of after N requests. --header-lines "name: FILE" sends each
+// request (warm-up ones too) with the next line of FILE as that header's value, in order
+// and then over again: a token of its own per request, say.
+import { readFileSync } from "node:fs";
 import http from "node:http";
 
 function parseArgs(argv) {
@@ -33,14 +36,19 @@ function parseArgs(argv) {
     else if (arg === "--method") opts.method = value();
     else if (arg === "--rate") opts.rate = Number(value());
     else if (arg === "--duration") opts.duration = Number(value());
-    else if (arg === "--header") {
+    else if (arg === "--header-lines") {
+      const [name, ...parts] = value().split(":");
+      const values = readFileSync(parts.join(":").trim(), "utf8").split("\n").filter(Boolean);
+      opts.lines = { name: name.trim(), values, next: 0 };
+    } else if (arg === "--header") {
       const [name, ...parts] = value().split(":");
       opts.headers[name.trim()] = parts.join(":").trim();
     } else rest.push(arg);
   }
   const usage =
     "usage: node scripts/load.mjs URL [--requests N] [--concurrency C] [--warmup N]\n" +
-    "         [--method M] [--header 'name: value']... [--rate R] [--duration S]\n";
+    "         [--method M] [--header 'name: value']... [--rate R] [--duration S]\n" +
+    "         [--header-lines 'name: FILE']\n";
   if (rest.includes("--help") || rest.includes("-h")) {
     process.stdout.write(usage);
     process.exit(0);
@@ -64,10 +72,15 @@ const statuses = {};
 
 function request() {
   return new Promise((resolve) => {
+    let headers = opts.headers;
+    const lines = opts.lines;
+    if (lines && lines.values.length) {
+      headers = { ...headers, [lines.name]: lines.values[lines.next++ % lines.values.length] };
+    }
     const started = performance.now();
     const req = http.request(
       opts.url,
-      { method: opts.method, headers: opts.headers, agent },
+      { method: opts.method, headers, agent },
       (res) => {
         res.resume();
         res.on("end", () => resolve([res.statusCode, performance.now() - started]));

@@ -90,3 +90,17 @@ def test_from_json_writes_the_document_without_running(tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     assert main(["--from-json", str(FIXTURE), "--write", str(out)]) == 0
     assert out.read_text() == render_document(json.loads(FIXTURE.read_text()))
+
+
+def test_the_identity_table_shows_each_row_against_the_header_key_and_its_goal(
+    run: dict,
+) -> None:
+    lines = render_document(run).splitlines()
+    cached = next(line for line in lines if line.startswith("| route keyed on a verified claim"))
+    assert cached.split(" | ")[1:5] == ["3.40", "+0.20", "1.06x", "-"]
+    rs256 = next(line for line in lines if line.startswith("| first sight of a token, RS256"))
+    assert rs256.split(" | ")[1:5] == ["4.40", "+1.20", "1.38x", "+1.00"]  # above the cached
+    assert any("Measured +0.20 ms: **met**" in line for line in lines)
+    rows = run["identity"]["rows"]  # type: ignore[index]
+    rows["route keyed on a verified claim, token cached"]["p50"] = 3.6
+    assert "Measured +0.40 ms: **missed**" in render_document(run)

@@ -77,6 +77,7 @@ def test_dry_run_has_the_bindings(dry_run: tuple[str, Path]) -> None:
     assert re.search(r"env\.CONTROL \(Control\)\s+Durable Object", output)
     assert re.search(r"env\.ANALYTICS \(\w+\)\s+Analytics Engine Dataset", output)
     assert re.search(r"env\.CACHE \(\w+\)\s+KV Namespace", output)
+    assert re.search(r"env\.API_KEYS \(\w+\)\s+KV Namespace", output)
     # The config travels as the bundled module, not as a (5 KB at most) var.
     assert "env.EDGE_LIMITER " not in output
     bundled = (out / "edge_limiter_config.py").read_text()

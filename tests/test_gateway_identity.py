@@ -160,6 +160,21 @@ def test_the_tier_comes_from_the_verified_claim_and_names_the_policy() -> None:
     )
 
 
+def test_a_namespaced_claim_with_dots_in_its_name_keys_and_tiers_a_caller() -> None:
+    # Auth0 puts custom claims under URL names: "https://example.com/plan" is one name.
+    plan, org = '"https://example.com/plan"', '"https://example.com/org"'
+    h = gateway(route(tiers=True, key=[f"jwt:{org}.id"]), tiers={**TIERS, "by": f"jwt:{plan}"})
+    pro = {"https://example.com/plan": "pro", "https://example.com/org": {"id": "acme"}}
+    first, second = token(sub="a", **pro), token(sub="b", **pro)
+    answers = [h.send(bearer(first if n % 2 else second)) for n in range(5)]
+    assert [a.status for a in answers] == [200] * 4 + [429]  # one org, pro's 4/minute
+    assert answers[0].headers.get("ratelimit-policy") == '"pro";q=4;w=60'
+    # The name read as a path of steps ("https://example", "com/plan") is not the claim.
+    nested = token(sub="c", **{"https://example": {"com/plan": "internal"}},
+                   **{"https://example.com/org": {"id": "other"}})  # fmt: skip
+    assert h.send(bearer(nested)).headers.get("ratelimit-policy") == '"free";q=2;w=60'
+
+
 def test_a_forged_plan_claim_gets_nothing() -> None:
     h = gateway(route(tiers=True), tiers=TIERS)
     real = token(sub="f", plan="free")
@@ -275,6 +290,28 @@ def test_an_unknown_api_key_is_401_and_lookups_are_remembered_then_refreshed() -
     assert h.send(with_key("k")).headers.get("x-edgelimiter-reason") is None
     h.clock.advance(FOUND_TTL_MS)  # a change of tier takes effect within the TTL
     assert h.send(with_key("k")).headers.get("x-edgelimiter-reason") == "exempt"
+
+
+def test_api_key_ttl_sets_how_long_a_record_and_its_absence_are_remembered() -> None:
+    clock = FakeClock()
+    kv = MemoryKV(clock)
+    tiers = {**TIERS, "by": "kv:API_KEYS", "api_key_ttl": "10s"}
+    raw = {"name": "api", "match": {"path": "/v1/*"}, "limits": "3/minute",
+           "algorithm": "sliding_log", "tiers": True, "key": "apikey"}  # fmt: skip
+    h = harness(raw, tiers=tiers, clock=clock, named_kv={"API_KEYS": kv})
+    store(kv, "k", ApiKeyRecord("free"))
+    assert h.send(with_key("k")).headers.get("ratelimit-policy") == '"free";q=2;w=60'
+    store(kv, "k", ApiKeyRecord("internal"))
+    h.clock.advance(9_999)
+    assert h.send(with_key("k")).headers.get("x-edgelimiter-reason") is None  # remembered
+    h.clock.advance(1)
+    assert h.send(with_key("k")).headers.get("x-edgelimiter-reason") == "exempt"
+    assert statuses(h, with_key("new")) == [401]
+    store(kv, "new", ApiKeyRecord("pro"))
+    h.clock.advance(4_999)
+    assert statuses(h, with_key("new")) == [401]  # its absence, half as long
+    h.clock.advance(1)
+    assert h.send(with_key("new")).headers.get("ratelimit-policy") == '"pro";q=4;w=60'
 
 
 def test_a_failing_kv_counts_the_key_under_the_default_tier() -> None:

@@ -234,3 +234,72 @@ def test_a_kv_source_must_name_a_binding_the_worker_has_where_it_is_known() -> N
         "config.tiers.by: names the KV binding 'API_KEYS', which wrangler.toml does not "
         "declare (its kv_namespaces: CACHE)"
     ]
+
+
+def test_api_key_ttl_is_bounded_and_only_for_records_in_kv() -> None:
+    raw = config()
+    raw["tiers"]["by"] = "kv:API_KEYS"
+    raw["routes"][0]["key"] = "apikey"
+    del raw["routes"][0]["auth"]
+    tiers = parse_config(raw).tiers
+    assert tiers is not None and tiers.api_key_ttl_ms == 60_000  # as it always was
+    raw["tiers"]["api_key_ttl"] = "5s"
+    tiers = parse_config(raw).tiers
+    assert tiers is not None and tiers.api_key_ttl_ms == 5_000
+    for bad in ("0s", "500ms", "6m"):
+        raw["tiers"]["api_key_ttl"] = bad
+        (problem,) = problems_of(raw)
+        assert problem.startswith("config.tiers.api_key_ttl"), problem
+    claimed = config()
+    claimed["tiers"]["api_key_ttl"] = "5s"
+    assert any("api_key_ttl" in w for w in parse_config(claimed).warnings)
+
+
+AUTH0_PLAN = '"https://example.com/plan"'
+
+
+def test_a_claim_name_with_dots_is_quoted_in_keys_tiers_and_required_claims() -> None:
+    raw = config()
+    raw["routes"][0]["key"] = ['jwt:"https://example.com/org".id', 'jwt:"sub"']
+    raw["tiers"]["by"] = f"jwt:{AUTH0_PLAN}"
+    raw["auth"]["main"]["required_claims"] = ["exp", AUTH0_PLAN, '"sub"']
+    parsed = parse_config(raw)
+    key = parsed.routes[0].limits.key
+    # One spelling each: a step is quoted only when its name holds a dot.
+    assert key.parts == (KeyPart("jwt", '"https://example.com/org".id'), KeyPart("jwt", "sub"))
+    assert parsed.tiers is not None and parsed.tiers.source == AUTH0_PLAN
+    assert parsed.auth["main"].required_claims == ("exp", AUTH0_PLAN, "sub")
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ('"https://example.com/plan', "no closing"),
+        ('""', "empty"),
+        ('a"b.c"', "whole step"),
+        ('"b.c"d', "whole step"),
+        ("a.b.c.d.e.f.g.h.i", "at most 8 steps"),
+        ("https://example.com/plan", 'quote it, "https://example.com/plan"'),
+        ('"with space"', "no spaces"),
+        ('"a=b"', "'='"),
+        ("a..b", "names joined by '.'"),
+    ],
+)
+def test_a_claim_path_is_read_strictly(path: str, says: str) -> None:
+    raw = config()
+    raw["routes"][0]["key"] = f"jwt:{path}"
+    problems = problems_of(raw)
+    assert any(p.startswith("route 'api'.key") and says in p for p in problems), problems
+    tiers = config()
+    tiers["tiers"]["by"] = f"jwt:{path}"
+    # (A space is refused by the field's own rule first: 'jwt:CLAIM' or 'kv:BINDING'.)
+    assert any(
+        p.startswith("config.tiers.by") and (says in p or "'jwt:CLAIM'" in p)
+        for p in problems_of(tiers)
+    )
+    required = config()
+    required["auth"]["main"]["required_claims"] = ["exp", path]
+    problems = problems_of(required)
+    assert any(p.startswith("auth 'main'.required_claims[1]") and says in p for p in problems), (
+        problems
+    )

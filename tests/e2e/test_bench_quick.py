@@ -1,6 +1,6 @@
 """The benchmarks' quick mode, so they cannot rot: every section runs end to end (the core
-on CPython and Pyodide, the gateway and its JavaScript peers on local workerd, the flood,
-startup, memory) and reports what it measured. The figures themselves are not asserted:
+on CPython and Pyodide, the gateway and its JavaScript peers on local workerd, verified
+identity, the flood, startup, memory) and reports what it measured. The figures themselves are not asserted:
 benchmarks are scripts, never timed assertions."""
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     assert gateway["Python: limited route (object + forward)"]["statuses"] == ["200"]
     assert "429" in gateway["Python: denied (429)"]["statuses"]
     assert gateway["Python: limited, token leases"]["statuses"] == ["200"]
+    # Every identity row was verified and admitted: the cached token, and a first sight of
+    # each algorithm (a token of its own per request, each signature checked by WebCrypto).
+    identity = data["identity"]["rows"]
+    assert len(identity) == 5
+    assert all(row["statuses"] == ["200"] and row["p50"] > 0 for row in identity.values())
     python = data["gateway_python"]
     assert all(row["min_us"] > 0 for row in python.values())
     assert "x-ratelimit-remaining" in python["limited"]["answer"][1]

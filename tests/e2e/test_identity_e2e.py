@@ -251,3 +251,113 @@ def test_rotation_and_a_thousand_unknown_kids_fetch_the_set_a_bounded_number_of_
         time.sleep(2)  # the real clock: the refetch interval cannot be injected here
         status = call(gw, "/me/x", rotated).status_code
     assert status == 200
+
+
+# --- API keys: records in the API_KEYS namespace, set through the admin API ----------------
+
+ADMIN_TOKEN = "identity-admin-token-0123456789abcdef"
+#: How long an isolate remembers a record here ([tiers] api_key_ttl): short, so a change of
+#: tier is seen to take effect in another isolate after a short real wait.
+KEY_TTL_S = 3
+
+
+def keys_config(origin: str) -> dict[str, Any]:
+    def route(name: str, **fields: Any) -> dict[str, Any]:
+        return {"name": name, "match": {"path": f"/{name}/*"}, "limits": "3/hour",
+                "algorithm": "sliding_log", "tiers": True, "key": "apikey", **fields}  # fmt: skip
+
+    return {
+        "origin": origin,
+        "tiers": {
+            "by": "kv:API_KEYS",
+            "default": "free",
+            "anonymous": "anon",
+            "api_key_ttl": f"{KEY_TTL_S}s",
+            "plans": {"anon": "1/hour", "free": "2/hour", "pro": "4/hour", "internal": "exempt"},
+        },
+        "routes": [route("keyed"), route("open", on_invalid="anonymous")],
+    }
+
+
+@pytest.fixture(scope="module")
+def keys_gateway(worker_dir: Path, origin: DemoOrigin) -> Iterator[LocalGateway]:
+    # Two isolates sharing KV and the Durable Objects: a record is remembered in each.
+    env = {"EDGE_LIMITER": keys_config(origin.url), "EDGE_LIMITER_ADMIN_TOKEN": ADMIN_TOKEN}
+    gw = track(LocalGateway(worker_dir, env, replicas=2).start())
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def set_record(base: str, **record: Any) -> httpx.Response:
+    answer = httpx.post(
+        f"{base}/_edge-limiter/api/api-keys",
+        json=record,
+        headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+def with_key(base: str, path: str, key: str | None, ip: str | None = None) -> httpx.Response:
+    headers = {"cf-connecting-ip": ip or fresh_ip()}
+    if key is not None:
+        headers["x-api-key"] = key
+    return httpx.get(base + path, headers=headers, timeout=30)
+
+
+def test_api_keys_of_one_owner_share_the_counter_of_the_tier_their_record_names(
+    keys_gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    base = keys_gateway.url
+    owner = f"acme-{time.monotonic_ns()}"
+    one, two = f"sk_one_{owner}", f"sk_two_{owner}"
+    stored = set_record(base, key=one, tier="pro", owner=owner).json()
+    assert stored["sha256"] == hashlib.sha256(one.encode()).hexdigest()
+    set_record(base, key=two, tier="pro", owner=owner)
+    # Each from its own address: the owner is counted, not the client.
+    answers = [with_key(base, "/keyed/x", one if n % 2 else two) for n in range(5)]
+    assert [a.status_code for a in answers] == [200] * 4 + [429]
+    assert answers[0].headers["ratelimit-policy"] == '"pro";q=4;w=3600'
+    # A key of another owner on the free tier has its own counter.
+    other = f"sk_free_{owner}"
+    set_record(base, key=other, tier="free")
+    assert [with_key(base, "/keyed/x", other).status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_an_unknown_key_gets_the_routes_answer(
+    keys_gateway: LocalGateway, origin: DemoOrigin
+) -> None:
+    base = keys_gateway.url
+    before = len(origin.hits)
+    refused = with_key(base, "/keyed/x", f"sk_nobody_{time.monotonic_ns()}")
+    assert refused.status_code == 401
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    assert with_key(base, "/keyed/x", None).status_code == 401
+    assert len(origin.hits) == before  # nothing forwarded
+    ip = fresh_ip()
+    anonymous = [with_key(base, "/open/x", f"sk_made_up_{n}", ip) for n in range(2)]
+    assert [a.status_code for a in anonymous] == [200, 429]  # one address, anon's 1/hour
+    assert anonymous[0].headers["ratelimit-policy"] == '"anon";q=1;w=3600'
+
+
+def test_a_change_of_tier_takes_effect_in_another_isolate_within_api_key_ttl(
+    keys_gateway: LocalGateway,
+) -> None:
+    here, there = keys_gateway.url, keys_gateway.replica_urls[0]
+    key = f"sk_change_{time.monotonic_ns()}"
+    set_record(here, key=key, tier="free")
+    assert with_key(there, "/keyed/x", key).headers["ratelimit-policy"] == '"free";q=2;w=3600'
+    read_there = time.monotonic()  # the other isolate remembers "free" from here on
+    set_record(here, key=key, tier="internal")
+    # The isolate that made the change forgot its lookup: exempt at once.
+    assert with_key(here, "/keyed/x", key).headers["x-edgelimiter-reason"] == "exempt"
+    still = with_key(there, "/keyed/x", key)
+    if time.monotonic() - read_there < KEY_TTL_S - 0.5:
+        assert still.headers.get("x-edgelimiter-reason") is None  # remembered: still free
+    # The real clock: the isolate's TTL cannot be injected on workerd (3 s here).
+    time.sleep(max(0.0, read_there + KEY_TTL_S + 0.2 - time.monotonic()))
+    assert with_key(there, "/keyed/x", key).headers["x-edgelimiter-reason"] == "exempt"

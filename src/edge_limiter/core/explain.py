@@ -7,6 +7,8 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -22,6 +24,7 @@ from .http.method_override import (
     override_fields,
     without_override_param,
 )
+from .identity.tiers import Caller
 from .keys import object_name
 from .routing.geo import ClientLocation, order_origins
 from .routing.origins import CONTINENTS
@@ -104,6 +107,26 @@ def explained_client(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ExplainedCaller:
+    """Who a request to explain is from, as the identity stage decided it.
+
+    ``caller`` is what the stage puts on the exchange (None: the request is refused, 401;
+    ``key`` is then what the refusal is counted under); ``reason`` why a token or key was
+    refused (also when the route lets the caller in as anonymous); ``shown`` what was
+    verified, for the reader (``{"auth": "main", "sub": "u1", "plan": "pro"}``)."""
+
+    caller: Caller | None
+    reason: str | None = None
+    key: str | None = None
+    shown: dict[str, Any] = field(default_factory=dict)
+
+
+#: Decides who a request is from on a route with identity (the route, the request, the
+#: path's parameters); the tools verify the token offline, the admin API gives none.
+Identify = Callable[[Route, Request, dict[str, str]], ExplainedCaller]
+
+
 def split_url(url: str) -> tuple[str, str, str, str]:
     """An absolute http(s) URL's scheme, authority, path (``/`` when empty) and query.
 
@@ -144,8 +167,15 @@ def explain(
     url: str,
     headers: list[tuple[str, str]] | None = None,
     client: Client | None = None,
+    *,
+    identify: Identify | None = None,
 ) -> dict[str, Any]:
     """Which route ``method url`` hits, its canonical path, key and Durable Object.
+
+    On a route with ``auth`` or ``tiers``, ``identify`` says who the request is from: the
+    key and limits are then the verified caller's and its tier's (or the anonymous
+    tier's, or the refusal's: ``status`` 401). Without it, ``identity`` says it was not
+    checked, and a ``jwt:`` or ``apikey`` part of the key shows as empty.
 
     Raises :class:`ExplainError` when ``url`` is not an absolute http(s) URL with a host
     or ``method`` is not a method name: there is no request to explain. A request the
@@ -202,12 +232,49 @@ def explain(
     request = Request(out["method"], raw_path, query, authority, scheme, given, client or Client())
     out.update(route=route.name, params=params)
     try:
-        key = route.limits.key.compute(request, params)
+        key, limits = _key_and_limits(route, request, params, identify, out)
     except AmbiguousRequestError as exc:
         out.update(status=400, error=f"ambiguous_key: {exc}")
         return out
-    out.update(key=key, **_counted(route, key, request.client))
+    out.update(key=key, **_counted(route, key, request.client, limits))
     return out
+
+
+def _key_and_limits(
+    route: Route,
+    request: Request,
+    params: dict[str, str],
+    identify: Identify | None,
+    out: dict[str, Any],
+) -> tuple[str, list[str]]:
+    """The request's key on ``route`` and the limits it is counted under: the verified
+    caller's and its tier's where the route checks identity and ``identify`` is given
+    (what was found goes into ``out``)."""
+    limits = [str(lim) for lim in route.limits.limits]
+    if route.identity is None:
+        return route.limits.key.compute(request, params), limits
+    if identify is None:
+        out.update(identity="not checked (no token or API key given)")
+        return route.limits.key.compute(request, params), limits
+    found = identify(route, request, params)
+    out.update(identity=found.shown or "none")
+    caller = found.caller
+    if found.reason is not None:
+        out.update(invalid=found.reason)
+    if caller is None:
+        # Refused: counted under the client's address by the route's own limits.
+        out.update(status=401, error=f"invalid_token: {found.reason}")
+        return found.key or "", limits
+    tier = caller.tier
+    if tier is not None:
+        out.update(tier=tier.tier)
+        if tier.exempt:
+            limits = []
+            out.update(exempt=True)
+        elif tier.limits:
+            limits = [str(lim) for lim in tier.limits]
+            out.update(leases=tier.leases)
+    return _caller_key(route, request, params, caller), limits
 
 
 def _ascii_authority(authority: str) -> str:
@@ -219,7 +286,7 @@ def _ascii_authority(authority: str) -> str:
     return f"{ascii_host(name)}{colon}{port}"
 
 
-def _counted(route: Route, key: str, where: Client) -> dict[str, Any]:
+def _counted(route: Route, key: str, where: Client, limits: list[str]) -> dict[str, Any]:
     """How the route counts ``key``, and the order its origins are tried in for ``where``."""
     order = order_origins(
         route.forward.pool.origins,
@@ -229,8 +296,18 @@ def _counted(route: Route, key: str, where: Client) -> dict[str, Any]:
     )
     return {
         "durable_object": object_name(route.name, key),
-        "limits": [str(lim) for lim in route.limits.limits],
+        "limits": limits,
         "algorithm": route.limits.algorithm,
         "shadow": route.limits.shadow,
         "origins": [origin.name for origin in order],
     }
+
+
+def _caller_key(route: Route, request: Request, params: dict[str, str], caller: Caller) -> str:
+    """The route's key for a request the identity stage let through (as the rate limit
+    computes it): an anonymous caller's address on a route keyed on an identity, else
+    the key with the verified claims and API key owner."""
+    spec = route.limits.key
+    if caller.anonymous and spec.names_identity():
+        return str(spec.anonymous(request))
+    return str(spec.compute(request, params, caller.claims, caller.caller))

@@ -30,12 +30,14 @@ from ..core.errors import ConfigError
 from ..core.http import problems
 from ..core.http.messages import Headers, Response
 from ..core.identity.apikeys import (
+    FOUND_TTL_MS,
     ApiKeyRecord,
     Lookups,
     RecordError,
     api_key_digest,
     check_api_key,
     decode_record,
+    missing_ttl,
 )
 from ..core.identity.jwks import RETRY_MS, KeySet, lifetime_ms
 from ..core.identity.keys import Jwk, UnusableKeyError, parse_jwks, secret_key
@@ -79,7 +81,8 @@ class Identities:
         self.config = config
         self.services = services
         self.verified = VerifiedTokens()
-        self.lookups = Lookups()
+        ttl = config.tiers.api_key_ttl_ms if config.tiers is not None else FOUND_TTL_MS
+        self.lookups = Lookups(found_ttl_ms=ttl, missing_ttl_ms=missing_ttl(ttl))
         self.key_sets: dict[str, KeySet] = {}
         self.failed_at: dict[str, int] = {}
         self.jwks_fetches = 0

@@ -47,6 +47,7 @@ from ..core.durations import parse_duration
 from ..core.errors import ConfigError
 from ..core.explain import explained_client, split_url
 from ..core.http.messages import Headers, Request
+from ..core.identity.verify import SignatureVerifier
 from ..gateway import (
     ClientBodyError,
     Gateway,
@@ -75,6 +76,7 @@ from .platform import (
     _ClientBody,
     epoch_ms,
 )
+from .signatures import LocalVerifier
 
 __all__ = [
     "DEFAULT_IP",
@@ -121,6 +123,8 @@ class _World:
     control: MemoryControl = field(init=False)
     logs: list[dict[str, Any]] = field(default_factory=list)
     isolates: list[Simulator] = field(default_factory=list)
+    bindings: dict[str, MemoryKV] = field(default_factory=dict)
+    """The Worker's other KV namespaces by binding (the API keys' records)."""
 
     def __post_init__(self) -> None:
         self.store = MemoryStore(self.clock, keep_rows=self.keep_rows)
@@ -133,6 +137,8 @@ class _World:
         """Every object's and KV's state gone, in place (the isolates hold these)."""
         self.store.objects.clear()
         self.kv.values.clear()
+        for namespace in self.bindings.values():
+            namespace.values.clear()
         self.records.objects.clear()
         self.breakers.objects.clear()
         self.control.objects.clear()
@@ -155,9 +161,12 @@ class Simulator:
     ``control=False`` runs without the Control Durable Object, as a Worker without its
     binding does (no overrides, no status-page counters: a replay needs neither, and the
     counters of a day's keys cost more than the replay itself).
-    ``secrets`` are the Worker's secrets and vars (for ``origin_headers``: a mapping, or
-    a function of the name); ``admin_token`` enables the admin API; ``seed`` fixes the
-    retries' jitter.
+    ``secrets`` are the Worker's secrets and vars (for ``origin_headers`` and an
+    ``[auth]`` source's ``secret``: a mapping, or a function of the name); ``admin_token``
+    enables the admin API; ``seed`` fixes the retries' jitter. ``verifier`` checks token
+    signatures (default: :class:`~.signatures.LocalVerifier`, ``cryptography`` standing in
+    for the runtime's WebCrypto). The KV namespace of ``[tiers] by = "kv:NAME"`` is one in
+    memory (:meth:`kv`), where the admin API stores API key records.
     Raises :class:`~edge_limiter.core.errors.ConfigError` for a config the Worker refuses.
     """
 
@@ -174,6 +183,7 @@ class Simulator:
         seed: int = 7,
         keep_rows: bool = True,
         control: bool = True,
+        verifier: SignatureVerifier | None = None,
         _world: _World | None = None,
     ) -> None:
         if isinstance(config, Config):
@@ -186,6 +196,7 @@ class Simulator:
         self._admin_token = admin_token
         self._seed = seed
         self._control = control
+        self._verifier = verifier if verifier is not None else LocalVerifier()
         if _world is None:
             clock = ManualClock(epoch_ms(start))
             latency_ms = (
@@ -228,6 +239,8 @@ class Simulator:
             secret=self._secrets,
             random=random.Random(self._seed).random,
             sleep=InstantSleep(world.clock),
+            verifier=self._verifier,
+            kv=self.kv,
         )
         self.gateway = Gateway(self.config, services)
 
@@ -461,8 +474,18 @@ class Simulator:
             admin_token=self._admin_token,
             seed=self._seed + len(self._world.isolates),
             control=self._control,
+            verifier=self._verifier,
             _world=self._world,
         )
+
+    def kv(self, binding: str) -> MemoryKV | None:
+        """The Worker's KV namespace bound as ``binding``: the one ``[tiers] by =
+        "kv:NAME"`` names (API key records under their key's SHA-256, shared by every
+        isolate), None for any other name."""
+        tiers = self.config.tiers
+        if tiers is None or tiers.by != "kv" or binding != tiers.source:
+            return None
+        return self._world.bindings.setdefault(binding, MemoryKV(self._world.clock))
 
     @property
     def origin_calls(self) -> list[OriginCall]:

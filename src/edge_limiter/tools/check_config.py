@@ -4,6 +4,7 @@ Worker parses it.
     edge-limiter check [FILE] [--wrangler wrangler.toml] [--env NAME] [--json]
     edge-limiter explain METHOD URL [--config FILE] [--header "Name: value"] [--ip ADDR]
                          [--country CC --continent XX --asn N --lat LAT --lon LON]
+                         [--token JWT [--jwks FILE]] [--api-key KEY [--api-key-record JSON]]
     edge-limiter simulate METHOD URL [--times N] [--every 1s] [--at ISO-TIME]
                          [--origin-status 503] [--origin-latency 2s] [--body TEXT]
                          [the options of explain]
@@ -11,7 +12,9 @@ Worker parses it.
 ``check`` prints the effective table of routes (match, key, limits with burst, algorithm,
 shadow, failure policy, cache, idempotency, origin pool) and every warning; exits 1 listing
 every error with its route and field. ``explain`` prints which route a request would hit,
-its canonical path, its key, and the Durable Object it maps to. ``simulate`` sends it
+its canonical path, its key, and the Durable Object it maps to; on a route with identity,
+who the request is from (``--token``, ``--api-key``: verified offline, see
+:mod:`.offline_identity`), its tier, and the limits that tier has there. ``simulate`` sends it
 ``--times`` times, ``--every`` apart, through the whole gateway on a simulated clock (no
 runtime, origins that answer 200) and prints each answer's status and rate-limit fields.
 
@@ -22,6 +25,7 @@ URL`` or ``--simulate METHOD URL`` (:func:`main`).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_limiter.core.caching.fields import is_token
-from edge_limiter.core.config import Config, parse_config
+from edge_limiter.core.config import Config, Route, parse_config
 from edge_limiter.core.config.describe import aligned, check_json, check_report
 from edge_limiter.core.durations import format_duration, parse_duration
 from edge_limiter.core.errors import (
@@ -42,8 +46,21 @@ from edge_limiter.core.explain import (
     explained_client,
     header_line,
 )
-from edge_limiter.testing import DEFAULT_IP, Answer, Reply, Simulator, epoch_ms
+from edge_limiter.core.http.messages import Client
+from edge_limiter.core.identity.apikeys import api_key_digest, encode_record
+from edge_limiter.testing import DEFAULT_IP, Answer, OriginCall, Reply, Simulator, epoch_ms
 from edge_limiter.tools import ROOT
+from edge_limiter.tools.offline_identity import (
+    RECORD_TTL_S,
+    Credentials,
+    check_offline,
+    credential_fields,
+    identifier,
+    jwks_reply,
+    read_jwks,
+    read_record,
+    worker_secrets,
+)
 from edge_limiter.tools.project_config import (
     ProjectConfigError,
     check_project,
@@ -52,11 +69,6 @@ from edge_limiter.tools.project_config import (
     raw_config,
     read_toml,
 )
-
-
-def _secret_shown(name: str) -> str:
-    """The Worker's secrets in a simulation: their names, never their values."""
-    return f"<secret {name}>"
 
 
 def simulate(
@@ -72,23 +84,44 @@ def simulate(
     body: str | None = None,
     origin_status: int = 200,
     origin_latency_ms: int = 0,
+    credentials: Credentials | None = None,
 ) -> list[dict[str, Any]]:
     """``times`` requests ``every_ms`` apart through the whole gateway on a simulated
     clock from ``start`` (in-memory Durable Objects and KV; origins that answer
-    ``origin_status`` after ``origin_latency_ms``)."""
+    ``origin_status`` after ``origin_latency_ms``). ``credentials`` are the offline
+    stand-ins of identity: secrets from the environment, ``--jwks``'s key set at its
+    ``jwks_url``, ``--api-key-record`` in the tiers' namespace."""
+    given = credentials if credentials is not None else Credentials()
+    key_set = jwks_reply(config, given)
+    key_set_calls = [0]
+
+    def origin(call: OriginCall) -> Reply:
+        reply = key_set(call.url)
+        if reply is not None:
+            key_set_calls[0] += 1
+            return reply
+        return Reply(origin_status, [("content-type", "application/json")], "{}")
+
     sim = Simulator(
         config,
-        secrets=_secret_shown,
+        secrets=worker_secrets(config, given.environ),
         start=start,
-        origin=lambda call: Reply(origin_status, [("content-type", "application/json")], "{}"),
+        origin=origin,
         origin_latency=origin_latency_ms,
     )
+    tiers = config.tiers
+    if given.record is not None and given.api_key is not None and tiers is not None:
+        namespace = sim.kv(tiers.source)
+        if namespace is not None:
+            digest = api_key_digest(given.api_key)
+            asyncio.run(namespace.put(digest, encode_record(given.record), RECORD_TTL_S))
     started = sim.now_ms
     out = []
     for number in range(1, times + 1):
         if number > 1:
             sim.advance(every_ms)
         sent_at = sim.now_ms - started
+        fetched_before = key_set_calls[0]
         answer = sim.request(method, url, headers=headers, body=body, **client)
         fields = answer.headers
         out.append(
@@ -99,8 +132,10 @@ def simulate(
                 "remaining": _number(fields.get("x-ratelimit-remaining")),
                 "retry_after": _number(fields.get("retry-after")),
                 "ratelimit": fields.get("ratelimit"),
+                "policy": fields.get("ratelimit-policy"),
                 "reason": _note(answer),
-                "forwarded": answer.forwarded,
+                # A key set fetched is the gateway's own call, not the request forwarded.
+                "forwarded": answer.forwarded - (key_set_calls[0] - fetched_before),
                 "headers": dict(answer.headers),
             }
         )
@@ -176,7 +211,10 @@ def _refused(problems: list[str], warnings: list[str], as_json: bool) -> int:
 
 
 #: The options that describe the request to explain or simulate.
-EXPLAIN_ONLY = ("header", "ip", "country", "continent", "asn", "lat", "lon")
+EXPLAIN_ONLY = (
+    "header", "ip", "country", "continent", "asn", "lat", "lon",
+    "token", "api_key", "api_key_record", "jwks",
+)  # fmt: skip
 #: The options of a simulation only.
 SIMULATE_ONLY = ("times", "every", "at", "origin_status", "origin_latency", "body")
 CHECK = "Check the gateway config exactly as the Worker parses it: its routes, in order."
@@ -198,6 +236,30 @@ def _request_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--asn", default="")
     parser.add_argument("--lat", default="", help="the client's latitude (request.cf)")
     parser.add_argument("--lon", default="", help="the client's longitude (request.cf)")
+    parser.add_argument(
+        "--token",
+        default=None,
+        metavar="JWT",
+        help="a token, sent where the route's [auth] source reads it, verified offline: "
+        "inline keys, a secret from the environment variable it names, or --jwks",
+    )
+    parser.add_argument(
+        "--jwks",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the key set of the source's jwks_url, saved to a file (curl -o jwks.json URL)",
+    )
+    parser.add_argument(
+        "--api-key", default=None, metavar="KEY", help="an API key, sent where [tiers] reads it"
+    )
+    parser.add_argument(
+        "--api-key-record",
+        default=None,
+        metavar="JSON",
+        help='the key\'s record as KV holds it, e.g. \'{"tier": "pro", "owner": "acme"}\' '
+        "(none: the key is unknown)",
+    )
 
 
 def _simulation_options(parser: argparse.ArgumentParser) -> None:
@@ -276,7 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.explain and args.simulate:
         parser.error("--explain and --simulate: one at a time")
     if not args.explain and not args.simulate:
-        given = [f"--{name}" for name in EXPLAIN_ONLY if getattr(args, name) not in ("", [], False)]
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in EXPLAIN_ONLY
+            if getattr(args, name) not in ("", [], False, None)
+        ]
         if given:
             parser.error(f"{', '.join(given)}: only with --explain or --simulate METHOD URL")
     if not args.simulate:
@@ -373,34 +439,40 @@ def _request(
         "latitude": args.lat,
         "longitude": args.lon,
     }
+    if settings and not given["ip"]:
+        given["ip"] = DEFAULT_IP  # the simulation's client, explained as it is counted
     try:
         client = explained_client(**given)
+        credentials = Credentials(
+            token=args.token,
+            api_key=args.api_key,
+            record=read_record(args.api_key_record) if args.api_key_record else None,
+            jwks=read_jwks(args.jwks) if args.jwks is not None else None,
+        )
+        # The route first: where its token and key go, and whether they can be verified.
+        route = _route_named(config, explain(config, args.method, args.url, headers, client))
+        fields, notes = credential_fields(config, route, credentials, headers)
+        headers += fields
+        identify = None
+        if route is not None and route.identity is not None:
+            check_offline(config, route, credentials)
+            now = settings["start"] if settings else int(time.time() * 1000)
+            identify = identifier(config, credentials, now)
+        result = explain(config, args.method, args.url, headers, client, identify=identify)
+        if notes:
+            result["notes"] = notes
         if settings:
             if not is_token(args.method):
                 raise ExplainError(f"{args.method!r} is not an HTTP method name (GET, POST, ...)")
-            results = simulate(
+            return _simulated(
+                args,
                 config,
-                args.method,
-                args.url,
-                times=settings["times"],
-                every_ms=settings["every_ms"],
+                settings,
                 headers=headers,
-                client={
-                    "ip": client.ip or DEFAULT_IP,
-                    "country": client.country,
-                    "continent": client.continent,
-                    "asn": client.asn,
-                    "latitude": client.latitude,
-                    "longitude": client.longitude,
-                },
-                start=settings["start"],
-                body=args.body,
-                origin_status=settings["origin_status"],
-                origin_latency_ms=settings["origin_latency_ms"],
+                client=client,
+                credentials=credentials,
+                explained=result,
             )
-            print(json.dumps(results, indent=2) if args.json else simulation_table(results))
-            return 0
-        result = explain(config, args.method, args.url, headers, client)
     except ExplainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -410,6 +482,64 @@ def _request(
         for name, value in result.items():
             print(f"{name + ':':<18}{_shown(value)}")
     return 0 if "error" not in result else 2
+
+
+def _simulated(
+    args: argparse.Namespace,
+    config: Config,
+    settings: dict[str, int],
+    *,
+    headers: list[tuple[str, str]],
+    client: Client,
+    credentials: Credentials,
+    explained: dict[str, Any],
+) -> int:
+    """Send the request ``settings["times"]`` times through the whole gateway and show
+    the answers (and, where its route checks identity, who the caller is)."""
+    results = simulate(
+        config,
+        args.method,
+        args.url,
+        times=settings["times"],
+        every_ms=settings["every_ms"],
+        headers=headers,
+        client={
+            "ip": client.ip,
+            "country": client.country,
+            "continent": client.continent,
+            "asn": client.asn,
+            "latitude": client.latitude,
+            "longitude": client.longitude,
+        },
+        start=settings["start"],
+        body=args.body,
+        origin_status=settings["origin_status"],
+        origin_latency_ms=settings["origin_latency_ms"],
+        credentials=credentials,
+    )
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    if "identity" in explained or "notes" in explained:
+        print(_caller_summary(explained))
+    print(simulation_table(results))
+    return 0
+
+
+def _route_named(config: Config, explained: dict[str, Any]) -> Route | None:
+    """The route an explanation names (None: none)."""
+    name = explained.get("route")
+    return next((route for route in config.routes if route.name == name), None)
+
+
+def _caller_summary(result: dict[str, Any]) -> str:
+    """Who a simulated request is from, above its table: the identity stage's verdict, the
+    tier, the key and the limits that apply."""
+    lines = []
+    for name in ("identity", "invalid", "tier", "key", "limits", "notes"):
+        if name in result:
+            lines.append(f"{name + ':':<18}{_shown(result[name])}")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import KeySpecError
+from ..identity.apikeys import FOUND_TTL_MS, MAX_KEY_TTL_MS, MIN_KEY_TTL_MS
 from ..identity.keys import Jwk, UnusableKeyError, parse_jwk, pem_key
 from ..identity.settings import (
     DEFAULT_LEEWAY_MS,
@@ -25,7 +26,13 @@ from ..identity.settings import (
     TokenPlace,
 )
 from ..identity.tiers import named_for
-from ..identity.tokens import ALGORITHMS, MAX_TOKEN_BYTES
+from ..identity.tokens import (
+    ALGORITHMS,
+    MAX_TOKEN_BYTES,
+    ClaimPathError,
+    claim_path,
+    claim_steps,
+)
 from ..keys import KeySpec, parse_key_part
 from ..ratelimit.rates import Limit
 from ..validation import Problems, shown, table
@@ -84,7 +91,8 @@ AUTH = Table("auth.NAME", (
     Duration("leeway", 0, MAX_LEEWAY_MS, default=DEFAULT_LEEWAY_MS, example="30s",
              doc="How far `exp`, `nbf` and `iat` may be off, for clocks that disagree."),
     Hand("required_claims", "list of claim paths", default=("exp",), example=["exp", "sub"],
-         doc="Claims every token must carry (dotted paths); `exp` unless you say otherwise "
+         doc="Claims every token must carry (paths as in `jwt:` key parts: `org.id`, "
+             "`'\"https://example.com/plan\"'`); `exp` unless you say otherwise "
              "(a token that never expires is a password)."),
     Size("max_token_bytes", 256, MAX_TOKEN_BYTES, default=DEFAULT_MAX_TOKEN_BYTES,
          example=4096,
@@ -112,11 +120,17 @@ TIERS = Table("tiers", (
     Text("by", r"jwt:\S+|kv:[A-Za-z_][A-Za-z0-9_]*",
          "'jwt:CLAIM' or 'kv:BINDING'", required=True, example="jwt:plan",
          doc="Where a caller's tier comes from: a claim of the route's verified token "
-             "(`jwt:plan`), or the record of its API key in a KV namespace (`kv:API_KEYS`: "
+             "(`jwt:plan`; a name with dots quoted, `'jwt:\"https://example.com/plan\"'`), or the record of its API key in a KV namespace (`kv:API_KEYS`: "
              "the value under the SHA-256 hex of the key)."),
     Text("api_key", _TOKEN_PLACE_RE, _TOKEN_PLACE_RULE, default="header:x-api-key",
          example="bearer",
          doc="With `by = \"kv:...\"`: where requests carry their API key."),
+    Duration("api_key_ttl", MIN_KEY_TTL_MS, MAX_KEY_TTL_MS, default=FOUND_TTL_MS,
+             example="10s",
+             doc="With `by = \"kv:...\"`: how long an isolate remembers an API key's record "
+                 "once read from KV, so a change of tier or a deleted key takes effect within "
+                 "it (plus KV's own propagation, up to about a minute). \"No such key\" is "
+                 "remembered half as long. Shorter costs more KV reads."),
     Text("default", NAME_RE.pattern, _NAME_RULE, required=True, example="pro",
          doc="The tier of a verified caller whose claim or record names no tier of `plans`."),
     Text("anonymous", NAME_RE.pattern, _NAME_RULE, null_is_absent=True, default_text="`default`",
@@ -165,6 +179,19 @@ def _strings(value: object, where: str, problems: Problems, what: str) -> tuple[
         problems.add(where, f"must be a list of {what}, got {shown(value)}")
         return ()
     return tuple(dict.fromkeys(value))
+
+
+def _claim_paths(value: object, where: str, problems: Problems) -> tuple[str, ...]:
+    """Claim paths (``sub``, ``org.id``, ``"https://example.com/plan"``), each in its one
+    spelling."""
+    paths = _strings(value, where, problems, "claim paths")
+    out = []
+    for index, path in enumerate(paths):
+        try:
+            out.append(claim_path(claim_steps(path)))
+        except ClaimPathError as exc:
+            problems.add(f"{where}[{index}]", f"{path!r}: {exc}")
+    return tuple(dict.fromkeys(out))
 
 
 def _token_place(text: str) -> TokenPlace:
@@ -282,9 +309,7 @@ def _auth_source(name: str, body: object, where: str, problems: Problems) -> Aut
     leeway = got.ms("leeway")
     required: tuple[str, ...] = ("exp",)
     if got.raw.get("required_claims") is not None:
-        required = _strings(
-            got.raw["required_claims"], f"{where}.required_claims", problems, "claim names"
-        )
+        required = _claim_paths(got.raw["required_claims"], f"{where}.required_claims", problems)
     max_bytes = got.integer("max_token_bytes")
     _key_rules(where, algorithms, url, keys, secret_ref, problems=problems)
     if len(problems) != before:
@@ -364,7 +389,7 @@ def parse_tiers(
     kind, _, source = by.partition(":")
     if kind == "jwt":
         try:
-            parse_key_part(by)
+            source = parse_key_part(by).name  # one spelling of the claim's path
         except KeySpecError as exc:
             problems.add(f"{where}.by", str(exc).replace("key part", "claim"))
     elif kind == "kv" and kv_bindings is not None and source not in kv_bindings:
@@ -402,7 +427,12 @@ def parse_tiers(
             )
     if len(problems) != before:
         return None
-    return Tiers(kind, source, default, anonymous, plans, api_key)
+    ttl = got.ms("api_key_ttl")
+    if kind == "jwt" and "api_key_ttl" in got.raw:
+        problems.warn(
+            f"{where}.api_key_ttl", "has no effect: tiers come from a claim (by = 'jwt:')"
+        )
+    return Tiers(kind, source, default, anonymous, plans, api_key, ttl)
 
 
 def _plan(name: str, body: object, where: str, problems: Problems) -> Plan | None:

@@ -20,7 +20,10 @@ KEY_FIELDS = (
          show=lambda route: [str(part) for part in route.limits.key.parts],
          doc="Who a request is counted against: one part or a list of `ip`, `header:NAME`, "
              "`cookie:NAME`, `query:NAME`, `path:NAME` (a parameter `match.path` captures), "
-             "`country`, `asn`, or `global` alone (one counter every request shares). Requests "
+             "`country`, `asn`, `jwt:CLAIM` (a claim of the route's verified token by its "
+             "path, `jwt:org.id`; a name with dots in double quotes, "
+             "`'jwt:\"https://example.com/plan\"'`), `apikey` (the caller's API key record's "
+             "owner), or `global` alone (one counter every request shares). Requests "
              "lacking a named part share one counter; one sending it twice with different "
              "values gets `400` (`ambiguous_key`)."),
     Integer("ipv4_prefix", 1, 32, default=32, unit="bits", example=24,

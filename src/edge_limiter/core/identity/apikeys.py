@@ -10,9 +10,10 @@ stored: a leaked namespace gives no usable key) as a JSON object::
 Nothing else is accepted: a record the codec cannot read is no record.
 
 Lookups are remembered in the isolate (:class:`Lookups`): a found record for
-:data:`FOUND_TTL_MS`, an absent one for :data:`MISSING_TTL_MS`, so a change of tier (or a
-key deleted) takes effect within a minute of KV's own propagation, and a flood of made-up
-keys costs one KV read per key per half minute at most.
+:data:`FOUND_TTL_MS`, an absent one for :data:`MISSING_TTL_MS` (``[tiers] api_key_ttl``
+sets the first, the second is half of it), so a change of tier (or a key deleted) takes
+effect within a minute of KV's own propagation, and a flood of made-up keys costs one KV
+read per key per half minute at most.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ MAX_RECORD_BYTES = 4096
 FOUND_TTL_MS = 60_000
 #: How long "no such key" is remembered in an isolate.
 MISSING_TTL_MS = 30_000
+#: The bounds of ``[tiers] api_key_ttl`` (how long a found record is remembered).
+MIN_KEY_TTL_MS = 1_000
+MAX_KEY_TTL_MS = 300_000
 #: The most lookups an isolate remembers (least recently used out first).
 MAX_LOOKUPS = 10_000
 TIER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
@@ -124,6 +128,12 @@ def encode_record(record: ApiKeyRecord) -> bytes:
 def record_plain(record: ApiKeyRecord) -> dict[str, str | None]:
     """A record as the admin API shows it."""
     return {"tier": record.tier, "limits": record.limits, "owner": record.owner}
+
+
+def missing_ttl(found_ttl_ms: int) -> int:
+    """How long "no such key" is remembered beside records kept ``found_ttl_ms``: half as
+    long (a new key works sooner than a changed one), never past :data:`MISSING_TTL_MS`."""
+    return max(1, min(MISSING_TTL_MS, found_ttl_ms // 2))
 
 
 class Lookups:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..ratelimit.rates import Limit
+from .apikeys import FOUND_TTL_MS
 from .keys import Jwk
 
 #: The default bound of a token's length (8 KiB): an access token with a few dozen claims
@@ -89,6 +90,8 @@ class Tiers:
     anonymous: str
     plans: Mapping[str, Plan]
     api_key: TokenPlace = TokenPlace("header", "x-api-key")
+    api_key_ttl_ms: int = FOUND_TTL_MS
+    """How long an isolate remembers a record read from KV (its absence half as long)."""
 
 
 @dataclass(frozen=True, slots=True)

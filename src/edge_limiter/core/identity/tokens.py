@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
@@ -46,6 +47,12 @@ ALGORITHMS: dict[str, tuple[str, str | None]] = {
 #: is a password.
 DEFAULT_REQUIRED = ("exp",)
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
+#: A step of a claim's path: a bare name (printable ASCII but space, ``.``, ``"``, ``=``
+#: and ``|``) or a quoted one, which may hold dots and slashes (``"https://x.com/plan"``).
+_STEP = r'(?:[!#-\-/-<>-{}~]{1,64}|"[!#-<>-{}~]{1,128}")'
+_STEP_RE = re.compile(_STEP)
+#: A claim's path: at most 8 steps joined by ``.``.
+CLAIM_PATH_RE = re.compile(rf"{_STEP}(?:\.{_STEP}){{0,7}}")
 
 
 class TokenError(ValueError):
@@ -168,12 +175,61 @@ def expires_ms(claims: Mapping[str, Any]) -> int | None:
     return None if exp is None else int(exp * 1000)
 
 
+class ClaimPathError(ValueError):
+    """A claim path that cannot be read, and why."""
+
+
+@functools.lru_cache(maxsize=1024)
+def claim_steps(path: str) -> tuple[str, ...]:
+    """The claim names along ``path``: steps joined by ``.`` (``org.id``), a step with dots
+    in its name written in double quotes (``"https://example.com/plan"``, as Auth0's
+    namespaced claims are). Raises :class:`ClaimPathError`, naming what is wrong."""
+    if not CLAIM_PATH_RE.fullmatch(path):
+        raise ClaimPathError(_path_problem(path))
+    steps = tuple(step[1:-1] if step[0] == '"' else step for step in _STEP_RE.findall(path))
+    if any(":/" in step for step in _STEP_RE.findall(path) if step[0] != '"'):
+        # https://example.com/plan read as steps "https://example" and "com/plan".
+        raise ClaimPathError(
+            "a claim named by a URL has dots in its name: quote it, "
+            f"\"{path}\" (steps are joined by '.')"
+        )
+    return steps
+
+
+def claim_path(steps: Iterable[str]) -> str:
+    """``steps`` written as a path, quoting only a step whose name holds a ``.``: the one
+    spelling of a path (``jwt:"sub"`` is ``jwt:sub``, one counter whichever is written)."""
+    return ".".join(f'"{step}"' if "." in step else step for step in steps)
+
+
+def _path_problem(path: str) -> str:
+    """Why ``path`` is no claim path (it failed :data:`CLAIM_PATH_RE`)."""
+    if path.count('"') % 2:
+        return "a quoted claim name has no closing '\"'"
+    quoted = list(re.finditer(r'"[^"]*"', path))
+    for match in quoted:
+        start, end = match.span()
+        if (start and path[start - 1] != ".") or (end < len(path) and path[end] != "."):
+            return "a quoted claim name is a whole step: '.' or nothing before and after it"
+        if end - start == 2:
+            return "a quoted claim name is empty"
+    dots = path.count(".") - sum(match.group().count(".") for match in quoted)
+    if dots > 7:
+        return "at most 8 steps"
+    return (
+        "a claim's path is names joined by '.' (sub, org.id), a name with dots in double "
+        "quotes (\"https://example.com/plan\"); printable ASCII, no spaces, '=' or '|', "
+        "at most 64 characters a name (128 quoted)"
+    )
+
+
 def claim_at(claims: Mapping[str, Any], path: str, *, raw: bool = False) -> Any:
-    """The claim at a dotted ``path`` (``org.id``): a string, or an integer as its
-    decimal text; ``None`` when absent or of another type (a list, an object, a
-    boolean, a fraction). With ``raw``, whatever value is there."""
+    """The claim at ``path`` (``org.id``, ``"https://example.com/plan"``: see
+    :func:`claim_steps`): a string, or an integer as its decimal text; ``None`` when
+    absent or of another type (a list, an object, a boolean, a fraction). With ``raw``,
+    whatever value is there."""
     node: Any = claims
-    for part in path.split("."):
+    for part in claim_steps(path):
         if not isinstance(node, Mapping) or part not in node:
             return None
         node = node[part]

@@ -30,7 +30,7 @@ up to 30%, and this machine's speed drifts between runs): compare the rows of on
 not tables of different runs. `--quick` runs every section with tiny numbers (the test
 suite does, so the benchmarks cannot rot); its figures mean nothing.
 
-Run it: `edge-limiter bench [--only core,gateway,object,flood,leases,startup,memory]
+Run it: `edge-limiter bench [--only core,gateway,identity,object,flood,leases,startup,memory]
 [--flood-rates 50,100,200,400] --json FILE --write BENCHMARKS.md` (every section takes about
 20 minutes on 2 cores; run it on a quiet machine). Without workerd, on npm Pyodide in Node:
 `node scripts/bench/pyodide_gateway.mjs [--profile PATH]` (the gateway's own work per

@@ -14,6 +14,11 @@ Sections (``--only`` picks some; all by default):
                the same with write-behind and with token leases, and a denial; then the
                gateway's own work per request on npm Pyodide in Node, without workerd
                (``scripts/bench/pyodide_gateway.mjs``), against a bare forward;
+- ``identity`` one request at a time on local workerd: a limited route keyed on a verified
+               token's claim (the token cached) against the same route keyed on a header
+               (issue 39's goal: at most 0.3 ms more at p50), and the first sight of a
+               token, its signature verified by WebCrypto, for RS256, ES256 and EdDSA
+               (:mod:`.identity`);
 - ``object``   one hot key at 50 in flight: the project's Durable Object against a
                JavaScript Durable Object doing the same read-modify-write, both called from
                the same JavaScript Worker;
@@ -36,7 +41,7 @@ cannot rot); its figures mean nothing. Talks to 127.0.0.1 only. ``--write FILE``
 document (BENCHMARKS.md) from the run's figures; ``--from-json FILE`` writes it from an
 earlier run's ``--json`` without running anything (:mod:`.render`).
 
-    edge-limiter bench [--quick] [--only core,gateway,...] [--json PATH] [--write PATH]
+    edge-limiter bench [--quick] [--only core,gateway,identity,...] [--json PATH] [--write PATH]
     edge-limiter bench --from-json PATH --write BENCHMARKS.md
 
 The sections live in :mod:`.interpreters` (core, the gateway on Pyodide, imports),
@@ -60,6 +65,7 @@ from typing import Any
 from edge_limiter.tools import ROOT
 from edge_limiter.tools.bench import runtime as rt
 from edge_limiter.tools.bench.footprint import section_memory, section_startup
+from edge_limiter.tools.bench.identity import section_identity
 from edge_limiter.tools.bench.interpreters import (
     section_core,
     section_gateway_python,
@@ -74,7 +80,7 @@ from edge_limiter.tools.bench.workerd import (
     section_object,
 )
 
-SECTIONS = ("core", "gateway", "object", "flood", "leases", "startup", "memory")
+SECTIONS = ("core", "gateway", "identity", "object", "flood", "leases", "startup", "memory")
 
 
 def machine() -> str:
@@ -193,6 +199,8 @@ def run(
         if "gateway" in chosen:
             section_gateway(report, args.quick, origin)
             section_gateway_python(report, args.quick)
+        if "identity" in chosen:
+            section_identity(report, args.quick, origin)
         if "object" in chosen:
             section_object(report, args.quick, origin)
         if "flood" in chosen:

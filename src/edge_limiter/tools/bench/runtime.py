@@ -60,8 +60,11 @@ def load(
     duration: float = 0,
     headers: Mapping[str, str] | None = None,
     warmup: int = 20,
+    header_lines: tuple[str, Path] | None = None,
 ) -> dict[str, Any]:
-    """One run of ``scripts/load.mjs``: rps, p50/p90/p99/max (ms), statuses."""
+    """One run of ``scripts/load.mjs``: rps, p50/p90/p99/max (ms), statuses.
+    ``header_lines``: a header whose value each request takes from the next line of a
+    file (a token of its own per request)."""
     command = [
         NODE,
         str(LOAD),
@@ -79,6 +82,8 @@ def load(
         command += ["--duration", str(duration)]
     for name, value in (headers or {}).items():
         command += ["--header", f"{name}: {value}"]
+    if header_lines is not None:
+        command += ["--header-lines", f"{header_lines[0]}: {header_lines[1]}"]
     done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=900)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
