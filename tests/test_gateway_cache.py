@@ -463,6 +463,33 @@ def test_per_key_scope_keeps_apart_the_clients_that_share_a_key() -> None:
     assert get(cookie="s=carol").headers.get("x-cache") == "MISS"
 
 
+def test_a_write_retires_its_callers_entry_whatever_the_origin_is_sent() -> None:
+    # The key the GET was stored under is the client's; the write's answer comes back
+    # after the request was readied for the origin, which set that very field (the
+    # origin's own API key): the write must still find the client's entry.
+    h = harness(
+        {
+            **CATALOG,
+            "key": "header:x-api-key",
+            "cache": {"ttl": "5m", "default_ttl": "5m", "scope": "key"},
+        },
+        upstream=FakeOrigin(respond=answering()),
+        origin_headers={"X-Api-Key": "the-origins-own-key"},
+    )
+    field = "x-api-key"
+
+    def send(method: str = "GET") -> Any:
+        return h.send(
+            request("/v1/catalog/me", method, headers={field: "alice"}, ip="198.51.100.7")
+        )
+
+    assert send().headers.get("x-cache") == "MISS"
+    assert send().headers.get("x-cache") == "HIT"
+    h.clock.advance(2_000)
+    assert send("PUT").status == 200
+    assert send().headers.get("x-cache") == "MISS"
+
+
 def test_per_key_scope_keeps_apart_callers_by_every_header_a_route_keys_on() -> None:
     # The API's key travels in X-Api-Key (another route counts by it) and this route
     # counts by address: two callers behind one NAT never share an entry.

@@ -12,6 +12,7 @@ the table through :class:`~edge_limiter.gateway.admin_calls.RouteView`.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from ..core.caching.invalidation import related_targets
 from ..core.canonical import canonical_path
@@ -19,7 +20,7 @@ from ..core.config import Config, Route
 from ..core.errors import ConfigError, PathError
 from ..core.http import problems
 from ..core.http.cors import is_preflight
-from ..core.http.messages import Response
+from ..core.http.messages import Headers, Request, Response
 from ..core.ratelimit.overrides import Override
 from ..core.resilience.breaker import BreakerState
 from .cache import Cache
@@ -156,19 +157,22 @@ class RouteTable:
     async def _write(self, handler: Handler, exchange: Exchange) -> Response:
         """An unsafe request, and once it succeeded at the origin, the invalidation of the
         cached GET answers for its URI and those its answer names."""
+        # The request as the client sent it: readied for the origin, its fields may be
+        # others (origin_headers), and the GETs it retires were keyed on the client's.
+        received = replace(exchange.request, headers=Headers(exchange.request.headers.items()))
         response = await handler(exchange)
         if 200 <= response.status < 400 and exchange.reached_origin:
-            await self._invalidate(exchange, response)
+            await self._invalidate(exchange, received, response)
         return response
 
-    async def _invalidate(self, exchange: Exchange, response: Response) -> None:
+    async def _invalidate(self, exchange: Exchange, received: Request, response: Response) -> None:
         """An unsafe request to a URI succeeded at the origin: the cached GET answers for it
         and for the URIs on its host that the answer's ``Location`` and
         ``Content-Location`` name (on whichever routes cache their GETs) no longer say what
         the origin holds (RFC 9111 section 4.4). Done before the response, so the client's
         next GET is a miss here; a KV that takes longer than :data:`INVALIDATE_WAIT_S`
         finishes after it."""
-        request, host, path = exchange.request, exchange.host, exchange.path
+        request, host, path = received, exchange.host, exchange.path
         own = self.invalidates[exchange.route.name] if exchange.route is not None else _MATCH
         targets = [(path, request.query)]
         for raw, query in related_targets(request.scheme, host, path, response.headers.items()):
@@ -182,14 +186,15 @@ class RouteTable:
                 # The route's own URI: its GETs' cache was found when the table was built.
                 if isinstance(own, Cache):
                     assert exchange.route is not None
-                    routed = self._target(exchange, path, exchange.route, exchange.params)
+                    routed = self._target(exchange, received, path, exchange.route, exchange.params)
                     works.append(own.invalidate(routed, query))
                 continue
             matched = self.config.match("GET", host, target)
             cache = self.caches.get(matched[0].name) if matched is not None else None
             if matched is None or cache is None:
                 continue
-            works.append(cache.invalidate(self._target(exchange, target, *matched), query))
+            routed = self._target(exchange, received, target, *matched)
+            works.append(cache.invalidate(routed, query))
         if not works:
             return
         work = asyncio.ensure_future(asyncio.gather(*works))
@@ -199,15 +204,24 @@ class RouteTable:
             exchange.background.defer(work)
 
     def _target(
-        self, exchange: Exchange, path: str, route: Route, params: dict[str, str]
+        self,
+        exchange: Exchange,
+        received: Request,
+        path: str,
+        route: Route,
+        params: dict[str, str],
     ) -> Exchange:
-        """An exchange for the GET at ``path`` on ``route`` that a write invalidates (its
-        key computed from the request again, as the GET's own request computes it)."""
+        """An exchange for the GET at ``path`` on ``route`` that a write invalidates: its
+        key computed from the request as the client sent it (as the GET's own request
+        computed it), for the caller the identity stage verified where the GET's route
+        checks the same identity."""
         target = Exchange(
-            exchange.request, path, exchange.host, self.services.clock.now_ms(), route.forward
+            received, path, exchange.host, self.services.clock.now_ms(), route.forward
         )
         target.background = exchange.background
         target.route, target.params = route, params
+        if exchange.route is not None and route.identity == exchange.route.identity:
+            target.caller = exchange.caller
         return target
 
     # --- what the admin API reads (RouteView) -----------------------------------------------
