@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.errors import ProtocolError
+from edge_limiter.core.ratelimit import keystore
 from edge_limiter.core.ratelimit.algorithms import make_algorithm
 from edge_limiter.core.ratelimit.keystore import LOG_PRUNE_EVERY, KeyStore
 from edge_limiter.core.ratelimit.protocol import (
@@ -105,6 +106,38 @@ def test_reset_deletes_the_rows_and_refund_gives_back(algorithm: str) -> None:
     ask(store, request("reset", algorithm), T0 + 100)
     assert table(sql, "limits") == [] and table(sql, "log") == []
     assert ask(store, request("check", algorithm, cost=2), T0 + 100).decision.allowed
+
+
+def test_an_isolate_parses_a_payload_once_for_all_its_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(keystore, "SHARED_COMPILED", keystore.CompiledPayloads(most=2))
+    parsed: list[str] = []
+    real = StoreRequest.from_json
+
+    def counted(text: str) -> StoreRequest:
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(StoreRequest, "from_json", staticmethod(counted))
+    req = request(algorithm="gcra")
+    first, second = KeyStore(SqliteSql()), KeyStore(SqliteSql())
+    assert ask(first, req, T0).decisions == ask(second, req, T0).decisions
+    assert ask(second, req, T0).decisions[0].remaining == 0
+    assert parsed == [req.to_json()]  # the second key's object parsed nothing
+    # A refund of one admission is parsed where it is asked, and kept by no one.
+    refund = StoreRequest("refund", "gcra", RATES, at=T0)
+    for store in (first, second):
+        ask(store, refund, T0)
+    assert parsed.count(refund.to_json()) == 2
+    # Bounded: a third payload drops the two kept, and a bad payload is never kept.
+    others = [request(algorithm=name) for name in ("token_bucket", "sliding_window")]
+    for other in others:
+        ask(KeyStore(SqliteSql()), other, T0)
+    with pytest.raises(ProtocolError):
+        KeyStore(SqliteSql()).decide('{"op": "check"}', T0)
+    assert list(keystore.SHARED_COMPILED.by_text) == [others[1].to_json()]
+    assert ask(first, req, T0 + 2_000).decision.allowed  # the object's own copy holds
 
 
 def test_rows_are_read_once_and_memory_answers_after() -> None:

@@ -11,8 +11,11 @@ What it does per request, and why (the per-request costs measured on workerd are
   request, and memory is the truth from then on: one object per key means nothing else
   writes them. Every change is still written before the answer leaves (the platform holds
   the answer until the write is durable), so a restart loses nothing.
-- **Requests are parsed once.** A key's requests repeat the same few payloads (the same
-  op, algorithm, limits and cost); their parsed form is kept by payload text.
+- **Requests are parsed once per isolate.** A key's requests repeat the same few payloads
+  (the same op, algorithm, limits and cost), and so do every key's of one route; their
+  parsed form is kept by payload text, by each object and by the isolate for all its
+  objects (:class:`CompiledPayloads`): an object made for a new key parses nothing its
+  isolate has seen.
 - **The sliding log is stored one entry per row** (``log`` table), appended to and pruned
   in batches, so its step is O(1) amortized in the quota, like every other algorithm's
   one-row step.
@@ -70,6 +73,8 @@ SCHEMA = (
 LOG_PRUNE_EVERY = 256
 #: Parsed payloads kept (a key sees a handful: one per op and cost of its route).
 MAX_COMPILED = 64
+#: Parsed payloads an isolate keeps for all its objects (a handful per route and override).
+MAX_SHARED_COMPILED = 1024
 
 _UPSERT_ROW = (
     "INSERT INTO limits (id, state, idle_at) VALUES (?, ?, ?) "
@@ -100,6 +105,31 @@ class _Dirty:
 def _ints(values: list[int]) -> str:
     """A list of ints as compact JSON (several times cheaper than ``json.dumps``)."""
     return "[" + ",".join(map(str, values)) + "]"
+
+
+class CompiledPayloads:
+    """The payloads an isolate's objects were sent, parsed and compiled, by text: shared
+    by every :class:`KeyStore` of the isolate, since a route sends all its keys the same
+    few. A compiled payload is plain immutable data (its algorithms hold only their limit's
+    constants), so objects may share it. Bounded: all dropped when full."""
+
+    __slots__ = ("by_text", "most")
+
+    def __init__(self, most: int = MAX_SHARED_COMPILED) -> None:
+        self.most = most
+        self.by_text: dict[str, Compiled] = {}
+
+    def get(self, payload: str) -> Compiled | None:
+        return self.by_text.get(payload)
+
+    def keep(self, payload: str, compiled: Compiled) -> None:
+        if len(self.by_text) >= self.most:
+            self.by_text.clear()
+        self.by_text[payload] = compiled
+
+
+#: The isolate's parsed payloads (module state: one per isolate, as the platform runs it).
+SHARED_COMPILED = CompiledPayloads()
 
 
 class KeyStore:
@@ -213,7 +243,10 @@ class KeyStore:
 
     def _compile(self, request: StoreRequest, key: str, cache: dict[str, Compiled]) -> Compiled:
         """``request`` compiled, kept in ``cache`` under ``key``."""
-        compiled = compile_request(request)
+        return self._adopt(compile_request(request), key, cache)
+
+    def _adopt(self, compiled: Compiled, key: str, cache: dict[str, Compiled]) -> Compiled:
+        """``compiled`` kept in ``cache`` under ``key``, its rows' algorithms known."""
         for rid, algorithm in zip(compiled.ids, compiled.algorithms, strict=True):
             self.algorithms.setdefault(rid, algorithm)
         if len(cache) >= MAX_COMPILED:
@@ -229,11 +262,19 @@ class KeyStore:
         """
         compiled = self.compiled.get(payload)
         if compiled is None:
-            request = StoreRequest.from_json(payload)
-            if request.op == "lease":
-                return self._lease(request, now).to_json()
-            # A refund of one admission is asked once: not kept among the compiled.
-            compiled = self._compile(request, payload, {} if request.at else self.compiled)
+            compiled = SHARED_COMPILED.get(payload)
+            if compiled is not None:
+                compiled = self._adopt(compiled, payload, self.compiled)
+            else:
+                request = StoreRequest.from_json(payload)
+                if request.op == "lease":
+                    return self._lease(request, now).to_json()
+                if request.at:
+                    # A refund of one admission is asked once: not kept among the compiled.
+                    compiled = self._compile(request, payload, {})
+                else:
+                    compiled = self._compile(request, payload, self.compiled)
+                    SHARED_COMPILED.keep(payload, compiled)
         return self.answer(compiled, now).to_json()
 
     def answer(self, compiled: Compiled, now: int) -> StoreResponse:
