@@ -102,7 +102,10 @@ class MemoryStore(MemoryObjects[KeyStore]):
     :class:`NoRows` when ``keep_rows`` is false: memory only)."""
 
     def __init__(self, clock: ManualClock, *, keep_rows: bool = True) -> None:
-        super().__init__(clock, KeyStore, SqliteSql if keep_rows else _no_rows)
+        if keep_rows:
+            super().__init__(clock, KeyStore, SqliteSql)
+        else:
+            super().__init__(clock, _memory_only, _no_rows)
         self.calls: list[str] = []
 
     def evict_idle(self) -> int:
@@ -130,6 +133,12 @@ class MemoryStore(MemoryObjects[KeyStore]):
 
 def _no_rows() -> Sql:
     return _NO_ROWS
+
+
+def _memory_only(sql: Sql) -> KeyStore:
+    """A key's object that keeps its counters in memory only: over :class:`NoRows`, what
+    it would write is not even encoded."""
+    return KeyStore(sql, durable=False)
 
 
 class MemoryIdempotency(MemoryObjects[RecordStore]):

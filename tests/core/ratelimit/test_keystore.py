@@ -140,6 +140,26 @@ def test_an_isolate_parses_a_payload_once_for_all_its_objects(
     assert ask(first, req, T0 + 2_000).decision.allowed  # the object's own copy holds
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("write_behind_ms", [0, 50])
+def test_a_memory_only_store_decides_the_same_and_writes_nothing(
+    algorithm: str, write_behind_ms: int
+) -> None:
+    sql = SqliteSql()
+    durable, memory = KeyStore(SqliteSql()), KeyStore(sql, durable=False)
+    schema = len(sql.statements)
+    for step in range(40):
+        op = ("check", "check", "check", "peek", "refund")[step % 5]
+        req = request(op, algorithm, write_behind_ms=write_behind_ms)
+        now = T0 + step * 97
+        assert ask(memory, req, now) == ask(durable, req, now)
+        assert memory.idle == durable.idle
+    assert memory.states == durable.states
+    assert all(q.startswith("SELECT") for q in sql.statements[schema:])  # the load only
+    assert table(sql, "limits") == [] and table(sql, "log") == []
+    assert not memory.dirty and memory.flush_due is None
+
+
 def test_rows_are_read_once_and_memory_answers_after() -> None:
     sql = SqliteSql()
     store = KeyStore(sql)

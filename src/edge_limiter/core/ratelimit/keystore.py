@@ -135,8 +135,11 @@ SHARED_COMPILED = CompiledPayloads()
 class KeyStore:
     """Every limit's state for one key: decided in memory, written to ``sql``."""
 
-    def __init__(self, sql: Sql) -> None:
+    def __init__(self, sql: Sql, *, durable: bool = True) -> None:
         self.sql = sql
+        self.durable = durable
+        """Whether changes are written to ``sql`` (False: memory only, for a twin over
+        storage that keeps nothing: nothing is encoded to be thrown away)."""
         for statement in SCHEMA:
             sql.run(statement)
         self.loaded = False
@@ -383,6 +386,7 @@ class KeyStore:
         written whole, not as one entry added."""
         algorithms, ids, op = compiled.algorithms, compiled.ids, compiled.op
         states_map = self.states
+        durable = self.durable
         immediate = at_once or compiled.write_behind_ms <= 0
         changed = False
         for index, new in enumerate(new_states):
@@ -399,6 +403,8 @@ class KeyStore:
             else:
                 states_map[rid] = new
                 self.idle[rid] = algorithm.idle_at(new)
+                if not durable:
+                    continue
                 change = (
                     _ADD
                     if algorithm.logged
@@ -406,11 +412,13 @@ class KeyStore:
                     and (carried is None or carried[index] is old)
                     else _REWRITE
                 )
+            if not durable:
+                continue
             if immediate:
                 self._persist(rid, algorithm, new, change, compiled.cost, now)
             else:
                 self._pend(rid, new, change, compiled.cost)
-        if changed and not immediate:
+        if changed and durable and not immediate:
             if self.flush_due is None:
                 self.flush_due = now + compiled.write_behind_ms
             elif now >= self.flush_due:
