@@ -23,7 +23,9 @@ from edge_limiter.core.resilience.breaker import (
     record,
 )
 from edge_limiter.core.resilience.shared import (
+    SYNC,
     HealthReport,
+    SharedBreaker,
     SharedState,
     SyncCall,
     adopt,
@@ -37,6 +39,7 @@ from edge_limiter.core.resilience.shared import (
     state_from_json,
     state_to_json,
 )
+from edge_limiter.testing import SqliteSql
 from tests.examples import examples
 
 SETTINGS = BreakerSettings(failure_rate=50, window=4, min_calls=4, open_for_ms=10_000)
@@ -134,6 +137,32 @@ def test_the_protocol_round_trips() -> None:
     assert decode_shared(encode_shared(shared)) == shared
     assert state_from_json(state_to_json(shared.breaker)) == shared.breaker
     assert decode_settings(encode_settings(SETTINGS)) == SETTINGS
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.integers(0, 30_000), st.sampled_from(list(Outcome))), max_size=6),
+            st.sampled_from((None, True, False)),
+            st.sampled_from((None, None, None, "open", "closed", "auto")),
+        ),
+        max_size=12,
+    )
+)
+def test_the_typed_sync_answers_what_the_codec_reads(
+    calls: list[tuple[list[tuple[int, Outcome]], bool | None, str | None]],
+) -> None:
+    """``SYNC.typed``: the twin without the codec gets exactly the codec's answers."""
+    by_text, typed = SharedBreaker(SqliteSql()), SharedBreaker(SqliteSql())
+    for reports, healthy, forced in calls:
+        health = None if healthy is None else HealthReport(T0 + 30_000, healthy)
+        call = SyncCall(
+            SETTINGS, tuple(Report(T0 + at, outcome) for at, outcome in reports), health, forced
+        )
+        expected = SYNC.decode(by_text.sync(SYNC.encode(call), T0), call)
+        assert typed.sync_call(call, T0) == expected
+    assert typed.state.get() == by_text.state.get()
 
 
 @pytest.mark.parametrize(

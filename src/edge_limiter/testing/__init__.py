@@ -114,6 +114,7 @@ class _World:
     clock: ManualClock
     origins: _Origins
     keep_rows: bool = True
+    codec: bool = True
     store: MemoryStore = field(init=False)
     kv: MemoryKV = field(init=False)
     records: MemoryIdempotency = field(init=False)
@@ -123,10 +124,10 @@ class _World:
     isolates: list[Simulator] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.store = MemoryStore(self.clock, keep_rows=self.keep_rows)
+        self.store = MemoryStore(self.clock, keep_rows=self.keep_rows, codec=self.codec)
         self.kv = MemoryKV(self.clock)
         self.records = MemoryIdempotency(self.clock)
-        self.breakers = MemoryBreakers(self.clock)
+        self.breakers = MemoryBreakers(self.clock, codec=self.codec)
         self.control = MemoryControl(self.clock)
 
     def forget(self) -> None:
@@ -155,6 +156,9 @@ class Simulator:
     ``control=False`` runs without the Control Durable Object, as a Worker without its
     binding does (no overrides, no status-page counters: a replay needs neither, and the
     counters of a day's keys cost more than the replay itself).
+    ``codec=False`` hands the rate limiter's and the breakers' objects their calls as typed
+    messages, not as the text the runtime carries (the same answers, without writing and
+    reading it: for a long run such as the replay; a test's calls keep the codec).
     ``secrets`` are the Worker's secrets and vars (for ``origin_headers``: a mapping, or
     a function of the name); ``admin_token`` enables the admin API; ``seed`` fixes the
     retries' jitter.
@@ -174,6 +178,7 @@ class Simulator:
         seed: int = 7,
         keep_rows: bool = True,
         control: bool = True,
+        codec: bool = True,
         _world: _World | None = None,
     ) -> None:
         if isinstance(config, Config):
@@ -195,7 +200,7 @@ class Simulator:
             )
             if latency_ms < 0:
                 raise ValueError("origin_latency cannot be negative")
-            _world = _World(clock, _Origins(origin, clock, latency_ms), keep_rows)
+            _world = _World(clock, _Origins(origin, clock, latency_ms), keep_rows, codec)
         self._world = _world
         self._world.isolates.append(self)
         self._build()

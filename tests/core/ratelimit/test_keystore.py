@@ -160,6 +160,48 @@ def test_a_memory_only_store_decides_the_same_and_writes_nothing(
     assert not memory.dirty and memory.flush_due is None
 
 
+OPS = st.sampled_from(("check", "check", "check", "peek", "refund", "reset", "lease", "stamp"))
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(
+    algorithm=st.sampled_from(("token_bucket", "gcra", "sliding_window", "fixed_window")),
+    steps=st.lists(
+        st.tuples(OPS, st.integers(0, 3), st.integers(0, 700), st.booleans()), max_size=40
+    ),
+)
+def test_the_typed_step_answers_what_the_codec_reads(
+    algorithm: str, steps: list[tuple[str, int, int, bool]]
+) -> None:
+    """``DECIDE.typed``: the twin without the codec gets exactly the codec's answers."""
+    by_text, typed = KeyStore(SqliteSql()), KeyStore(SqliteSql())
+    limits = (Limit(Rate(5, 1_000), algorithm="fixed_window"), *RATES)  # one of its own
+    now, admitted = T0, 0
+    for op, cost, wait, other_holder in steps:
+        now += wait
+        if op == "lease":
+            req = StoreRequest(
+                "lease",
+                algorithm,
+                limits,
+                max(1, cost),
+                lease_ttl_ms=200,
+                holder="b" if other_holder else "a",
+            )
+        elif op == "stamp":
+            req = StoreRequest("check", algorithm, limits, cost, stamp=True)
+        elif op == "refund" and admitted:
+            req = StoreRequest("refund", algorithm, limits, cost, at=admitted)
+        else:
+            req = StoreRequest(op, algorithm, limits, cost)
+        expected = ask(by_text, req, now)
+        got = typed.step(req, now)
+        assert got == expected
+        assert [d.policy for d in got.decisions] == list(limits)
+        admitted = got.at or admitted
+    assert typed.states == by_text.states
+
+
 def test_rows_are_read_once_and_memory_answers_after() -> None:
     sql = SqliteSql()
     store = KeyStore(sql)

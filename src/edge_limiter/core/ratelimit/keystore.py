@@ -263,22 +263,41 @@ class KeyStore:
 
         Raises :class:`ProtocolError` for a payload that is not a valid request.
         """
-        compiled = self.compiled.get(payload)
-        if compiled is None:
-            compiled = SHARED_COMPILED.get(payload)
-            if compiled is not None:
-                compiled = self._adopt(compiled, payload, self.compiled)
-            else:
-                request = StoreRequest.from_json(payload)
-                if request.op == "lease":
-                    return self._lease(request, now).to_json()
-                if request.at:
-                    # A refund of one admission is asked once: not kept among the compiled.
-                    compiled = self._compile(request, payload, {})
-                else:
-                    compiled = self._compile(request, payload, self.compiled)
-                    SHARED_COMPILED.keep(payload, compiled)
+        compiled = self._compiled(payload, None)
+        if isinstance(compiled, StoreRequest):  # a lease
+            return self._lease(compiled, now).to_json()
         return self.answer(compiled, now).to_json()
+
+    def step(self, request: StoreRequest, now: int) -> StoreResponse:
+        """:meth:`decide` on the typed request: its answer as the codec reads it for
+        ``request`` (``StoreResponse.from_json(decide(request.to_json(), now),
+        request.limits)``), without writing and reading the text (``DECIDE.typed``; the
+        in-memory twin's calls, when it runs without the codec)."""
+        compiled = self._compiled(request.to_json(), request)
+        if isinstance(compiled, StoreRequest):
+            return self._lease(compiled, now).read_as(request.limits)
+        return self.answer(compiled, now).read_as(request.limits)
+
+    def _compiled(self, payload: str, request: StoreRequest | None) -> Compiled | StoreRequest:
+        """The payload's compiled form (kept by this object and the isolate), or the
+        request itself for a lease (compiled by :meth:`_lease`). ``request``: the payload's
+        own typed request, if the caller has it (else it is parsed from the text)."""
+        compiled = self.compiled.get(payload)
+        if compiled is not None:
+            return compiled
+        compiled = SHARED_COMPILED.get(payload)
+        if compiled is not None:
+            return self._adopt(compiled, payload, self.compiled)
+        if request is None:
+            request = StoreRequest.from_json(payload)
+        if request.op == "lease":
+            return request
+        if request.at:
+            # A refund of one admission is asked once: not kept among the compiled.
+            return self._compile(request, payload, {})
+        compiled = self._compile(request, payload, self.compiled)
+        SHARED_COMPILED.keep(payload, compiled)
+        return compiled
 
     def answer(self, compiled: Compiled, now: int) -> StoreResponse:
         """Check, peek, refund or reset: the answer to ``compiled`` at ``now``. (The check,

@@ -67,6 +67,7 @@ class Replay:
             secrets=_secret,
             keep_rows=False,
             control=False,
+            codec=False,
             start=0,
         )
         self.clock = self.sim._world.clock
