@@ -135,6 +135,27 @@ SHARED_COMPILED = CompiledPayloads()
 class KeyStore:
     """Every limit's state for one key: decided in memory, written to ``sql``."""
 
+    # Slots: an isolate (or the replay's simulator) may hold many thousands, each one
+    # object fewer for the garbage collector to walk.
+    __slots__ = (
+        "alarm_at",
+        "algorithms",
+        "carry",
+        "cleanup_after_ms",
+        "compiled",
+        "dirty",
+        "durable",
+        "flush_due",
+        "grants",
+        "idle",
+        "lease_shapes",
+        "loaded",
+        "recent",
+        "sql",
+        "states",
+        "unpruned",
+    )
+
     def __init__(self, sql: Sql, *, durable: bool = True) -> None:
         self.sql = sql
         self.durable = durable
