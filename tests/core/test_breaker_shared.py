@@ -375,3 +375,42 @@ def test_one_copy_never_has_more_trials_out_on_one_opening_than_half_open_calls(
             authoritative = apply_reports(authoritative, config, in_sync)
             local = adopt(local, authoritative, config, pending)
             in_sync = None
+
+
+def test_the_object_reads_its_row_once_and_memory_answers_after() -> None:
+    sql = SqliteSql()
+    breaker = SharedBreaker(sql)
+    for start in (T0, T0 + 100):
+        breaker.sync(SyncCall(SETTINGS, tuple(failures(2, start))).to_json(), start)
+    reads = [q for q in sql.statements if q.startswith("SELECT")]
+    assert len(reads) == 1
+    # Stored all the same: a new instance (a restart) reads the state memory held.
+    again = SharedBreaker(sql)
+    answer = state_from_json(again.sync(SyncCall(SETTINGS).to_json(), T0 + 200))
+    assert breaker.shared is not None and answer == breaker.shared.breaker
+    assert answer.phase is Phase.OPEN
+
+
+class FailingWrites(SqliteSql):
+    failing = False
+
+    def run(self, query: str, *args: object) -> None:
+        if self.failing and query.startswith("INSERT"):
+            raise RuntimeError("storage write failed")
+        super().run(query, *args)
+
+
+def test_a_sync_whose_write_failed_is_not_kept_in_memory_either() -> None:
+    sql = FailingWrites()
+    breaker = SharedBreaker(sql)
+    breaker.sync(SyncCall(SETTINGS, tuple(failures(1))).to_json(), T0)
+    sql.failing = True
+    with pytest.raises(RuntimeError):
+        breaker.sync(SyncCall(SETTINGS, tuple(failures(1, T0 + 10))).to_json(), T0 + 10)
+    sql.failing = False
+    # The isolate sends those reports again: counted once, as if the first try never was.
+    reports = tuple(failures(1, T0 + 10))
+    answer = state_from_json(breaker.sync(SyncCall(SETTINGS, reports).to_json(), T0 + 20))
+    fresh = SharedBreaker(SqliteSql())
+    fresh.sync(SyncCall(SETTINGS, tuple(failures(1))).to_json(), T0)
+    assert answer == state_from_json(fresh.sync(SyncCall(SETTINGS, reports).to_json(), T0 + 20))

@@ -303,6 +303,9 @@ class SharedBreaker:
 
     def __init__(self, sql: Sql) -> None:
         self.state = SqlCell(sql, "breaker")
+        self.shared: SharedState | None = None
+        """The stored state as last read or written: memory is the truth while the
+        object lives (nothing else writes its row), so it is read once."""
 
     def sync(self, payload: str, now: int) -> str:
         """Apply one :class:`SyncCall` (its text); the authoritative state's text."""
@@ -312,6 +315,10 @@ class SharedBreaker:
         """:meth:`sync` on the typed call: the authoritative state itself (``SYNC.typed``,
         for the in-memory twin without the codec)."""
         del now  # every report and probe carries its own time
-        shared = apply_sync(call, decode_shared(self.state.get()))
+        stored = self.shared
+        if stored is None:
+            stored = decode_shared(self.state.get())
+        shared = apply_sync(call, stored)
         self.state.put(encode_shared(shared))
+        self.shared = shared  # once stored: a failed write leaves memory as storage is
         return shared.breaker

@@ -89,10 +89,14 @@ class Replay:
         self.by_name = {route.name: route for route in config.routes}
         self._synthesized: dict[str, tuple[str, str, str, list[tuple[str, str]]] | None] = {}
         self._sent = 0
+        self._replies: dict[int, Reply] = {}
 
     def _origin(self, call: OriginCall) -> Reply:
         del call
-        return Reply(self.status)
+        reply = self._replies.get(self.status)
+        if reply is None:  # one per status (a Reply is immutable)
+            reply = self._replies[self.status] = Reply(self.status)
+        return reply
 
     async def send(self, record: LogRecord) -> None:
         """Replay one logged request at its time."""
