@@ -3,10 +3,13 @@ in-memory Durable Objects, KV and origins) at the time its line says, the origin
 what the log recorded; the gateway's own decision lines tallied per route.
 
 Where the time goes, and why it is so: the gateway's work per request (canonical form,
-route, key, the Durable Object's step through its codec, the rate-limit fields, the
-forward with its breaker and the shared breaker's sync) is the same code the Worker runs,
-and costs 0.1 ms (a hot key) to 0.3 ms (a day's log, keys coming and going) on CPython;
-this module adds the request's construction and the tallies (under a tenth of it).
+route, key, the Durable Object's step, the rate-limit fields, the forward with its
+breaker and the shared breaker's sync) is the same code the Worker runs, and costs about
+0.1 ms on CPython for a day's log, keys coming and going; this module adds the request's
+construction and the tallies (under a tenth of it). The simulator runs the objects
+without their codec (their typed steps, which the tests hold to the codec's answers) and
+their counters in memory only, and the collector's full passes are made rare
+(:func:`collecting_rarely`): the replay's heap is large and long-lived.
 """
 
 from __future__ import annotations
