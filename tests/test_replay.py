@@ -4,6 +4,8 @@ whole gateway on the simulator; bad input answered without a traceback."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import gzip
 import json
 import subprocess
@@ -15,7 +17,14 @@ from typing import Any
 
 import pytest
 
+from edge_limiter.core.config import parse_config
 from edge_limiter.tools.cli import main as cli
+from edge_limiter.tools.replay.driver import (
+    FULL_COLLECTION_AFTER,
+    Replay,
+    collecting_rarely,
+    replay_all,
+)
 from edge_limiter.tools.replay.records import time_ms
 
 ALGORITHMS = ("fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra")
@@ -384,3 +393,21 @@ def test_the_page_has_a_chart_per_route(tmp_path: Path) -> None:
 )
 def test_logged_times(written: object, expected: int | None) -> None:
     assert time_ms(written) == expected
+
+
+def test_full_collections_are_rare_during_a_replay_and_as_before_after() -> None:
+    run = Replay(parse_config({"origin": "https://o.test", "routes": []}), "t")
+    before = gc.get_threshold()
+    seen: list[tuple[tuple[int, int, int], int]] = []
+
+    def records() -> Any:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        yield from ()
+
+    asyncio.run(replay_all(records(), [run]))
+    ((during, frozen),) = seen
+    assert during == (before[0], before[1], FULL_COLLECTION_AFTER) and frozen > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), collecting_rarely():
+        raise RuntimeError("a replay that fails")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -418,3 +418,48 @@ def test_deferred_work_starts_at_once_as_on_the_platform() -> None:
         statuses.append(sim.request("GET", "https://api.example.com/ls").status)
         sim.advance(150)
     assert statuses == [503, 503] + [200] * 5 + [429]
+
+
+def test_without_the_codec_the_objects_answer_the_same() -> None:
+    # codec=False (the replay's) hands the objects typed messages: every answer, log line
+    # and breaker the same as through the text the runtime carries.
+    table = {
+        "origin": "https://api.example.com",
+        "routes": [
+            {
+                "name": "leased",
+                "match": {"path": "/l/*"},
+                "limits": "3/10s; 10/minute",
+                "algorithm": "sliding_window",
+                "leases": True,
+                "refund_on": [503],
+                "retry": {"attempts": 1},
+            },
+            {
+                "name": "checked",
+                "match": {"path": "/c/*"},
+                "limits": "2/second; 6/minute",
+                "algorithm": "token_bucket",
+                "key": "ip",
+                "refund_on": [503],
+                "retry": {"attempts": 1},
+            },
+        ],
+    }
+
+    def origin(call: OriginCall) -> int:
+        return 503 if call.url.endswith("/3") else 200
+
+    runs = []
+    for codec in (True, False):
+        sim = Simulator(table, origin=origin, codec=codec, start="2026-12-02T00:00:00Z")
+        answers = []
+        for n in range(120):
+            path = f"/{'lc'[n % 2]}/{n % 9}"
+            answer = sim.request("GET", f"https://api.example.com{path}", ip=f"203.0.113.{n % 3}")
+            answers.append((answer.status, answer.header_list, answer.forwarded))
+            sim.advance(97 * (n % 4))
+        runs.append((answers, sim.logs, sim._world.breakers.calls))
+    assert runs[0] == runs[1]
+    statuses = {status for status, _, _ in runs[0][0]}
+    assert statuses == {200, 429, 503} and runs[0][2]  # denials, failures, breaker syncs

@@ -23,7 +23,9 @@ from edge_limiter.core.resilience.breaker import (
     record,
 )
 from edge_limiter.core.resilience.shared import (
+    SYNC,
     HealthReport,
+    SharedBreaker,
     SharedState,
     SyncCall,
     adopt,
@@ -37,6 +39,7 @@ from edge_limiter.core.resilience.shared import (
     state_from_json,
     state_to_json,
 )
+from edge_limiter.testing import SqliteSql
 from tests.examples import examples
 
 SETTINGS = BreakerSettings(failure_rate=50, window=4, min_calls=4, open_for_ms=10_000)
@@ -134,6 +137,32 @@ def test_the_protocol_round_trips() -> None:
     assert decode_shared(encode_shared(shared)) == shared
     assert state_from_json(state_to_json(shared.breaker)) == shared.breaker
     assert decode_settings(encode_settings(SETTINGS)) == SETTINGS
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.integers(0, 30_000), st.sampled_from(list(Outcome))), max_size=6),
+            st.sampled_from((None, True, False)),
+            st.sampled_from((None, None, None, "open", "closed", "auto")),
+        ),
+        max_size=12,
+    )
+)
+def test_the_typed_sync_answers_what_the_codec_reads(
+    calls: list[tuple[list[tuple[int, Outcome]], bool | None, str | None]],
+) -> None:
+    """``SYNC.typed``: the twin without the codec gets exactly the codec's answers."""
+    by_text, typed = SharedBreaker(SqliteSql()), SharedBreaker(SqliteSql())
+    for reports, healthy, forced in calls:
+        health = None if healthy is None else HealthReport(T0 + 30_000, healthy)
+        call = SyncCall(
+            SETTINGS, tuple(Report(T0 + at, outcome) for at, outcome in reports), health, forced
+        )
+        expected = SYNC.decode(by_text.sync(SYNC.encode(call), T0), call)
+        assert typed.sync_call(call, T0) == expected
+    assert typed.state.get() == by_text.state.get()
 
 
 @pytest.mark.parametrize(
@@ -346,3 +375,42 @@ def test_one_copy_never_has_more_trials_out_on_one_opening_than_half_open_calls(
             authoritative = apply_reports(authoritative, config, in_sync)
             local = adopt(local, authoritative, config, pending)
             in_sync = None
+
+
+def test_the_object_reads_its_row_once_and_memory_answers_after() -> None:
+    sql = SqliteSql()
+    breaker = SharedBreaker(sql)
+    for start in (T0, T0 + 100):
+        breaker.sync(SyncCall(SETTINGS, tuple(failures(2, start))).to_json(), start)
+    reads = [q for q in sql.statements if q.startswith("SELECT")]
+    assert len(reads) == 1
+    # Stored all the same: a new instance (a restart) reads the state memory held.
+    again = SharedBreaker(sql)
+    answer = state_from_json(again.sync(SyncCall(SETTINGS).to_json(), T0 + 200))
+    assert breaker.shared is not None and answer == breaker.shared.breaker
+    assert answer.phase is Phase.OPEN
+
+
+class FailingWrites(SqliteSql):
+    failing = False
+
+    def run(self, query: str, *args: object) -> None:
+        if self.failing and query.startswith("INSERT"):
+            raise RuntimeError("storage write failed")
+        super().run(query, *args)
+
+
+def test_a_sync_whose_write_failed_is_not_kept_in_memory_either() -> None:
+    sql = FailingWrites()
+    breaker = SharedBreaker(sql)
+    breaker.sync(SyncCall(SETTINGS, tuple(failures(1))).to_json(), T0)
+    sql.failing = True
+    with pytest.raises(RuntimeError):
+        breaker.sync(SyncCall(SETTINGS, tuple(failures(1, T0 + 10))).to_json(), T0 + 10)
+    sql.failing = False
+    # The isolate sends those reports again: counted once, as if the first try never was.
+    reports = tuple(failures(1, T0 + 10))
+    answer = state_from_json(breaker.sync(SyncCall(SETTINGS, reports).to_json(), T0 + 20))
+    fresh = SharedBreaker(SqliteSql())
+    fresh.sync(SyncCall(SETTINGS, tuple(failures(1))).to_json(), T0)
+    assert answer == state_from_json(fresh.sync(SyncCall(SETTINGS, reports).to_json(), T0 + 20))

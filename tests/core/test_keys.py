@@ -5,9 +5,10 @@ from __future__ import annotations
 from urllib.parse import quote, unquote
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edge_limiter.core import keys
 from edge_limiter.core.canonical import decode_segment
 from edge_limiter.core.errors import AmbiguousRequestError, KeySpecError
 from edge_limiter.core.http.messages import Client, Headers, Request
@@ -19,6 +20,7 @@ from edge_limiter.core.keys import (
     object_name,
     parse_key_part,
 )
+from tests.examples import examples
 
 
 def view(
@@ -455,3 +457,17 @@ def test_a_given_header_value_no_request_can_send_is_refused() -> None:
         "GET", "/", "", "a.test", headers=Headers([("user-agent", "Mozilla/5.0 (X11, Linux)")])
     )
     assert agent.compute(request, {}) == given_key(agent, "Mozilla/5.0 (X11, Linux)")
+
+
+OCTETS = st.one_of(
+    st.integers(0, 300).map(str),
+    st.sampled_from(["00", "01", "007", "1000", "", " 1", "1 ", "+1", "\u0661", "0x1"]),
+)
+
+
+@settings(max_examples=examples(300))
+@given(st.one_of(st.lists(OCTETS, min_size=3, max_size=5).map(".".join), st.text(max_size=20)))
+def test_an_address_counted_whole_is_what_parsing_it_gives(text: str) -> None:
+    # The dotted-quad shortcut (no parsing) agrees with parsing, for any text.
+    assert aggregate_ip(text) == keys._aggregated(text, 32, 64)
+    assert aggregate_ip(text, 24) == keys._aggregated(text, 24, 64)

@@ -346,15 +346,41 @@ def parse_key_part(text: object) -> KeyPart:
     raise KeySpecError(f"unknown key part {text!r} (known: {known})")
 
 
-@functools.lru_cache(maxsize=4096)
+#: The bits of an IPv4 address (a prefix this long counts each address alone).
+IPV4_BITS = 32
+
+
 def aggregate_ip(text: str, ipv4_prefix: int = 32, ipv6_prefix: int = 64) -> str:
     """The client's address, or its network when aggregated: ``2001:db8::/64``.
 
     An IPv4-mapped IPv6 address counts as the IPv4 address. Text that is not an IP
     (which Cloudflare never sends) is used as it is, so it still gets its own counter.
-    Remembered for the last 4,096 addresses: parsing one costs more than the rest of
-    the key, and the same clients come back.
+    An IPv4 address counted whole, written as Cloudflare writes it, is its own key (no
+    parsing); any other is remembered for the last 4,096 addresses: parsing one costs
+    more than the rest of the key, and the same clients come back.
     """
+    if ipv4_prefix == IPV4_BITS and _is_dotted_quad(text):
+        return text
+    return _aggregated(text, ipv4_prefix, ipv6_prefix)
+
+
+def _is_dotted_quad(text: str) -> bool:
+    """Whether ``text`` is an IPv4 address in its one canonical spelling (four decimal
+    numbers 0-255 without leading zeros), which is then what parsing would write back."""
+    parts = text.split(".")
+    if len(parts) != 4:
+        return False
+    for part in parts:
+        if not (part.isascii() and part.isdigit()) or len(part) > 3:
+            return False
+        if (part[0] == "0" and len(part) > 1) or int(part) > 255:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _aggregated(text: str, ipv4_prefix: int, ipv6_prefix: int) -> str:
+    """:func:`aggregate_ip` by parsing (remembered)."""
     try:
         addr = ipaddress.ip_address(text.strip())
     except ValueError:

@@ -36,6 +36,9 @@ class _NoBackground:
         return _nothing
 
 
+#: The background of an exchange given none (stateless: one for all).
+NO_BACKGROUND = _NoBackground()
+
 #: Where a request goes before its route is known (no stage before the route forwards).
 UNROUTED = Forwarding(Pool("", ()))
 
@@ -59,7 +62,7 @@ class Exchange:
     caller: Caller | None = None
     """Who the request is from, as the identity stage verified it (None: the route
     checks no identity); the rate limit keys and limits it by this."""
-    background: Background = field(default_factory=_NoBackground)
+    background: Background = NO_BACKGROUND
     reached_origin: bool = False
     """Whether an origin answered (any status); False when the gateway answered itself."""
     origin_failed: bool = False

@@ -116,6 +116,7 @@ class _World:
     clock: ManualClock
     origins: _Origins
     keep_rows: bool = True
+    codec: bool = True
     store: MemoryStore = field(init=False)
     kv: MemoryKV = field(init=False)
     records: MemoryIdempotency = field(init=False)
@@ -127,10 +128,10 @@ class _World:
     """The Worker's other KV namespaces by binding (the API keys' records)."""
 
     def __post_init__(self) -> None:
-        self.store = MemoryStore(self.clock, keep_rows=self.keep_rows)
+        self.store = MemoryStore(self.clock, keep_rows=self.keep_rows, codec=self.codec)
         self.kv = MemoryKV(self.clock)
         self.records = MemoryIdempotency(self.clock)
-        self.breakers = MemoryBreakers(self.clock)
+        self.breakers = MemoryBreakers(self.clock, codec=self.codec)
         self.control = MemoryControl(self.clock)
 
     def forget(self) -> None:
@@ -161,6 +162,9 @@ class Simulator:
     ``control=False`` runs without the Control Durable Object, as a Worker without its
     binding does (no overrides, no status-page counters: a replay needs neither, and the
     counters of a day's keys cost more than the replay itself).
+    ``codec=False`` hands the rate limiter's and the breakers' objects their calls as typed
+    messages, not as the text the runtime carries (the same answers, without writing and
+    reading it: for a long run such as the replay; a test's calls keep the codec).
     ``secrets`` are the Worker's secrets and vars (for ``origin_headers`` and an
     ``[auth]`` source's ``secret``: a mapping, or a function of the name); ``admin_token``
     enables the admin API; ``seed`` fixes the retries' jitter. ``verifier`` checks token
@@ -184,6 +188,7 @@ class Simulator:
         keep_rows: bool = True,
         control: bool = True,
         verifier: SignatureVerifier | None = None,
+        codec: bool = True,
         _world: _World | None = None,
     ) -> None:
         if isinstance(config, Config):
@@ -206,7 +211,7 @@ class Simulator:
             )
             if latency_ms < 0:
                 raise ValueError("origin_latency cannot be negative")
-            _world = _World(clock, _Origins(origin, clock, latency_ms), keep_rows)
+            _world = _World(clock, _Origins(origin, clock, latency_ms), keep_rows, codec)
         self._world = _world
         self._world.isolates.append(self)
         self._build()

@@ -18,7 +18,7 @@ from ..core.control import (
     StatsCall,
 )
 from ..core.idempotency.protocol import CALL, IdempotencyAnswer, IdempotencyCall, RecordStore
-from ..core.objects import Ans, Method, Req, Sql, call_text
+from ..core.objects import Ans, Method, Req, Sql, call_text, call_typed
 from ..core.ratelimit.keystore import KeyStore
 from ..core.ratelimit.protocol import DECIDE, StoreRequest, StoreResponse
 from ..core.resilience.breaker import BreakerState
@@ -71,17 +71,25 @@ class MemoryObjects(Generic[Logic]):
     """Durable Objects of one class in memory: one instance of the object's logic per
     name, over its own SQLite (:class:`SqliteSql`), each call written and read through
     its method's codec (:class:`~edge_limiter.core.objects.Method`) as the runtime's
-    binding does: the very logic and codec the deployed objects run."""
+    binding does: the very logic and codec the deployed objects run.
+
+    ``codec=False`` hands the typed messages to the logic's typed step instead, where the
+    method has one (:attr:`~edge_limiter.core.objects.Method.typed`): the same answers
+    without writing and reading the text, for a long run (the replay). The tests keep the
+    codec on, and check that both agree."""
 
     def __init__(
         self,
         clock: ManualClock,
         logic: Callable[[Sql], Logic],
         sql: Callable[[], Sql] = SqliteSql,
+        *,
+        codec: bool = True,
     ) -> None:
         self.clock = clock
         self.logic = logic
         self.sql = sql
+        self.codec = codec
         self.objects: dict[str, Logic] = {}
 
     def object(self, name: str) -> Logic:
@@ -93,6 +101,8 @@ class MemoryObjects(Generic[Logic]):
 
     def ask(self, name: str, method: Method[Req, Ans], request: Req) -> Ans:
         """``method`` on the object named ``name``, at the clock's time."""
+        if not self.codec:
+            return call_typed(self.object(name), method, request, self.clock.now)
         text = call_text(self.object(name), method, method.encode(request), self.clock.now)
         return method.decode(text, request)
 
@@ -101,8 +111,11 @@ class MemoryStore(MemoryObjects[KeyStore]):
     """The rate limiter's Durable Objects: a :class:`KeyStore` per object name (over
     :class:`NoRows` when ``keep_rows`` is false: memory only)."""
 
-    def __init__(self, clock: ManualClock, *, keep_rows: bool = True) -> None:
-        super().__init__(clock, KeyStore, SqliteSql if keep_rows else _no_rows)
+    def __init__(self, clock: ManualClock, *, keep_rows: bool = True, codec: bool = True) -> None:
+        if keep_rows:
+            super().__init__(clock, KeyStore, SqliteSql, codec=codec)
+        else:
+            super().__init__(clock, _memory_only, _no_rows, codec=codec)
         self.calls: list[str] = []
 
     def evict_idle(self) -> int:
@@ -132,6 +145,12 @@ def _no_rows() -> Sql:
     return _NO_ROWS
 
 
+def _memory_only(sql: Sql) -> KeyStore:
+    """A key's object that keeps its counters in memory only: over :class:`NoRows`, what
+    it would write is not even encoded."""
+    return KeyStore(sql, durable=False)
+
+
 class MemoryIdempotency(MemoryObjects[RecordStore]):
     """The idempotency records' Durable Objects: a :class:`RecordStore` per object name
     (``failing``: every call fails, as an overloaded object's would)."""
@@ -155,8 +174,8 @@ class MemoryBreakers(MemoryObjects[SharedBreaker]):
     """The origins' shared breakers (Durable Objects): a :class:`SharedBreaker` per origin
     (``failing``: every sync fails, as an unreachable object's would)."""
 
-    def __init__(self, clock: ManualClock | None = None) -> None:
-        super().__init__(clock or ManualClock(), SharedBreaker)
+    def __init__(self, clock: ManualClock | None = None, *, codec: bool = True) -> None:
+        super().__init__(clock or ManualClock(), SharedBreaker, codec=codec)
         self.calls: list[str] = []
         self.failing = False
 

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.errors import ProtocolError
+from edge_limiter.core.ratelimit import keystore
 from edge_limiter.core.ratelimit.algorithms import make_algorithm
 from edge_limiter.core.ratelimit.keystore import LOG_PRUNE_EVERY, KeyStore
 from edge_limiter.core.ratelimit.protocol import (
@@ -105,6 +106,100 @@ def test_reset_deletes_the_rows_and_refund_gives_back(algorithm: str) -> None:
     ask(store, request("reset", algorithm), T0 + 100)
     assert table(sql, "limits") == [] and table(sql, "log") == []
     assert ask(store, request("check", algorithm, cost=2), T0 + 100).decision.allowed
+
+
+def test_an_isolate_parses_a_payload_once_for_all_its_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(keystore, "SHARED_COMPILED", keystore.CompiledPayloads(most=2))
+    parsed: list[str] = []
+    real = StoreRequest.from_json
+
+    def counted(text: str) -> StoreRequest:
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(StoreRequest, "from_json", staticmethod(counted))
+    req = request(algorithm="gcra")
+    first, second = KeyStore(SqliteSql()), KeyStore(SqliteSql())
+    assert ask(first, req, T0).decisions == ask(second, req, T0).decisions
+    assert ask(second, req, T0).decisions[0].remaining == 0
+    assert parsed == [req.to_json()]  # the second key's object parsed nothing
+    # A refund of one admission is parsed where it is asked, and kept by no one.
+    refund = StoreRequest("refund", "gcra", RATES, at=T0)
+    for store in (first, second):
+        ask(store, refund, T0)
+    assert parsed.count(refund.to_json()) == 2
+    # Bounded: a third payload drops the two kept, and a bad payload is never kept.
+    others = [request(algorithm=name) for name in ("token_bucket", "sliding_window")]
+    for other in others:
+        ask(KeyStore(SqliteSql()), other, T0)
+    with pytest.raises(ProtocolError):
+        KeyStore(SqliteSql()).decide('{"op": "check"}', T0)
+    assert list(keystore.SHARED_COMPILED.by_text) == [others[1].to_json()]
+    assert ask(first, req, T0 + 2_000).decision.allowed  # the object's own copy holds
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("write_behind_ms", [0, 50])
+def test_a_memory_only_store_decides_the_same_and_writes_nothing(
+    algorithm: str, write_behind_ms: int
+) -> None:
+    sql = SqliteSql()
+    durable, memory = KeyStore(SqliteSql()), KeyStore(sql, durable=False)
+    schema = len(sql.statements)
+    for step in range(40):
+        op = ("check", "check", "check", "peek", "refund")[step % 5]
+        req = request(op, algorithm, write_behind_ms=write_behind_ms)
+        now = T0 + step * 97
+        assert ask(memory, req, now) == ask(durable, req, now)
+        assert memory.idle == durable.idle
+    assert memory.states == durable.states
+    assert all(q.startswith("SELECT") for q in sql.statements[schema:])  # the load only
+    assert table(sql, "limits") == [] and table(sql, "log") == []
+    assert not memory.dirty and memory.flush_due is None
+
+
+OPS = st.sampled_from(("check", "check", "check", "peek", "refund", "reset", "lease", "stamp"))
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(
+    algorithm=st.sampled_from(("token_bucket", "gcra", "sliding_window", "fixed_window")),
+    steps=st.lists(
+        st.tuples(OPS, st.integers(0, 3), st.integers(0, 700), st.booleans()), max_size=40
+    ),
+)
+def test_the_typed_step_answers_what_the_codec_reads(
+    algorithm: str, steps: list[tuple[str, int, int, bool]]
+) -> None:
+    """``DECIDE.typed``: the twin without the codec gets exactly the codec's answers."""
+    by_text, typed = KeyStore(SqliteSql()), KeyStore(SqliteSql())
+    limits = (Limit(Rate(5, 1_000), algorithm="fixed_window"), *RATES)  # one of its own
+    now, admitted = T0, 0
+    for op, cost, wait, other_holder in steps:
+        now += wait
+        if op == "lease":
+            req = StoreRequest(
+                "lease",
+                algorithm,
+                limits,
+                max(1, cost),
+                lease_ttl_ms=200,
+                holder="b" if other_holder else "a",
+            )
+        elif op == "stamp":
+            req = StoreRequest("check", algorithm, limits, cost, stamp=True)
+        elif op == "refund" and admitted:
+            req = StoreRequest("refund", algorithm, limits, cost, at=admitted)
+        else:
+            req = StoreRequest(op, algorithm, limits, cost)
+        expected = ask(by_text, req, now)
+        got = typed.step(req, now)
+        assert got == expected
+        assert [d.policy for d in got.decisions] == list(limits)
+        admitted = got.at or admitted
+    assert typed.states == by_text.states
 
 
 def test_rows_are_read_once_and_memory_answers_after() -> None:

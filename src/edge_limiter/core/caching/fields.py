@@ -51,12 +51,17 @@ CONNECTION_KEPT = frozenset(
 )
 
 
+_NO_FIELDS: frozenset[str] = frozenset()
+
+
 def connection_named(value: str | None) -> frozenset[str]:
     """The fields a message's ``Connection`` value names (RFC 9110 section 7.6.1: a
     proxy removes them before passing the message on), lower case, less the hop-by-hop
     fields (the runtime's to drop: ``keep-alive``, ``upgrade``, ...), ``close``,
     :data:`CONNECTION_KEPT` and Cloudflare's ``cf-`` fields. Empty for the usual
     ``keep-alive`` or ``close``."""
+    if value is None:
+        return _NO_FIELDS  # the usual case (most messages have no Connection): no set made
     return frozenset(
         name
         for name in (item.lower() for item in list_items(value))

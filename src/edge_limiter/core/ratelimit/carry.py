@@ -21,6 +21,8 @@ from .algorithms.base import Algorithm
 
 #: How many of a key's latest admissions its object remembers (see :class:`Recent`).
 RECENT_ADMISSIONS = 1024
+#: No rows (one empty set for every key's carry, not one each).
+_NONE: frozenset[str] = frozenset()
 
 
 class Recent:
@@ -34,11 +36,12 @@ class Recent:
     it counted them (:meth:`Carry.carried`).
     """
 
-    __slots__ = ("costs", "next", "since", "stamps")
+    __slots__ = ("entries", "next", "since")
 
     def __init__(self) -> None:
-        self.stamps = array("q")
-        self.costs = array("q")
+        self.entries = array("q")
+        """Each admission's time then its units, one after the other (one array, not
+        two: a key's object is made for every new key, and holds it while it lives)."""
         self.next = 0
         """Once full: the slot the next admission overwrites (the oldest)."""
         self.since: int | None = None
@@ -46,22 +49,21 @@ class Recent:
         object started, or the last admission the ring let go."""
 
     def add(self, now: int, units: int) -> None:
-        stamps = self.stamps
-        if len(stamps) < RECENT_ADMISSIONS:
-            stamps.append(now)
-            self.costs.append(units)
+        entries = self.entries
+        if len(entries) < 2 * RECENT_ADMISSIONS:
+            entries.append(now)
+            entries.append(units)
             return
-        index = self.next
-        gone = stamps[index]
+        slot = self.next
+        gone = entries[2 * slot]
         if self.since is None or gone > self.since:
             self.since = gone
-        stamps[index] = now
-        self.costs[index] = units
-        self.next = index + 1 if index + 1 < RECENT_ADMISSIONS else 0
+        entries[2 * slot] = now
+        entries[2 * slot + 1] = units
+        self.next = slot + 1 if slot + 1 < RECENT_ADMISSIONS else 0
 
     def clear(self, now: int) -> None:
-        self.stamps = array("q")
-        self.costs = array("q")
+        self.entries = array("q")
         self.next = 0
         self.since = now
 
@@ -75,12 +77,11 @@ class Recent:
         for those to leave its window, not the earliest.
         """
         after = now - 2 * max(algorithm.window_ms, algorithm.limit.policy_window_ms)
-        index = self.next
-        stamps, costs = self.stamps, self.costs
+        slot, ring = self.next, self.entries
         entries = [
-            (stamps[i], costs[i])
-            for i in (*range(index, len(stamps)), *range(index))
-            if after < stamps[i] <= now
+            (ring[i], ring[i + 1])
+            for i in (*range(2 * slot, len(ring), 2), *range(0, 2 * slot, 2))
+            if after < ring[i] <= now
         ]
         exact = self.since is not None and self.since <= after
         fits, state = _replayed(algorithm, entries)
@@ -127,13 +128,13 @@ class Carry:
         self.recent = Recent()
         self.reconciled: tuple[str, ...] = ()
         """The limit set whose rows last took in :attr:`recent` (see :meth:`carried`)."""
-        self.reconciled_exact: frozenset[str] = frozenset()
+        self.reconciled_exact: frozenset[str] = _NONE
         """Rows of :attr:`reconciled` whose replay saw every admission of its span."""
 
     def reset(self, now: int) -> None:
         """An operator's reset: the key starts afresh, nothing of it is carried."""
         self.recent.clear(now)
-        self.reconciled, self.reconciled_exact = (), frozenset()
+        self.reconciled, self.reconciled_exact = (), _NONE
 
     def carried(
         self,

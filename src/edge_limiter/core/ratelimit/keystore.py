@@ -11,8 +11,11 @@ What it does per request, and why (the per-request costs measured on workerd are
   request, and memory is the truth from then on: one object per key means nothing else
   writes them. Every change is still written before the answer leaves (the platform holds
   the answer until the write is durable), so a restart loses nothing.
-- **Requests are parsed once.** A key's requests repeat the same few payloads (the same
-  op, algorithm, limits and cost); their parsed form is kept by payload text.
+- **Requests are parsed once per isolate.** A key's requests repeat the same few payloads
+  (the same op, algorithm, limits and cost), and so do every key's of one route; their
+  parsed form is kept by payload text, by each object and by the isolate for all its
+  objects (:class:`CompiledPayloads`): an object made for a new key parses nothing its
+  isolate has seen.
 - **The sliding log is stored one entry per row** (``log`` table), appended to and pruned
   in batches, so its step is O(1) amortized in the quota, like every other algorithm's
   one-row step.
@@ -70,6 +73,8 @@ SCHEMA = (
 LOG_PRUNE_EVERY = 256
 #: Parsed payloads kept (a key sees a handful: one per op and cost of its route).
 MAX_COMPILED = 64
+#: Parsed payloads an isolate keeps for all its objects (a handful per route and override).
+MAX_SHARED_COMPILED = 1024
 
 _UPSERT_ROW = (
     "INSERT INTO limits (id, state, idle_at) VALUES (?, ?, ?) "
@@ -102,11 +107,60 @@ def _ints(values: list[int]) -> str:
     return "[" + ",".join(map(str, values)) + "]"
 
 
+class CompiledPayloads:
+    """The payloads an isolate's objects were sent, parsed and compiled, by text: shared
+    by every :class:`KeyStore` of the isolate, since a route sends all its keys the same
+    few. A compiled payload is plain immutable data (its algorithms hold only their limit's
+    constants), so objects may share it. Bounded: all dropped when full."""
+
+    __slots__ = ("by_text", "most")
+
+    def __init__(self, most: int = MAX_SHARED_COMPILED) -> None:
+        self.most = most
+        self.by_text: dict[str, Compiled] = {}
+
+    def get(self, payload: str) -> Compiled | None:
+        return self.by_text.get(payload)
+
+    def keep(self, payload: str, compiled: Compiled) -> None:
+        if len(self.by_text) >= self.most:
+            self.by_text.clear()
+        self.by_text[payload] = compiled
+
+
+#: The isolate's parsed payloads (module state: one per isolate, as the platform runs it).
+SHARED_COMPILED = CompiledPayloads()
+
+
 class KeyStore:
     """Every limit's state for one key: decided in memory, written to ``sql``."""
 
-    def __init__(self, sql: Sql) -> None:
+    # Slots: an isolate (or the replay's simulator) may hold many thousands, each one
+    # object fewer for the garbage collector to walk.
+    __slots__ = (
+        "alarm_at",
+        "algorithms",
+        "carry",
+        "cleanup_after_ms",
+        "compiled",
+        "dirty",
+        "durable",
+        "flush_due",
+        "grants",
+        "idle",
+        "lease_shapes",
+        "loaded",
+        "recent",
+        "sql",
+        "states",
+        "unpruned",
+    )
+
+    def __init__(self, sql: Sql, *, durable: bool = True) -> None:
         self.sql = sql
+        self.durable = durable
+        """Whether changes are written to ``sql`` (False: memory only, for a twin over
+        storage that keeps nothing: nothing is encoded to be thrown away)."""
         for statement in SCHEMA:
             sql.run(statement)
         self.loaded = False
@@ -213,7 +267,10 @@ class KeyStore:
 
     def _compile(self, request: StoreRequest, key: str, cache: dict[str, Compiled]) -> Compiled:
         """``request`` compiled, kept in ``cache`` under ``key``."""
-        compiled = compile_request(request)
+        return self._adopt(compile_request(request), key, cache)
+
+    def _adopt(self, compiled: Compiled, key: str, cache: dict[str, Compiled]) -> Compiled:
+        """``compiled`` kept in ``cache`` under ``key``, its rows' algorithms known."""
         for rid, algorithm in zip(compiled.ids, compiled.algorithms, strict=True):
             self.algorithms.setdefault(rid, algorithm)
         if len(cache) >= MAX_COMPILED:
@@ -227,14 +284,41 @@ class KeyStore:
 
         Raises :class:`ProtocolError` for a payload that is not a valid request.
         """
-        compiled = self.compiled.get(payload)
-        if compiled is None:
-            request = StoreRequest.from_json(payload)
-            if request.op == "lease":
-                return self._lease(request, now).to_json()
-            # A refund of one admission is asked once: not kept among the compiled.
-            compiled = self._compile(request, payload, {} if request.at else self.compiled)
+        compiled = self._compiled(payload, None)
+        if isinstance(compiled, StoreRequest):  # a lease
+            return self._lease(compiled, now).to_json()
         return self.answer(compiled, now).to_json()
+
+    def step(self, request: StoreRequest, now: int) -> StoreResponse:
+        """:meth:`decide` on the typed request: its answer as the codec reads it for
+        ``request`` (``StoreResponse.from_json(decide(request.to_json(), now),
+        request.limits)``), without writing and reading the text (``DECIDE.typed``; the
+        in-memory twin's calls, when it runs without the codec)."""
+        compiled = self._compiled(request.to_json(), request)
+        if isinstance(compiled, StoreRequest):
+            return self._lease(compiled, now).read_as(request.limits)
+        return self.answer(compiled, now).read_as(request.limits)
+
+    def _compiled(self, payload: str, request: StoreRequest | None) -> Compiled | StoreRequest:
+        """The payload's compiled form (kept by this object and the isolate), or the
+        request itself for a lease (compiled by :meth:`_lease`). ``request``: the payload's
+        own typed request, if the caller has it (else it is parsed from the text)."""
+        compiled = self.compiled.get(payload)
+        if compiled is not None:
+            return compiled
+        compiled = SHARED_COMPILED.get(payload)
+        if compiled is not None:
+            return self._adopt(compiled, payload, self.compiled)
+        if request is None:
+            request = StoreRequest.from_json(payload)
+        if request.op == "lease":
+            return request
+        if request.at:
+            # A refund of one admission is asked once: not kept among the compiled.
+            return self._compile(request, payload, {})
+        compiled = self._compile(request, payload, self.compiled)
+        SHARED_COMPILED.keep(payload, compiled)
+        return compiled
 
     def answer(self, compiled: Compiled, now: int) -> StoreResponse:
         """Check, peek, refund or reset: the answer to ``compiled`` at ``now``. (The check,
@@ -342,6 +426,7 @@ class KeyStore:
         written whole, not as one entry added."""
         algorithms, ids, op = compiled.algorithms, compiled.ids, compiled.op
         states_map = self.states
+        durable = self.durable
         immediate = at_once or compiled.write_behind_ms <= 0
         changed = False
         for index, new in enumerate(new_states):
@@ -358,6 +443,8 @@ class KeyStore:
             else:
                 states_map[rid] = new
                 self.idle[rid] = algorithm.idle_at(new)
+                if not durable:
+                    continue
                 change = (
                     _ADD
                     if algorithm.logged
@@ -365,11 +452,13 @@ class KeyStore:
                     and (carried is None or carried[index] is old)
                     else _REWRITE
                 )
+            if not durable:
+                continue
             if immediate:
                 self._persist(rid, algorithm, new, change, compiled.cost, now)
             else:
                 self._pend(rid, new, change, compiled.cost)
-        if changed and not immediate:
+        if changed and durable and not immediate:
             if self.flush_due is None:
                 self.flush_due = now + compiled.write_behind_ms
             elif now >= self.flush_due:

@@ -350,6 +350,28 @@ class StoreResponse(NamedTuple):
                 text += ',"pl":' + json.dumps(self.allowance.to_list(), separators=(",", ":"))
         return text + "}"
 
+    def read_as(self, limits: tuple[Limit, ...]) -> StoreResponse:
+        """This answer as its text (:meth:`to_json`) reads for a request over ``limits``
+        (:meth:`from_json`), without the text where nothing but the decisions and the
+        admission's time is sent (the usual answer): each decision about its limit of
+        ``limits``, a denial's reason ``limited``."""
+        if self.rows is not None or self.expires_at or len(self.decisions) != len(limits):
+            return StoreResponse.from_json(self.to_json(), limits)
+        decisions = tuple(
+            # Positional, in Decision's field order, as _decision_from_list builds it.
+            Decision(
+                bool(d.allowed),
+                int(d.limit),
+                int(d.remaining),
+                int(d.reset_after),
+                int(d.retry_after),
+                None if d.allowed else Reason.LIMITED,
+                limit,
+            )
+            for d, limit in zip(self.decisions, limits, strict=True)
+        )
+        return new_tuple(StoreResponse, (decisions, None, 0, 0, False, 0, 0, None, 0, self.at))
+
     @classmethod
     def from_json(cls, text: str, limits: tuple[Limit, ...]) -> StoreResponse:
         """Parse an answer for a request over ``limits``; raises :class:`ProtocolError`."""
@@ -464,5 +486,7 @@ def _answer_of(text: str, request: StoreRequest) -> StoreResponse:
     return StoreResponse.from_json(text, request.limits)
 
 
-DECIDE: Method[StoreRequest, StoreResponse] = Method("decide", StoreRequest.to_json, _answer_of)
+DECIDE: Method[StoreRequest, StoreResponse] = Method(
+    "decide", StoreRequest.to_json, _answer_of, typed="step"
+)
 """``RateLimiter.decide``: one store request, its answer (:mod:`edge_limiter.core.objects`)."""

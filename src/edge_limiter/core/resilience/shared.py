@@ -286,7 +286,9 @@ def _state_of(text: str, call: SyncCall) -> BreakerState:
     return state_from_json(text)
 
 
-SYNC: Method[SyncCall, BreakerState] = Method("sync", SyncCall.to_json, _state_of)
+SYNC: Method[SyncCall, BreakerState] = Method(
+    "sync", SyncCall.to_json, _state_of, typed="sync_call"
+)
 """``OriginBreaker.sync``: an isolate's reports, the authoritative breaker
 (:mod:`edge_limiter.core.objects`)."""
 
@@ -301,10 +303,22 @@ class SharedBreaker:
 
     def __init__(self, sql: Sql) -> None:
         self.state = SqlCell(sql, "breaker")
+        self.shared: SharedState | None = None
+        """The stored state as last read or written: memory is the truth while the
+        object lives (nothing else writes its row), so it is read once."""
 
     def sync(self, payload: str, now: int) -> str:
         """Apply one :class:`SyncCall` (its text); the authoritative state's text."""
+        return state_to_json(self.sync_call(SyncCall.from_json(payload), now))
+
+    def sync_call(self, call: SyncCall, now: int) -> BreakerState:
+        """:meth:`sync` on the typed call: the authoritative state itself (``SYNC.typed``,
+        for the in-memory twin without the codec)."""
         del now  # every report and probe carries its own time
-        shared = apply_sync(SyncCall.from_json(payload), decode_shared(self.state.get()))
+        stored = self.shared
+        if stored is None:
+            stored = decode_shared(self.state.get())
+        shared = apply_sync(call, stored)
         self.state.put(encode_shared(shared))
-        return state_to_json(shared.breaker)
+        self.shared = shared  # once stored: a failed write leaves memory as storage is
+        return shared.breaker

@@ -3,17 +3,22 @@ in-memory Durable Objects, KV and origins) at the time its line says, the origin
 what the log recorded; the gateway's own decision lines tallied per route.
 
 Where the time goes, and why it is so: the gateway's work per request (canonical form,
-route, key, the Durable Object's step through its codec, the rate-limit fields, the
-forward with its breaker and the shared breaker's sync) is the same code the Worker runs,
-and costs 0.1 ms (a hot key) to 0.3 ms (a day's log, keys coming and going) on CPython;
-this module adds the request's construction and the tallies (under a tenth of it).
+route, key, the Durable Object's step, the rate-limit fields, the forward with its
+breaker and the shared breaker's sync) is the same code the Worker runs, and costs about
+0.1 ms on CPython for a day's log, keys coming and going; this module adds the request's
+construction and the tallies (under a tenth of it). The simulator runs the objects
+without their codec (their typed steps, which the tests hold to the codec's answers) and
+their counters in memory only, and the collector's full passes are made rare
+(:func:`collecting_rarely`): the replay's heap is large and long-lived.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from ...core.canonical import canonical_host, canonical_path, runtime_path
 from ...core.config import Config, Route
@@ -24,8 +29,11 @@ from .formats import DECISION_EVENTS, DENYING_EVENTS, GatewayRecord
 from .records import COOKIE, IP, LogRecord
 from .report import UNMATCHED, KeyTally, Replayed
 
-#: Requests between two sweeps of what the platform would have let go by then.
+#: Requests between two sweeps of the objects the platform would have let go by then.
 SWEEP_EVERY = 20_000
+#: Young collections (of the middle generation) between two full ones during a replay
+#: (CPython's default: 10; see :func:`collecting_rarely`).
+FULL_COLLECTION_AFTER = 100
 #: Disagreements with the gateway's own decisions shown (with their line numbers).
 SHOWN_DISAGREEMENTS = 10
 #: Key kinds whose value is a credential: a denied key is shown by its hash.
@@ -67,6 +75,7 @@ class Replay:
             secrets=_secret,
             keep_rows=False,
             control=False,
+            codec=False,
             start=0,
         )
         self.clock = self.sim._world.clock
@@ -83,10 +92,14 @@ class Replay:
         self.by_name = {route.name: route for route in config.routes}
         self._synthesized: dict[str, tuple[str, str, str, list[tuple[str, str]]] | None] = {}
         self._sent = 0
+        self._replies: dict[int, Reply] = {}
 
     def _origin(self, call: OriginCall) -> Reply:
         del call
-        return Reply(self.status)
+        reply = self._replies.get(self.status)
+        if reply is None:  # one per status (a Reply is immutable)
+            reply = self._replies[self.status] = Reply(self.status)
+        return reply
 
     async def send(self, record: LogRecord) -> None:
         """Replay one logged request at its time."""
@@ -140,9 +153,11 @@ class Replay:
             key.count(at, denied)
         if isinstance(record, GatewayRecord) and event is not None:
             self._compare(record, denied)
+        # What the simulation recorded (origin calls, object calls) is dropped at once:
+        # kept, it would outlive the young collections and make every full one longer.
+        self.sim.forget_history()
         self._sent += 1
         if self._sent % SWEEP_EVERY == 0:
-            self.sim.forget_history()
             self.sim.evict_idle()
 
     def _decision(self, route: Route | None) -> tuple[str | None, str | None]:
@@ -310,7 +325,32 @@ def _shape(route: Route, host: str) -> tuple[str, str, str, list[tuple[str, str]
 
 
 async def replay_all(records: Iterable[LogRecord], runs: list[Replay]) -> None:
-    """Every record through every config, in order."""
-    for record in records:
-        for run in runs:
-            await run.send(record)
+    """Every record through every config, in order (with the collector tuned for it, see
+    :func:`collecting_rarely`)."""
+    with collecting_rarely():
+        for record in records:
+            for run in runs:
+                await run.send(record)
+
+
+@contextmanager
+def collecting_rarely() -> Iterator[None]:
+    """The garbage collector's full passes made rarely while a replay runs.
+
+    A replay keeps a large heap that lives long (an object per active key, a tally per
+    key) and adds to it with every request, so CPython's full collections (one each time
+    a quarter more objects have survived) walk the whole heap over and over, for
+    garbage a replay hardly makes: they took a fifth of its time. What exists before the
+    replay (the configs, the gateways) is moved out of the collector's way
+    (``gc.freeze``), and a full pass comes after ten times as many young ones as by
+    default; young collections go on as usual, so short-lived cycles are collected as
+    ever. Both are undone after.
+    """
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(thresholds[0], thresholds[1], FULL_COLLECTION_AFTER)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()

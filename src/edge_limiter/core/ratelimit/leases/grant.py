@@ -165,6 +165,8 @@ class GrantStore(Protocol):
 class Grants:
     """The object's grant side: every limit set's outstanding leases (memory only)."""
 
+    __slots__ = ("by_limits",)
+
     def __init__(self) -> None:
         self.by_limits: dict[tuple[str, ...], Holders] = {}
         """Limit set (row ids) -> its outstanding leases."""
