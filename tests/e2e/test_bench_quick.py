@@ -54,6 +54,10 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     identity = data["identity"]["rows"]
     assert len(identity) == 5
     assert all(row["statuses"] == ["200"] and row["p50"] > 0 for row in identity.values())
+    # The replay timed every line of its small log, and a whole replay ran in a child.
+    replay = data["replay"]
+    assert replay["replay_timed_lines"] == replay["lines"] and replay["replay_lines_per_s"] > 0
+    assert replay["full_replay_peak_rss_mb"] > 0
     python = data["gateway_python"]
     assert all(row["min_us"] > 0 for row in python.values())
     assert "x-ratelimit-remaining" in python["limited"]["answer"][1]

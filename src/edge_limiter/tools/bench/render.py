@@ -30,14 +30,16 @@ up to 30%, and this machine's speed drifts between runs): compare the rows of on
 not tables of different runs. `--quick` runs every section with tiny numbers (the test
 suite does, so the benchmarks cannot rot); its figures mean nothing.
 
-Run it: `edge-limiter bench [--only core,gateway,identity,object,flood,leases,startup,memory]
-[--flood-rates 50,100,200,400] --json FILE --write BENCHMARKS.md` (every section takes about
-20 minutes on 2 cores; run it on a quiet machine). Without workerd, on npm Pyodide in Node:
+Run it: `edge-limiter bench [--only
+core,gateway,identity,object,flood,leases,startup,memory,replay] [--flood-rates
+50,100,200,400] --json FILE --write BENCHMARKS.md` (every section takes about 25 minutes on
+2 cores; run it on a quiet machine). Without workerd, on npm Pyodide in Node:
 `node scripts/bench/pyodide_gateway.mjs [--profile PATH]` (the gateway's own work per
 request) and `node scripts/bench/pyodide_imports.mjs [--profile]` (where importing the
 Worker goes). A herd on a cached route: `python -m edge_limiter.tools.bench.herd URL`
 against `scripts/dev`. The token-lease simulation: `python -m edge_limiter.tools.lease_sim`
-([docs/leases.md](docs/leases.md))."""
+([docs/leases.md](docs/leases.md)); the replay alone: `python -m
+edge_limiter.tools.replay.bench`."""
 
 
 def render_document(data: Data) -> str:

@@ -34,7 +34,10 @@ Sections (``--only`` picks some; all by default):
                and where importing the Worker goes on npm Pyodide
                (``scripts/bench/pyodide_imports.mjs``);
 - ``memory``   workerd's RSS at boot, after N requests and after K distinct keys; storage
-               rows left once the keys are idle and cleaned up.
+               rows left once the keys are idle and cleaned up;
+- ``replay``   ``edge-limiter replay`` on CPython: a day's combined log through five
+               routes, lines/s against reading the file alone, and a whole replay's peak
+               RSS (:mod:`edge_limiter.tools.replay.bench`).
 
 ``--quick`` runs every section with small numbers (the test suite does, so the benchmarks
 cannot rot); its figures mean nothing. Talks to 127.0.0.1 only. ``--write FILE`` writes the
@@ -79,8 +82,19 @@ from edge_limiter.tools.bench.workerd import (
     section_leases,
     section_object,
 )
+from edge_limiter.tools.replay.bench import measure as measure_replay
 
-SECTIONS = ("core", "gateway", "identity", "object", "flood", "leases", "startup", "memory")
+SECTIONS = (
+    "core",
+    "gateway",
+    "identity",
+    "object",
+    "flood",
+    "leases",
+    "startup",
+    "memory",
+    "replay",
+)
 
 
 def machine() -> str:
@@ -171,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def section_replay(report: Report, quick: bool) -> None:
+    """The replay's speed against reading its log, and a whole replay's peak memory."""
+    lines, keys = (2_000, 200) if quick else (1_000_000, 100_000)
+    report.section("replay", measure_replay(lines, keys, lines if quick else 200_000))
+
+
 def run(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]
 ) -> dict[str, Any]:
@@ -193,6 +213,8 @@ def run(
     print(f"Machine: {meta['machine']}. Command: {meta['command']}", flush=True)
     if "core" in chosen:
         section_core(report, args.quick)
+    if "replay" in chosen:
+        section_replay(report, args.quick)
     with rt.origin_server() as origin:
         # Each section (and each round) runs on a fresh runtime, so none inherits another's
         # heap, timers or counters.

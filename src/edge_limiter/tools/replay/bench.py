@@ -119,23 +119,15 @@ def replay(path: Path, limit: int | None) -> tuple[int, float, dict[str, Any]]:
     return total, seconds, {"denied": denied, "objects_held_at_end": objects}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m edge_limiter.tools.replay.bench")
-    parser.add_argument("--lines", type=int, default=1_000_000)
-    parser.add_argument("--keys", type=int, default=100_000)
-    parser.add_argument("--replayed", type=int, default=200_000, help="lines timed for speed")
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--memory-child", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.memory_child is not None:
-        count, seconds, extra = replay(args.memory_child, None)
-        print(json.dumps({"lines": count, "seconds": seconds, "rss_mb": _rss_mb(), **extra}))
-        return 0
+def measure(lines: int, keys: int, replayed: int) -> dict[str, Any]:
+    """The replay's figures for a log of ``lines`` lines from ``keys`` clients: reading
+    alone, the first ``replayed`` lines replayed, and a whole replay's peak RSS (in a
+    child process)."""
     with tempfile.TemporaryDirectory(prefix="replay-bench-") as tmp:
         log = Path(tmp) / "access.log"
-        write_log(log, args.lines, args.keys)
+        write_log(log, lines, keys)
         read_count, read_s = read_only(log)
-        n, replay_s, extra = replay(log, min(args.replayed, args.lines))
+        n, replay_s, _ = replay(log, min(replayed, lines))
         child = subprocess.run(
             [sys.executable, "-m", "edge_limiter.tools.replay.bench", "--memory-child", str(log)],
             capture_output=True, text=True, check=True,
@@ -143,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         memory = json.loads(child.stdout)
     reading_rate = read_count / read_s
     replay_rate = n / replay_s
-    figures = {
-        "lines": args.lines,
-        "keys": args.keys,
+    return {
+        "lines": lines,
+        "keys": keys,
         "routes": len(ROUTES),
         "reading_lines_per_s": round(reading_rate),
         "replay_lines_per_s": round(replay_rate),
@@ -158,6 +150,23 @@ def main(argv: list[str] | None = None) -> int:
         "goal_ratio": 5,
         "goal_rss_mb": 300,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m edge_limiter.tools.replay.bench")
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--replayed", type=int, default=200_000, help="lines timed for speed")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--memory-child", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_child is not None:
+        count, seconds, extra = replay(args.memory_child, None)
+        print(json.dumps({"lines": count, "seconds": seconds, "rss_mb": _rss_mb(), **extra}))
+        return 0
+    figures = measure(args.lines, args.keys, args.replayed)
+    reading_rate = figures["reading_lines_per_s"]
+    replay_rate = figures["replay_lines_per_s"]
     print(f"{args.lines} lines, {args.keys} keys, {len(ROUTES)} routes (one per algorithm)")
     print(f"reading alone (the peer):   {reading_rate:>9,.0f} lines/s")
     print(
