@@ -175,7 +175,6 @@ const entrypointHelper = {
 // Boot
 // ---------------------------------------------------------------------------------------------
 
-const bootStarted = Date.now();
 const { bridge, classes, module, versions } = await withBootStandIns(async () => {
   const pyodide = await loadPyodide({
     ...(createPyodideModule ? { createPyodideModule } : {}),
@@ -214,7 +213,7 @@ const { bridge, classes, module, versions } = await withBootStandIns(async () =>
   }
   return { bridge, classes: JSON.parse(described), module: pyodide._module, versions };
 });
-console.error(`local runtime: Python Worker loaded in ${Date.now() - bootStarted} ms`);
+console.error(`local runtime: Python ${versions.python} (Pyodide ${versions.pyodide}) loaded`);
 
 // ---------------------------------------------------------------------------------------------
 // The C stack leak of npm Pyodide 0.28.2 under JSPI (fixed in Pyodide 314)

@@ -23,6 +23,7 @@ import shutil
 from collections.abc import Sequence
 
 from edge_limiter.tools import ROOT
+from edge_limiter.tools.project_config import deployment, read_toml
 
 #: The environment variable that names a Node to use instead of the project's.
 NODE_ENV = "NODE"
@@ -88,3 +89,10 @@ def requested_python() -> str | None:
     if value not in PYTHONS:
         raise ToolchainError(f"{PYTHON_ENV}={value!r}: expected one of {', '.join(PYTHONS)}")
     return value
+
+
+def other_python() -> str:
+    """The Python local runs do not use by default (the second pass of ``scripts/test``)."""
+    dep = deployment(read_toml(ROOT / "wrangler.toml"))
+    current = requested_python() or python_of(dep.compatibility_date, dep.compatibility_flags)
+    return next(python for python in PYTHONS if python != current)
