@@ -33,7 +33,7 @@
 //   replicas             1                     how many copies of the Worker to run, each its
 //                                              own isolate sharing the Durable Objects and KV;
 //                                              copies after the first print `REPLICA <url>`
-//   triggerHandlers      false                 serve GET /cdn-cgi/handler/scheduled (runs the
+//   triggerHandlers      false                 serve GET /cdn-cgi/local/scheduled (runs the
 //                                              Cron Trigger handler; never in production)
 //   exitOnStdinEnd       false                 exit when stdin closes (the parent died)
 //   peers                []                    BENCHMARKS ONLY: JavaScript Workers run in the same
@@ -335,7 +335,7 @@ function miniflareOptions(spec, warmupToken, stdlib, appZip, sdkZip) {
     port: spec.port,
     // A plain object or false: Miniflare would otherwise download a cf object from the internet.
     cf: spec.cf ?? false,
-    // GET /cdn-cgi/handler/scheduled runs the Worker's Cron Trigger handler (as
+    // GET /cdn-cgi/local/scheduled runs the Worker's Cron Trigger handler (as
     // `wrangler dev --test-scheduled` does); production has no such path.
     unsafeTriggerHandlers: spec.triggerHandlers,
     log: new miniflare.Log(miniflare.LogLevel.WARN),

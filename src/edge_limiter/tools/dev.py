@@ -10,7 +10,7 @@ server per origin URL the config names). Your own config in front of your own ba
 
 ``--origin NAME=URL`` sends the origin NAME (its URL as written in the config, its host,
 a pool origin's ``name``, or ``default`` for the top-level ``origin``) to URL; origins not
-mapped go to demo origins. ``GET /cdn-cgi/handler/scheduled`` runs the Cron Trigger
+mapped go to demo origins. ``GET /cdn-cgi/local/scheduled`` runs the Cron Trigger
 handler (the health checks), as ``wrangler dev --test-scheduled`` does.
 Counters, overrides, cached answers, idempotency records and breakers persist under
 ``.local/dev/`` (``--fresh`` forgets them all).
@@ -405,7 +405,7 @@ def _print_example_requests(url: str) -> None:
         f"{url}/v1/payments   # again: replayed"
     )
     print(f"  curl -i {url}/health                       # no route: forwarded untouched")
-    print(f"  curl -i {url}/cdn-cgi/handler/scheduled    # run the health checks (cron)")
+    print(f"  curl -i {url}/cdn-cgi/local/scheduled    # run the health checks (cron)")
     print(
         f'  curl -i -H \'MF-CF-Blob: {{"country":"DE","continent":"EU"}}\' '
         f"{url}/v1/tenants/acme/items   # from Germany: X-Origin: eu (else us)"

@@ -75,7 +75,7 @@ class LocalGateway:
         broken_kv_namespaces: TEST ONLY, KV bindings whose every call throws.
         replicas: copies of the Worker, each its own isolate sharing the Durable Objects
             and KV; ``replica_urls`` then lists the copies after the first.
-        trigger_handlers: serve ``/cdn-cgi/handler/scheduled`` (see :meth:`run_scheduled`).
+        trigger_handlers: serve ``/cdn-cgi/local/scheduled`` (see :meth:`run_scheduled`).
         record_analytics: TEST ONLY, every Analytics Engine data point is also printed to the
             runtime's stderr as ``ANALYTICS {json}`` (locally, the dataset keeps nothing).
         compatibility_date: default: the deployment's.
@@ -314,7 +314,7 @@ class LocalGateway:
         import urllib.request  # noqa: PLC0415
 
         query = urllib.parse.urlencode({"cron": cron})
-        url = f"{self.url}/cdn-cgi/handler/scheduled?{query}"
+        url = f"{self.url}/cdn-cgi/local/scheduled?{query}"
         with urllib.request.urlopen(url, timeout=60) as answer:
             answer.read()
             return int(answer.status)
