@@ -348,6 +348,13 @@ function miniflareOptions(spec, warmupToken, stdlib, appZip, sdkZip) {
     // `unsafeEphemeralDurableObjects`: it silently drops SQLite storage. Without a persist
     // directory Miniflare keeps state in memory for the life of the process.
     resourcePersistencePath: spec.persistDir ? path.resolve(spec.persistDir) : undefined,
+    // Miniflare 5 starts a workerd that died again by itself (maybe on another port, with a
+    // fresh isolate nobody warmed up). This launcher's contract is to exit instead, so that
+    // whoever started it (LocalGateway, `edge-limiter dev`) notices and starts it again.
+    unsafeHandleRuntimeRestart() {
+      process.stderr.write("launch.mjs: workerd stopped unexpectedly; exiting\n");
+      return shutdown(1);
+    },
   };
   return convertedOptions(miniflare, MINIFLARE_VERSION, options);
 }

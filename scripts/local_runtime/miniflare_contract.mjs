@@ -103,6 +103,9 @@ export function convertedOptions(miniflare, version, v4Options) {
   if (converted.handleStructuredLogs !== v4Options.handleStructuredLogs) {
     problems.push("handleStructuredLogs (the Worker's console) was dropped");
   }
+  if (converted.unsafeHandleRuntimeRestart !== v4Options.unsafeHandleRuntimeRestart) {
+    problems.push("unsafeHandleRuntimeRestart (exit when workerd dies) was dropped");
+  }
   if (converted.log !== v4Options.log) {
     problems.push("log was dropped");
   }
