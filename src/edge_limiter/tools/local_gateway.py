@@ -54,6 +54,13 @@ def project_deployment(env: str | None = None) -> Deployment:
     return deployment(read_toml(REPO / "wrangler.toml"), env)
 
 
+def _flags_for(date: str, flags: Sequence[str], python: str | None) -> tuple[str, ...]:
+    """The deployment's flags, changed to select ``python`` (default: $EDGE_LIMITER_PYTHON)
+    when one is asked for."""
+    python = python or requested_python()
+    return tuple(flags) if python is None else with_python(date, flags, python)
+
+
 class LocalGatewayError(RuntimeError):
     """The local runtime did not start, or stopped unexpectedly."""
 
@@ -113,16 +120,12 @@ class LocalGateway:
         dep = deployment if deployment is not None else project_deployment()
         self.deployment = dep
         date = compatibility_date or dep.compatibility_date
-        flags = dep.compatibility_flags
-        python = python or requested_python()
-        if python is not None:
-            flags = with_python(date, flags, python)
         self._spec: dict[str, Any] = {
             "workerDir": str(Path(worker_dir).resolve()),
             "host": host,
             "port": port,
             "compatibilityDate": date,
-            "compatibilityFlags": list(flags),
+            "compatibilityFlags": list(_flags_for(date, dep.compatibility_flags, python)),
             "vars": {**dep.vars, **(vars or {})},
             "durableObjects": dict(
                 durable_objects if durable_objects is not None else dep.durable_objects
