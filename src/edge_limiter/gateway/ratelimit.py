@@ -52,6 +52,14 @@ from .ports import Services
 MAX_DENIALS = 256
 
 
+#: A request waiting for a lease request in flight looks for its units after this long,
+#: then twice as long each time, up to :data:`LEASE_POLL_MAX_S` (a lease call's round
+#: trip is a few ms).
+LEASE_POLL_FIRST_S = 0.001
+LEASE_POLL_MAX_S = 0.008
+#: The most lease requests in a row a request waits for before it asks for itself.
+LEASE_WAIT_ROUNDS = 4
+
 #: The most keys one route keeps lease bookkeeping for in an isolate (least recent first
 #: out: a dropped key's units are never used, which can only under-admit).
 MAX_HOLDINGS = 10_000
@@ -345,15 +353,32 @@ class RateLimit:
             return self._from_lease(
                 exchange, holding, lease, now, digest=digest, override=override, check=check
             )
-        ask_at = holding.ask_at(now)
-        if ask_at:
-            elapsed = now - holding.decided_at
-            if now < holding.denied_until:
-                decisions = shifted(holding.decisions, elapsed)
-            else:  # rationed: this isolate's share of a short limit is used up
-                admits_at = holding.admits_at(now)
-                decisions = held_back(holding.decisions, admits_at - now, elapsed)
-            return self._deny(exchange, decisions, digest, 0, override, cached=True)
+        if holding.ask_at(now):
+            return self._deny_held(exchange, holding, digest, override, now)
+        started = clock.now_ms()
+        rounds = 0
+        while holding.waits() and rounds < LEASE_WAIT_ROUNDS:
+            # A sized lease request is out: its lease serves this request too. Wait for it
+            # on this request's own timers (see the cache's collapsing: awaiting what
+            # another request resolves is refused by the platform); if its units went to
+            # the requests before this one, wait for the next sized request (one of them
+            # sent it), not ask beside it.
+            rounds += 1
+            waited = await self._wait_for_lease(holding, cost, started)
+            if isinstance(waited, Lease):
+                finished = clock.now_ms()
+                return self._from_lease(
+                    exchange,
+                    holding,
+                    waited,
+                    finished,
+                    digest=digest,
+                    override=override,
+                    check=check,
+                    latency=finished - started,
+                )
+            if waited:
+                return self._deny_held(exchange, holding, digest, override, clock.now_ms())
         started = clock.now_ms()
         try:
             # Answered even if the client goes away meanwhile: the holding counts the call
@@ -396,6 +421,46 @@ class RateLimit:
             check=check,
             latency=finished - started,
         )
+
+    def _deny_held(
+        self,
+        exchange: Exchange,
+        holding: Holding,
+        digest: str,
+        override: Override | None,
+        now: int,
+    ) -> Admission:
+        """Deny without asking: the object's last answer was a denial still in force, or
+        this isolate's share of a short limit is used up (a rationed lease)."""
+        elapsed = now - holding.decided_at
+        if now < holding.denied_until:
+            decisions = shifted(holding.decisions, elapsed)
+        else:  # rationed: this isolate's share of a short limit is used up
+            decisions = held_back(holding.decisions, holding.admits_at(now) - now, elapsed)
+        return self._deny(exchange, decisions, digest, 0, override, cached=True)
+
+    async def _wait_for_lease(self, holding: Holding, cost: int, started: int) -> Lease | bool:
+        """Wait for the sized lease request in flight: the lease this request is admitted
+        from; True when the answer says to deny without asking (a denial, a rationed
+        share used up); False when this request must ask for itself (the answer's units
+        went to the requests before it, or no answer came within the store's timeout)."""
+        clock, sleep = self.services.clock, self.services.sleep
+        answers = holding.answers
+        delay_s = LEASE_POLL_FIRST_S
+        while holding.answers == answers:
+            await sleep(delay_s)
+            delay_s = min(2 * delay_s, LEASE_POLL_MAX_S)
+            now = clock.now_ms()
+            lease = holding.take(cost, now)
+            if lease is not None:
+                return lease
+            if now - started >= self.timeout_ms:
+                return False
+        now = clock.now_ms()
+        lease = holding.take(cost, now)
+        if lease is not None:
+            return lease
+        return bool(holding.ask_at(now))
 
     async def _ask(
         self, holding: Holding, name: str, check: Check, now: int, reserved: int

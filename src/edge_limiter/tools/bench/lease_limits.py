@@ -149,6 +149,43 @@ def run_pair(
     return out
 
 
+#: The one-way delay of a lease call the simulation uses (µs): the round trips measured
+#: on the local runtime under this load (both isolates and the object in one workerd, on
+#: a shared 2-core machine) were mostly 5-60 ms.
+SIM_DELAY_US = (2_500, 30_000)
+#: Where the arrivals start in the window, as measured (the load generator's start).
+SIM_PHASE_MS = 500
+
+
+def simulated(
+    run: dict[str, Any], seconds: float, delay_us: tuple[int, int] = SIM_DELAY_US
+) -> dict[str, Any]:
+    """The lease simulation at the operating point of ``run`` (its isolates, algorithm,
+    mode and offered rate, the same limit, phase and duration): the ratio of admitted
+    requests to its exact counter's, and object calls per admitted request."""
+    from edge_limiter.core.ratelimit.rates import Limit, parse_rate  # noqa: PLC0415
+    from edge_limiter.tools.lease_sim import Scenario, simulate  # noqa: PLC0415
+
+    scenario = Scenario(
+        run["isolates"],
+        max(1, round(run["lease"]["requests"] / seconds)),
+        Limit(parse_rate(LIMIT)),
+        run["algorithm"],
+        skew=0.0,
+        duration_ms=int(seconds * 1000),
+        delay_us=delay_us,
+        phase_ms=SIM_PHASE_MS,
+        moving=run["mode"] == "moving",
+    )
+    result = simulate(scenario)
+    return {
+        "rate": scenario.rate,
+        "ratio": result.admitted / max(1, result.reference_admitted),
+        "calls_per_admitted": result.calls_per_admitted,
+        "over": result.over,
+    }
+
+
 def _calls(gw: Any) -> int:
     return int(gw.durable_object_calls().get("RateLimiter.decide", 0))
 
@@ -180,4 +217,3 @@ def measure(
                         run_pair(gw, bases, algorithm, mode, seconds=seconds, clients=clients)
                     )
     return runs
-
