@@ -120,14 +120,17 @@ def run_pair(
     *,
     seconds: float,
     clients: int,
+    align: bool = True,
 ) -> dict[str, Any]:
-    """One leased run and its control, each on a fresh key at the same window phase."""
+    """One leased run and its control, each on a fresh key at the same window phase
+    (``align``: else at once, as ``--quick`` runs, whose figures mean nothing)."""
     out: dict[str, Any] = {"algorithm": algorithm, "mode": mode, "isolates": len(bases)}
     plan = schedule(mode, len(bases), seconds)
     for kind in ("lease", "plain"):
         route = f"{kind}-{algorithm}"
         key = f"{route}-{mode}-{len(bases)}-{time.time_ns()}"
-        _align(PHASE_S)
+        if align:
+            _align(PHASE_S)
         before = _calls(gw)
         results = _drive(bases, route, key, plan, clients)
         calls = _calls(gw) - before
@@ -199,6 +202,7 @@ def measure(
     modes: Sequence[str],
     seconds: float,
     clients: int,
+    align: bool = True,
 ) -> list[dict[str, Any]]:
     """Every (isolates, algorithm, mode) pair of runs, a fresh runtime per isolate count."""
     from edge_limiter.tools.local_gateway import LocalGateway  # noqa: PLC0415
@@ -214,6 +218,14 @@ def measure(
             for algorithm in algorithms:
                 for mode in modes:
                     runs.append(
-                        run_pair(gw, bases, algorithm, mode, seconds=seconds, clients=clients)
+                        run_pair(
+                            gw,
+                            bases,
+                            algorithm,
+                            mode,
+                            seconds=seconds,
+                            clients=clients,
+                            align=align,
+                        )
                     )
     return runs
