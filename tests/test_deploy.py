@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_limiter.tools.toolchain import PYTHONS, python_of
+
 # wrangler (Node) builds and bundles the Worker: the full run's, not the fast loop's.
 pytestmark = pytest.mark.slow
 
@@ -46,7 +48,9 @@ def dry_run(
     env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "NO_COLOR": "1", "CI": "true"}
     extra = ["--env", request.param] if request.param else []
     done = subprocess.run(
-        [str(WRANGLER), "deploy", "--dry-run", "--outdir", str(out), *extra],
+        # As the docs say to run it: npx puts node_modules/.bin first on the PATH, so
+        # wrangler runs on the project's Node (>= 22.12), whatever Node the PATH has.
+        ["npx", "--no", "wrangler", "deploy", "--dry-run", "--outdir", str(out), *extra],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -100,4 +104,8 @@ def test_every_durable_object_has_a_sqlite_migration_and_is_exported() -> None:
     staging = config["env"]["staging"]
     assert staging["vars"]["EDGE_LIMITER_ENV"] == "staging"
     assert {b["class_name"] for b in staging["durable_objects"]["bindings"]} == classes
-    assert config["compatibility_date"] >= "2025-10-16"  # Pyodide 0.28.2 / Python 3.13
+    # Python 3.13 or 3.14, the two the local runtime hosts, and the SDK the runtime provides
+    # (from 2026-04-21 a Worker must otherwise ship it: enable_python_external_sdk).
+    assert python_of(config["compatibility_date"], config["compatibility_flags"]) in PYTHONS
+    if config["compatibility_date"] >= "2026-04-21":
+        assert "disable_python_external_sdk" in config["compatibility_flags"]

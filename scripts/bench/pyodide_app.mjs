@@ -2,7 +2,10 @@
 // shared by the profiles in this directory and the adapter's tests.
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { loadPyodide } from "pyodide";
+// EDGE_LIMITER_PYTHON=3.14: Pyodide 314.0.6 (npm alias pyodide-314); else 0.28.2 (Python 3.13).
+const { loadPyodide } = await import(
+  process.env.EDGE_LIMITER_PYTHON === "3.14" ? "pyodide-314" : "pyodide"
+);
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 

@@ -4,7 +4,10 @@
 //   node scripts/bench/pyodide_core.mjs [core_bench arguments]
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { loadPyodide } from "pyodide";
+// EDGE_LIMITER_PYTHON=3.14: Pyodide 314.0.6 (npm alias pyodide-314); else 0.28.2 (Python 3.13).
+const { loadPyodide } = await import(
+  process.env.EDGE_LIMITER_PYTHON === "3.14" ? "pyodide-314" : "pyodide"
+);
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 const pyodide = await loadPyodide();

@@ -1,17 +1,20 @@
-// Host for the project's unchanged Python Worker on local workerd: boots npm Pyodide 0.28.2 at
+// Host for the project's unchanged Python Worker on local workerd: boots npm Pyodide (0.28.2 for
+// Python 3.13, 314.0.6 for Python 3.14; launch.mjs picks it from the Worker's date and flags) at
 // global scope (top-level await), loads the workers-runtime-sdk and the Worker's code, and
 // provides JavaScript classes (extending the real WorkerEntrypoint / DurableObject) that forward
 // every call to the Python classes. launch.mjs generates the entry module that exports them.
 //
-// Why each trick exists (measured on workerd 2026-04-26):
+// Why each trick exists (measured on workerd 2026-04-26, again on 2026-11-17):
 // - Boot at global scope: inside a request workerd refuses `new WebAssembly.Module`, eval and
 //   `new Function` ("disallowed by embedder"); at global scope it allows them. The top-level
 //   await resolves through microtasks only (no timers or I/O), which workerd permits.
-// - Module types: pyodide.asm.js is an ESModule imported for its side effect (its last line sets
-//   `globalThis._createPyodideModule`), the wasm is CompiledWasm (a WebAssembly.Module), the
-//   stdlib and the Python code are Data, the lock file is Text (`lockFileContents`).
-// - prelude.mjs: `importScripts`, `location`, `setImmediate` for Pyodide's environment sniffing
-//   and Emscripten (reasons in that file); removed again after the boot.
+// - Module types: Pyodide's module factory comes from pyodide/create.mjs (launch.mjs writes it:
+//   0.28's pyodide.asm.js sets `globalThis._createPyodideModule`, 314's pyodide.asm.mjs exports
+//   it), the wasm is CompiledWasm (a WebAssembly.Module), the stdlib and the Python code are
+//   Data, the lock file is Text (`lockFileContents`).
+// - prelude.mjs: `importScripts`, `location`, `setImmediate`, synchronous `WebAssembly.compile`
+//   and `instantiate`, and `process` hidden, for Pyodide's environment sniffing and Emscripten
+//   (reasons in that file); undone after the boot.
 // - During the boot only, then restored (a reference Python kept forwards to the original):
 //   - `fetch`: workerd refuses fetch at global scope; Pyodide fetches the stdlib zip and the
 //     wasm by URL. The stand-in serves the imported modules as plain `{ok, arrayBuffer}` objects
@@ -28,7 +31,7 @@
 //   the SDK imports; workerd provides them to production Python Workers.
 
 import { bootOrigin, restoreBootGlobals } from "./prelude.mjs";
-import "./pyodide/pyodide.asm.js";
+import createPyodideModule from "./pyodide/create.mjs";
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import pyodideWasm from "./pyodide/pyodide.asm.wasm";
 import pythonStdlib from "./pyodide/python_stdlib.zip";
@@ -172,9 +175,9 @@ const entrypointHelper = {
 // Boot
 // ---------------------------------------------------------------------------------------------
 
-const bootStarted = Date.now();
-const { bridge, classes, module } = await withBootStandIns(async () => {
+const { bridge, classes, module, versions } = await withBootStandIns(async () => {
   const pyodide = await loadPyodide({
+    ...(createPyodideModule ? { createPyodideModule } : {}),
     indexURL: bootOrigin,
     packageBaseUrl: bootOrigin,
     lockFileContents: pyodideLock,
@@ -192,6 +195,9 @@ const { bridge, classes, module } = await withBootStandIns(async () => {
   pyodide.FS.writeFile("/session/bundle/app.zip", new Uint8Array(appZip));
   pyodide.FS.writeFile("/session/bundle/sdk.zip", new Uint8Array(sdkZip));
 
+  // The path finders cache directory listings by mtime, and the clock stands still at global
+  // scope: a file written after the first import in that directory is otherwise not seen.
+  pyodide.runPython("import importlib; importlib.invalidate_caches()");
   const bridge = pyodide.pyimport(BRIDGE_MODULE);
   bridge.install("/session/bundle/app.zip", "/session/bundle/sdk.zip");
   let described;
@@ -201,12 +207,16 @@ const { bridge, classes, module } = await withBootStandIns(async () => {
     console.error(`local runtime: importing ${config.mainModule}.py failed:\n${error.message}`);
     throw error;
   }
-  return { bridge, classes: JSON.parse(described), module: pyodide._module };
+  const versions = { python: pyodide.runPython("import sys; sys.version.split()[0]"), pyodide: pyodide.version };
+  if (versions.pyodide !== config.python.pyodide) {
+    throw new Error(`local runtime: booted Pyodide ${versions.pyodide}, expected ${config.python.pyodide}`);
+  }
+  return { bridge, classes: JSON.parse(described), module: pyodide._module, versions };
 });
-console.error(`local runtime: Python Worker loaded in ${Date.now() - bootStarted} ms`);
+console.error(`local runtime: Python ${versions.python} (Pyodide ${versions.pyodide}) loaded`);
 
 // ---------------------------------------------------------------------------------------------
-// The C stack leak of npm Pyodide 0.28.2 under JSPI
+// The C stack leak of npm Pyodide 0.28.2 under JSPI (fixed in Pyodide 314)
 // ---------------------------------------------------------------------------------------------
 
 // Every call into Python made with stack switching (JSPI: `callPromising`, and every asyncio
@@ -236,7 +246,13 @@ function guardStack(module) {
     }
   };
 }
-guardStack(module);
+const STACK_LEAKS = versions.pyodide.startsWith("0.28.");
+if (STACK_LEAKS) {
+  if (typeof module.callPyObjectMaybePromising !== "function" || typeof module.stackSave !== "function") {
+    throw new Error(`local runtime: Pyodide ${versions.pyodide} lacks the internals guardStack wraps`);
+  }
+  guardStack(module);
+}
 const bootStackPointer = module.stackSave();
 
 const invoke = bridge.invoke;
@@ -344,7 +360,7 @@ export const entrypoint = (() => {
   forwarding.prototype.fetch = function (request) {
     if (config.warmupToken && request.headers.get(WARMUP_HEADER) === config.warmupToken) {
       beforeRequest();
-      return Response.json(describeRuntime(this.env));
+      return Response.json(describeRuntime(this.env, request));
     }
     if (pythonFetch === undefined) {
       throw new TypeError("The Python class Default defines no fetch method");
@@ -408,7 +424,7 @@ function bindingKind(value) {
   return value?.constructor?.name && value.constructor.name !== "Object" ? value.constructor.name : tag;
 }
 
-function describeRuntime(env) {
+function describeRuntime(env, request) {
   const bindings = {};
   for (const name of Object.keys(env).sort()) {
     bindings[name] = bindingKind(env[name]);
@@ -417,6 +433,14 @@ function describeRuntime(env) {
     compatibilityDate: config.compatibilityDate,
     compatibilityFlags: config.compatibilityFlags,
     pythonCompatFlags: config.pythonCompatFlags,
+    python: versions.python,
+    pyodide: versions.pyodide,
+    // What the launcher's warm-up sent as MF-CF-Blob and CF-Connecting-IP (it checks both).
+    warmup: {
+      country: request.cf?.country,
+      continent: request.cf?.continent,
+      clientIp: request.headers.get("cf-connecting-ip"),
+    },
     bindings,
     calls: callCounts,
     // How far the C stack pointer is below where it was after the boot (see guardStack).

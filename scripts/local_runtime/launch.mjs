@@ -19,7 +19,9 @@
 //   compatibilityDate    REQUIRED              the Worker's date (wrangler.toml's); no default, so
 //                                              the local runtime never silently differs
 //   compatibilityFlags   []                    the Worker's flags; "python_workers" is implemented
-//                                              by this host and not passed to workerd
+//                                              by this host and not passed to workerd. With the
+//                                              date they pick the Python (python_runtime.mjs):
+//                                              3.13 (Pyodide 0.28.2) or 3.14 (Pyodide 314.0.6)
 //   pythonCompatFlags    (from the date)       values of the SDK's _cloudflare_compat_flags
 //   sdkDir               .venv site-packages   directory holding the `workers` SDK package
 //   cf                   Miniflare placeholder request.cf when the client sends no MF-CF-Blob
@@ -31,7 +33,7 @@
 //   replicas             1                     how many copies of the Worker to run, each its
 //                                              own isolate sharing the Durable Objects and KV;
 //                                              copies after the first print `REPLICA <url>`
-//   triggerHandlers      false                 serve GET /cdn-cgi/handler/scheduled (runs the
+//   triggerHandlers      false                 serve GET /cdn-cgi/local/scheduled (runs the
 //                                              Cron Trigger handler; never in production)
 //   exitOnStdinEnd       false                 exit when stdin closes (the parent died)
 //   peers                []                    BENCHMARKS ONLY: JavaScript Workers run in the same
@@ -43,23 +45,34 @@
 //
 // Prints two lines on stdout once a first request has been served (Pyodide boots while workerd
 // loads the Worker; a warm-up request then runs the per-isolate first-request work):
-// `RUNTIME {json}` (the compatibility date and flags and every binding's kind, as seen from
-// inside the Worker), then `READY http://127.0.0.1:<port>`. Everything else (workerd, the Worker's console, Miniflare)
-// goes to stderr. SIGTERM/SIGINT dispose Miniflare (which stops workerd) and exit 0.
+// `RUNTIME {json}` (the compatibility date and flags, the Python and Pyodide versions, and
+// every binding's kind, as seen from inside the Worker), then `READY http://127.0.0.1:<port>`. Everything else (workerd, the Worker's console, Miniflare)
+// goes to stderr. SIGTERM/SIGINT/SIGHUP dispose Miniflare (which stops workerd) and exit 0.
+// What this relies on inside Miniflare is checked at every launch (miniflare_contract.mjs).
 
 import { randomUUID } from "node:crypto";
+import { createRequire } from "node:module";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { zipSync } from "fflate";
-import { Log, LogLevel, Miniflare } from "miniflare";
+import * as miniflare from "miniflare";
+import {
+  checkMiniflareModule,
+  convertedOptions,
+  hookedSignals,
+  replaceExitHooks,
+} from "./miniflare_contract.mjs";
+import { pythonRuntime, selectPython } from "./python_runtime.mjs";
 import { compiledStdlib, compiledTree } from "./stdlib_cache.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
-const PYODIDE_DIR = path.join(REPO, "node_modules", "pyodide");
+const MINIFLARE_VERSION = createRequire(import.meta.url)("miniflare/package.json").version;
 const CACHE_DIR = path.join(REPO, "node_modules", ".cache", "edge-limiter-local-runtime");
 const WARMUP_HEADER = "x-edge-local-runtime-warmup";
+const WARMUP_CF = { country: "AQ", continent: "AN" };
+const WARMUP_CLIENT = "192.0.2.41";
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const MAIN_WORKER = "gateway";
 // Flags this host implements itself: it runs Pyodide inside a JavaScript Worker.
@@ -72,6 +85,21 @@ const PYTHON_FLAG_DATES = {
   python_request_headers_preserve_commas: "2026-02-17",
   python_workflows_implicit_dependencies: "2026-02-25",
 };
+
+/** Throws unless the warm-up's MF-CF-Blob and CF-Connecting-IP reached the Worker unchanged. */
+function checkStandIns(described) {
+  const seen = described.warmup ?? {};
+  const problems = [];
+  if (seen.country !== WARMUP_CF.country || seen.continent !== WARMUP_CF.continent) {
+    problems.push(`an MF-CF-Blob header no longer sets request.cf (sent ${JSON.stringify(WARMUP_CF)}, the Worker saw ${JSON.stringify({ country: seen.country, continent: seen.continent })})`);
+  }
+  if (seen.clientIp !== WARMUP_CLIENT) {
+    problems.push(`a client's CF-Connecting-IP no longer reaches the Worker (sent ${WARMUP_CLIENT}, the Worker saw ${seen.clientIp})`);
+  }
+  if (problems.length > 0) {
+    throw new Error(`miniflare ${MINIFLARE_VERSION}: ${problems.join("; ")}; the tests and docs/local-runtime.md rely on both`);
+  }
+}
 
 function fail(message) {
   process.stderr.write(`launch.mjs: ${message}\n`);
@@ -110,6 +138,11 @@ function readSpec(specPath) {
   }
   if (!/^\d{4}-\d{2}-\d{2}$/.test(spec.compatibilityDate ?? "")) {
     fail(`spec.compatibilityDate is required (YYYY-MM-DD, as in wrangler.toml), got ${spec.compatibilityDate}`);
+  }
+  try {
+    spec.python = pythonRuntime(REPO, selectPython(spec.compatibilityDate, spec.compatibilityFlags));
+  } catch (error) {
+    fail(error.message);
   }
   spec.compatibilityFlags = spec.compatibilityFlags.filter((flag) => !HOSTED_FLAGS.includes(flag));
   spec.workerDir = path.resolve(path.dirname(specPath), spec.workerDir);
@@ -224,16 +257,18 @@ function miniflareOptions(spec, warmupToken, stdlib, appZip, sdkZip) {
     brokenKvNamespaces: spec.brokenKvNamespaces,
     recordAnalytics: spec.recordAnalytics ? Object.keys(spec.analyticsEngineDatasets) : [],
     warmupToken,
+    python: { version: spec.python.version, pyodide: spec.python.pyodide },
   };
   const file = (name) => path.join(HERE, name);
-  const pyodideFile = (name) => readFileSync(path.join(PYODIDE_DIR, name));
+  const pyodideFile = (name) => readFileSync(path.join(spec.python.dir, name));
   const modules = [
     { type: "ESModule", path: file("entry.mjs"), contents: entryModule(spec, brokenBindings) },
     { type: "ESModule", path: file("host.mjs"), contents: readFileSync(file("host.mjs")) },
     { type: "ESModule", path: file("prelude.mjs"), contents: readFileSync(file("prelude.mjs")) },
     { type: "ESModule", path: file("config.mjs"), contents: `export default ${JSON.stringify(config)};\n` },
     { type: "Text", path: file("host_bridge.py"), contents: readFileSync(file("host_bridge.py"), "utf8") },
-    { type: "ESModule", path: file("pyodide/pyodide.asm.js"), contents: pyodideFile("pyodide.asm.js") },
+    { type: "ESModule", path: file(`pyodide/${spec.python.asm}`), contents: pyodideFile(spec.python.asm) },
+    { type: "ESModule", path: file("pyodide/create.mjs"), contents: createModule(spec.python.asm) },
     { type: "ESModule", path: file("pyodide/pyodide.mjs"), contents: pyodideFile("pyodide.mjs") },
     { type: "CompiledWasm", path: file("pyodide/pyodide.asm.wasm"), contents: pyodideFile("pyodide.asm.wasm") },
     { type: "Data", path: file("pyodide/python_stdlib.zip"), contents: stdlib },
@@ -300,23 +335,41 @@ function miniflareOptions(spec, warmupToken, stdlib, appZip, sdkZip) {
     port: spec.port,
     // A plain object or false: Miniflare would otherwise download a cf object from the internet.
     cf: spec.cf ?? false,
-    // GET /cdn-cgi/handler/scheduled runs the Worker's Cron Trigger handler (as
+    // GET /cdn-cgi/local/scheduled runs the Worker's Cron Trigger handler (as
     // `wrangler dev --test-scheduled` does); production has no such path.
     unsafeTriggerHandlers: spec.triggerHandlers,
-    log: new Log(LogLevel.WARN),
+    log: new miniflare.Log(miniflare.LogLevel.WARN),
     logRequests: false,
-    handleRuntimeStdio(stdout, stderr) {
-      stdout.pipe(process.stderr);
-      stderr.pipe(process.stderr);
+    // workerd's output (the Worker's console included), one line per log.
+    handleStructuredLogs({ message }) {
+      process.stderr.write(message.endsWith("\n") ? message : `${message}\n`);
+    },
+    // Durable Object (SQLite) state under <persistDir>/do, KV under <persistDir>/kv. Never
+    // `unsafeEphemeralDurableObjects`: it silently drops SQLite storage. Without a persist
+    // directory Miniflare keeps state in memory for the life of the process.
+    resourcePersistencePath: spec.persistDir ? path.resolve(spec.persistDir) : undefined,
+    // Miniflare 5 starts a workerd that died again by itself (maybe on another port, with a
+    // fresh isolate nobody warmed up). This launcher's contract is to exit instead, so that
+    // whoever started it (LocalGateway, `edge-limiter dev`) notices and starts it again.
+    unsafeHandleRuntimeRestart() {
+      process.stderr.write("launch.mjs: workerd stopped unexpectedly; exiting\n");
+      return shutdown(1);
     },
   };
-  // Never `unsafeEphemeralDurableObjects`: it silently drops SQLite storage. Without a persist
-  // directory Miniflare keeps state in memory for the life of the process.
-  if (spec.persistDir) {
-    options.durableObjectsPersist = path.join(path.resolve(spec.persistDir), "do");
-    options.kvPersist = path.join(path.resolve(spec.persistDir), "kv");
+  return convertedOptions(miniflare, MINIFLARE_VERSION, options);
+}
+
+/**
+ * The module host.mjs imports Pyodide's module factory from. Pyodide 0.28's `pyodide.asm.js`
+ * is a script whose last line sets `globalThis._createPyodideModule` (its loader looks for
+ * that global); Pyodide 314's `pyodide.asm.mjs` exports the factory, passed to `loadPyodide`
+ * as `createPyodideModule` (its loader would otherwise `import()` the file by URL).
+ */
+function createModule(asm) {
+  if (asm === "pyodide.asm.js") {
+    return `import "./pyodide.asm.js";\nexport default undefined;\n`;
   }
-  return options;
+  return `export { default } from "./pyodide.asm.mjs";\n`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -330,24 +383,32 @@ console.info = console.error;
 const spec = readSpec(process.argv[2]);
 const warmupToken = randomUUID();
 const started = performance.now();
-const stdlib = await compiledStdlib(PYODIDE_DIR, CACHE_DIR, (line) =>
+const stdlib = await compiledStdlib(spec.python.dir, CACHE_DIR, (line) =>
   process.stderr.write(`launch.mjs: ${line}\n`),
 );
 // The Worker's code and the SDK with bytecode, as the stdlib (see stdlib_cache.mjs); where
 // host_bridge.py unpacks them decides the file names compiled in.
 const log = (line) => process.stderr.write(`launch.mjs: ${line}\n`);
 const appZip = await compiledTree(
-  PYODIDE_DIR, CACHE_DIR, zipDirectory(spec.workerDir), "/session/metadata", "app", log,
+  spec.python.dir, CACHE_DIR, zipDirectory(spec.workerDir), "/session/metadata", "app", log,
 );
 const sdkZip = await compiledTree(
-  PYODIDE_DIR,
+  spec.python.dir,
   CACHE_DIR,
   zipDirectory(spec.sdkDir, (name) => SDK_TOP_LEVEL.has(name.split("/")[0])),
-  "/lib/python3.13/site-packages",
+  spec.python.sitePackages,
   "sdk",
   log,
 );
-const mf = new Miniflare(miniflareOptions(spec, warmupToken, stdlib, appZip, sdkZip));
+let options;
+try {
+  checkMiniflareModule(miniflare, MINIFLARE_VERSION);
+  options = miniflareOptions(spec, warmupToken, stdlib, appZip, sdkZip);
+} catch (error) {
+  fail(error.message);
+}
+const signalsBefore = hookedSignals();
+const mf = new miniflare.Miniflare(options);
 
 let stopping;
 function shutdown(code) {
@@ -363,11 +424,15 @@ function shutdown(code) {
   })();
   return stopping;
 }
-// Miniflare's own SIGTERM/SIGINT hooks SIGKILL workerd and exit at once (code 143/130),
-// before workerd is reaped; replace them with a full dispose, then exit 0.
-for (const signal of ["SIGTERM", "SIGINT"]) {
-  process.removeAllListeners(signal);
-  process.on(signal, () => shutdown(0));
+// Miniflare's own SIGTERM/SIGINT/SIGHUP hooks SIGKILL workerd and exit at once (code
+// 143/130/129), before workerd is reaped; replace them with a full dispose, then exit 0. Once
+// now and again when workerd runs, in case Miniflare hooks them only then.
+const exitHooks = () => replaceExitHooks(MINIFLARE_VERSION, signalsBefore, () => shutdown(0));
+try {
+  exitHooks();
+} catch (error) {
+  process.stderr.write(`launch.mjs: ${error.message}\n`);
+  await shutdown(2);
 }
 if (spec.exitOnStdinEnd) {
   process.stdin.on("end", () => shutdown(0));
@@ -377,12 +442,22 @@ if (spec.exitOnStdinEnd) {
 
 try {
   const url = await mf.ready;
+  exitHooks();
   const origin = url.origin;
-  const warmup = await mf.dispatchFetch(origin, { headers: { [WARMUP_HEADER]: warmupToken } });
+  // Over HTTP as a client sends it, with the two local stand-ins for what Cloudflare sets
+  // (docs/local-runtime.md): the host checks that they reach the Worker.
+  const warmup = await fetch(origin, {
+    headers: {
+      [WARMUP_HEADER]: warmupToken,
+      "MF-CF-Blob": JSON.stringify(WARMUP_CF),
+      "CF-Connecting-IP": WARMUP_CLIENT,
+    },
+  });
   const described = await warmup.text();
   if (warmup.status !== 200) {
     throw new Error(`warm-up request answered ${warmup.status}, expected 200: ${described}`);
   }
+  checkStandIns(JSON.parse(described));
   // What the Worker got, as seen from inside it (bindings by type, flags, date).
   process.stdout.write(`RUNTIME ${described}\n`);
   // The probe's token, for the test harness on the other end of this pipe only.

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 import httpx
 import pytest
 
 from edge_limiter.tools.demo_origin import DemoOrigin
+from edge_limiter.tools.toolchain import PYODIDE_OF, python_of, requested_python
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +86,13 @@ def test_dev_serves_the_example_config_and_stops_cleanly(tmp_path: Path) -> None
     try:
         assert "curl" in "".join(lines)
         assert "config: edge-limiter.toml" in "".join(lines)
-        assert "compatibility date 2025-11-01" in "".join(lines)
+        wrangler = tomllib.loads((ROOT / "wrangler.toml").read_text())
+        date = wrangler["compatibility_date"]
+        assert f"compatibility date {date}" in "".join(lines)
+        # The Python and its Pyodide, as wrangler.toml selects them (or EDGE_LIMITER_PYTHON).
+        python = requested_python() or python_of(date, wrangler["compatibility_flags"])
+        assert f"Python {python}." in "".join(lines)
+        assert f"on Pyodide {PYODIDE_OF[python]}" in "".join(lines)
         # The example "login" route: 5 per minute per client, sliding log.
         codes = [
             httpx.post(f"{base}/v1/login", headers={"cf-connecting-ip": "192.0.2.10"}).status_code

@@ -48,6 +48,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from edge_limiter.tools.local_gateway import LocalGateway
+from edge_limiter.tools.toolchain import node
 
 from .conftest import fresh_ip, track
 
@@ -79,7 +80,7 @@ class Tally:
 def fast_origin() -> Iterator[str]:
     """A keep-alive Node origin that takes any body (chunked too) and marks its answers."""
     process = subprocess.Popen(
-        ["node", str(ROOT / "scripts" / "bench" / "origin.mjs")],
+        [node(), str(ROOT / "scripts" / "bench" / "origin.mjs")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

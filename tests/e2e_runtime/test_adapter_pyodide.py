@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -18,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from edge_limiter.tools.toolchain import node
+
 ROOT = Path(__file__).resolve().parents[2]
-NODE = os.environ.get("NODE") or shutil.which("node") or "node"
+NODE = node()
 
 pytestmark = pytest.mark.e2e
 

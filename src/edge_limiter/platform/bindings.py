@@ -184,7 +184,8 @@ class FetchOrigin:
     watched (:class:`_Outgoing`), so the adapter knows whether the client's own stream
     failed (:class:`ClientBodyError`) and, for a body in memory, whether fetch took more of
     it than it takes before it has a connection (:class:`OriginConnectError` when not). A
-    bodiless request, or a streamed body, gives no such sign: its failure is an
+    bodiless request, a streamed body, or (on workerd 1.20261117) a body small enough to be
+    read whole while the runtime connects gives no such sign: its failure is an
     :class:`OriginUnreachableError`, as the request may have arrived.
     """
 
@@ -251,16 +252,26 @@ class _Outgoing:
     In memory, where the gateway asks (it would send the request to another origin if it
     never left): a stream the adapter serves itself, one part per pull (``highWaterMark``
     0), through a ``FixedLengthStream`` so the origin gets a Content-Length (a stream made
-    in JavaScript is otherwise sent chunked). Measured on workerd: the runtime takes two
-    parts before it has a connection (fetch one, the ``FixedLengthStream`` one more), and
-    the next only once the first was written to the connection. The first part is a
-    single byte, which fits any socket buffer, the second the rest: once a connection
-    exists, the next pull (the end) follows at once. So while no more than two parts were
-    taken and the end was not reached, the connection was never made (``connected`` is
-    False) and the body can go to another origin. (A body of one byte ends within those
-    two pulls: it is never judged unsent.) Elsewhere a body in memory goes as bytes, in
-    one write: an origin that answers before reading it and closes the connection may
-    make a write after the first fail, and lose its answer.
+    in JavaScript is otherwise sent chunked). The first part is a single byte, the second
+    the rest, then the end. The rule: while the end was not taken the origin cannot have
+    the whole request, and while no more than two parts were taken the runtime had no
+    connection yet (``connected`` is False): the body can go to another origin. Measured
+    (a refused port, one that accepts and never reads, one whose connect hangs):
+
+    - workerd 1.20260426 takes two parts before it has a connection (fetch one, the
+      ``FixedLengthStream`` one more), and the next only once the first was written to
+      it: a refused connection leaves any body at two parts.
+    - workerd 1.20261117 reads the body while it connects, before the connection exists,
+      until about 64 KiB are buffered (8-16 KiB of a stream without a length): a larger
+      body stops at two parts when the connection is refused and is taken to its end
+      once one exists; a smaller one is taken to its end either way, so its failure is
+      judged as possibly sent (never sent twice; the breaker counts it). Its error is
+      the same as before ("Network connection lost.", ``remote`` and ``retryable`` true,
+      for a refused connection and a reset alike): no better sign.
+
+    (A body of one byte ends within two pulls: it is never judged unsent.) Elsewhere a
+    body in memory goes as bytes, in one write: an origin that answers before reading it
+    and closes the connection may make a write after the first fail, and lose its answer.
 
     The client's own stream (a body too large to keep, or of unknown length): piped by
     the runtime itself into a ``FixedLengthStream`` (its Content-Length) or an

@@ -441,7 +441,11 @@ class Simulator:
             data = bytes(body)
         else:
             data = await body.read()
-        lines = tuple((name.lower(), value) for name, value in response.headers.items())
+        fields = response.headers
+        if isinstance(fields, Headers):  # its names are lower case already
+            lines = tuple(fields)
+        else:
+            lines = tuple((name.lower(), value) for name, value in fields.items())
         return Answer(response.status, Fields.of(lines), data, forwarded, lines)
 
     # --- time and state ------------------------------------------------------------------

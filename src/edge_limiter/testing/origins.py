@@ -76,8 +76,10 @@ class Fields(dict[str, str]):
     def of(cls, lines: tuple[tuple[str, str], ...]) -> Fields:
         """The fields of ``lines`` (names in lower case), each line kept for :meth:`get_all`."""
         fields = cls()
+        found = dict.get  # the names are lower case already: no lookup in any case
         for key, value in lines:
-            fields[key] = f"{fields[key]}, {value}" if key in fields else value
+            before = found(fields, key)
+            fields[key] = value if before is None else f"{before}, {value}"
         fields.lines = lines
         return fields
 
@@ -145,10 +147,11 @@ class _Origins:
         if attempts is not None:
             attempts[0] += 1
         reply: Any = self.respond(call) if self.respond is not None else None
-        if inspect.isawaitable(reply):
-            reply = await reply
         if not isinstance(reply, Reply):
-            reply = _as_reply(reply, request, len(self.calls))
+            if inspect.isawaitable(reply):
+                reply = await reply
+            if not isinstance(reply, Reply):
+                reply = _as_reply(reply, request, len(self.calls))
         after_ms = (
             self.latency_ms
             if reply.after is None

@@ -43,6 +43,7 @@ from typing import Any
 
 from edge_limiter.core.config.parse import parse_config
 from edge_limiter.tools import ROOT as REPO
+from edge_limiter.tools import toolchain
 from edge_limiter.tools.build_worker import build
 from edge_limiter.tools.cache_suite_results import (
     DOC,
@@ -119,7 +120,7 @@ def check_config(config: Mapping[str, Any]) -> None:
 
 
 def _node() -> str:
-    return os.environ.get("NODE") or shutil.which("node") or "node"
+    return toolchain.node()
 
 
 def suite_version(suite_dir: Path = SUITE_DIR) -> str:

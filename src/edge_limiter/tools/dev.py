@@ -10,7 +10,7 @@ server per origin URL the config names). Your own config in front of your own ba
 
 ``--origin NAME=URL`` sends the origin NAME (its URL as written in the config, its host,
 a pool origin's ``name``, or ``default`` for the top-level ``origin``) to URL; origins not
-mapped go to demo origins. ``GET /cdn-cgi/handler/scheduled`` runs the Cron Trigger
+mapped go to demo origins. ``GET /cdn-cgi/local/scheduled`` runs the Cron Trigger
 handler (the health checks), as ``wrangler dev --test-scheduled`` does.
 Counters, overrides, cached answers, idempotency records and breakers persist under
 ``.local/dev/`` (``--fresh`` forgets them all).
@@ -52,6 +52,7 @@ from edge_limiter.tools.project_config import (
     raw_config,
     read_toml,
 )
+from edge_limiter.tools.toolchain import PYTHONS
 
 DESCRIPTION = "The gateway on localhost, on real local workerd, in front of demo origins."
 
@@ -217,6 +218,12 @@ def _parser() -> argparse.ArgumentParser:
         help="forget everything persisted first (counters, overrides, cache, records, breakers)",
     )
     parser.add_argument(
+        "--python",
+        choices=PYTHONS,
+        default=None,
+        help="run this Python rather than the one wrangler.toml selects (as EDGE_LIMITER_PYTHON)",
+    )
+    parser.add_argument(
         "--quiet",
         action="store_true",
         help="do not print the Worker's logs (one JSON line per denial, origin failure, ...)",
@@ -309,6 +316,7 @@ def _build_and_serve(
             port=args.port,
             trigger_handlers=True,
             echo_stderr=not args.quiet,
+            python=args.python,
         )
         example = file is not None and file.resolve() == (ROOT / DEFAULT_FILE).resolve()
         routes = None
@@ -344,9 +352,10 @@ def serve(
         gateway.start()
         url = gateway.url
         where = file.name if file is not None else f"vars.{CONFIG_VAR}"
-        print(
-            f"\nedge-limiter is running on {url} (local workerd, Pyodide 0.28.2, config: {where})"
+        python = (
+            f"Python {gateway.runtime.get('python')} on Pyodide {gateway.runtime.get('pyodide')}"
         )
+        print(f"\nedge-limiter is running on {url} (local workerd, {python}, config: {where})")
         env = gateway.deployment.env
         print(
             f"  compatibility date {gateway.runtime.get('compatibilityDate')}"
@@ -396,7 +405,7 @@ def _print_example_requests(url: str) -> None:
         f"{url}/v1/payments   # again: replayed"
     )
     print(f"  curl -i {url}/health                       # no route: forwarded untouched")
-    print(f"  curl -i {url}/cdn-cgi/handler/scheduled    # run the health checks (cron)")
+    print(f"  curl -i {url}/cdn-cgi/local/scheduled    # run the health checks (cron)")
     print(
         f'  curl -i -H \'MF-CF-Blob: {{"country":"DE","continent":"EU"}}\' '
         f"{url}/v1/tenants/acme/items   # from Germany: X-Origin: eu (else us)"

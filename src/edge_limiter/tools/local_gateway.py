@@ -10,7 +10,9 @@ waits for its `READY <url>` line, and stops it (and workerd with it) on exit::
 The runtime gets what production gets: the compatibility date and flags, the vars and the
 Durable Object and KV bindings of the project's ``wrangler.toml`` (or of the ``deployment``
 given, e.g. ``deployment(read_toml(path), "staging")``); ``vars`` are laid over the
-deployment's. ``gateway.runtime`` then holds what the Worker saw from inside.
+deployment's. ``gateway.runtime`` then holds what the Worker saw from inside. The Python is the
+one the deployment's date and flags select, unless ``python=`` (or ``$EDGE_LIMITER_PYTHON``)
+names the other (:mod:`edge_limiter.tools.toolchain`).
 
 Standard library only; runs under CPython 3.11+.
 """
@@ -36,6 +38,8 @@ from typing import Any, Literal, Self
 
 from edge_limiter.tools import ROOT as REPO
 from edge_limiter.tools.project_config import Deployment, deployment, read_toml
+from edge_limiter.tools.toolchain import node as project_node
+from edge_limiter.tools.toolchain import requested_python, with_python
 
 LAUNCHER = REPO / "scripts" / "local_runtime" / "launch.mjs"
 #: Console lines held for the echo when this process's stderr is not being read.
@@ -48,6 +52,13 @@ BrokenMode = Literal["throw", "hang"]
 def project_deployment(env: str | None = None) -> Deployment:
     """The settings of the project's own wrangler.toml (``env``: one of its environments)."""
     return deployment(read_toml(REPO / "wrangler.toml"), env)
+
+
+def _flags_for(date: str, flags: Sequence[str], python: str | None) -> tuple[str, ...]:
+    """The deployment's flags, changed to select ``python`` (default: $EDGE_LIMITER_PYTHON)
+    when one is asked for."""
+    python = python or requested_python()
+    return tuple(flags) if python is None else with_python(date, flags, python)
 
 
 class LocalGatewayError(RuntimeError):
@@ -71,10 +82,12 @@ class LocalGateway:
         broken_kv_namespaces: TEST ONLY, KV bindings whose every call throws.
         replicas: copies of the Worker, each its own isolate sharing the Durable Objects
             and KV; ``replica_urls`` then lists the copies after the first.
-        trigger_handlers: serve ``/cdn-cgi/handler/scheduled`` (see :meth:`run_scheduled`).
+        trigger_handlers: serve ``/cdn-cgi/local/scheduled`` (see :meth:`run_scheduled`).
         record_analytics: TEST ONLY, every Analytics Engine data point is also printed to the
             runtime's stderr as ``ANALYTICS {json}`` (locally, the dataset keeps nothing).
         compatibility_date: default: the deployment's.
+        python: "3.13" or "3.14": the deployment's flags are changed to select it; default:
+            ``$EDGE_LIMITER_PYTHON``, else what the deployment selects.
         extra_spec: further launch.mjs spec fields (see its header), merged last.
         boot_timeout: seconds to wait for READY.
         echo_stderr: copy the Worker's console (the runtime's stdout lines that are not the
@@ -98,6 +111,7 @@ class LocalGateway:
         trigger_handlers: bool = False,
         record_analytics: bool = False,
         compatibility_date: str | None = None,
+        python: str | None = None,
         extra_spec: Mapping[str, Any] | None = None,
         boot_timeout: float = 90.0,
         echo_stderr: bool = False,
@@ -105,12 +119,13 @@ class LocalGateway:
     ) -> None:
         dep = deployment if deployment is not None else project_deployment()
         self.deployment = dep
+        date = compatibility_date or dep.compatibility_date
         self._spec: dict[str, Any] = {
             "workerDir": str(Path(worker_dir).resolve()),
             "host": host,
             "port": port,
-            "compatibilityDate": compatibility_date or dep.compatibility_date,
-            "compatibilityFlags": list(dep.compatibility_flags),
+            "compatibilityDate": date,
+            "compatibilityFlags": list(_flags_for(date, dep.compatibility_flags, python)),
             "vars": {**dep.vars, **(vars or {})},
             "durableObjects": dict(
                 durable_objects if durable_objects is not None else dep.durable_objects
@@ -144,7 +159,7 @@ class LocalGateway:
         self.echo_dropped = 0
         if echo_stderr:
             threading.Thread(target=self._write_echo, daemon=True).start()
-        self._node = node or os.environ.get("NODE") or shutil.which("node") or "node"
+        self._node = node or project_node()
         self._process: subprocess.Popen[str] | None = None
         self._url: str | None = None
         self._ready = threading.Event()
@@ -302,7 +317,7 @@ class LocalGateway:
         import urllib.request  # noqa: PLC0415
 
         query = urllib.parse.urlencode({"cron": cron})
-        url = f"{self.url}/cdn-cgi/handler/scheduled?{query}"
+        url = f"{self.url}/cdn-cgi/local/scheduled?{query}"
         with urllib.request.urlopen(url, timeout=60) as answer:
             answer.read()
             return int(answer.status)

@@ -65,8 +65,12 @@ class Headers:
 
     def get(self, name: str) -> str | None:
         """The field's values joined with ", ", or ``None``."""
-        values = self.get_all(name)
-        return ", ".join(values) if values else None
+        key = name.lower()
+        found: str | None = None
+        for k, v in self._items:
+            if k == key:
+                found = v if found is None else f"{found}, {v}"
+        return found
 
     def get_all(self, name: str) -> list[str]:
         """Every value of the field, in order."""
@@ -75,8 +79,9 @@ class Headers:
 
     def set(self, name: str, value: str) -> None:
         """Replace every value of the field with ``value``."""
-        self.delete(name)
-        self._items.append((name.lower(), value))
+        key = name.lower()
+        self.delete(key)
+        self._items.append((key, value))
 
     def add(self, name: str, value: str) -> None:
         """Add a value after the existing ones."""
@@ -85,7 +90,11 @@ class Headers:
     def delete(self, name: str) -> None:
         """Remove the field."""
         key = name.lower()
-        self._items = [(k, v) for k, v in self._items if k != key]
+        items = self._items
+        for k, _ in items:
+            if k == key:  # the list is rebuilt only when the field is there
+                self._items = [(k, v) for k, v in items if k != key]
+                return
 
     def discard(self, names: frozenset[str], underscored: frozenset[str] = frozenset()) -> None:
         """Remove every field named in ``names`` (lower case) that is present, in any

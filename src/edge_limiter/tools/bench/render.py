@@ -57,6 +57,7 @@ def render_document(data: Data) -> str:
         "",
         f"- Machine: {meta.get('machine', 'unknown')}.",
         f"- Runtime: {meta.get('runtime', 'unknown')}.",
+        *([f"- Python: {meta['python']}."] if meta.get("python") else []),
         f"- Command: `{meta.get('command', 'edge-limiter bench')}`.",
         f"- Date and commit: {meta.get('date', 'unknown')}, {_commit(meta)}.",
         "",

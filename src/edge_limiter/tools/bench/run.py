@@ -82,7 +82,15 @@ from edge_limiter.tools.bench.workerd import (
     section_leases,
     section_object,
 )
+from edge_limiter.tools.local_gateway import project_deployment
 from edge_limiter.tools.replay.bench import measure as measure_replay
+from edge_limiter.tools.toolchain import (
+    PYODIDE_OF,
+    PYTHON_ENV,
+    PYTHONS,
+    python_of,
+    requested_python,
+)
 
 SECTIONS = (
     "core",
@@ -118,7 +126,7 @@ def machine() -> str:
 def local_runtime() -> str:
     """The npm packages the local runtime is made of, as installed."""
     versions = []
-    for package in ("wrangler", "miniflare", "workerd", "pyodide"):
+    for package in ("wrangler", "miniflare", "workerd", "pyodide", "pyodide-314"):
         try:
             manifest = json.loads((ROOT / "node_modules" / package / "package.json").read_text())
         except (OSError, ValueError):
@@ -137,6 +145,15 @@ MEASURED = (
     "pyproject.toml",
     "wrangler.toml",
 )
+
+
+def python_label() -> str:
+    """The Python the runtimes run, and why (wrangler.toml's or the one asked for)."""
+    dep = project_deployment()
+    asked = requested_python()
+    python = asked or python_of(dep.compatibility_date, dep.compatibility_flags)
+    how = f"{PYTHON_ENV}={asked}" if asked else "wrangler.toml"
+    return f"Python {python} (Pyodide {PYODIDE_OF[python]}; {how})"
 
 
 def revision() -> tuple[str, bool]:
@@ -166,11 +183,20 @@ def main(argv: list[str] | None = None) -> int:
         help="run nothing: take the figures of an earlier --json (for --write)",
     )
     parser.add_argument(
+        "--python",
+        choices=PYTHONS,
+        help="the Python every runtime runs (default: what wrangler.toml selects); the same as "
+        f"${PYTHON_ENV}",
+    )
+    parser.add_argument(
         "--flood-rates",
         default="400",
         help="the flood section's rates (req/s), comma-separated, e.g. 50,100,200,400",
     )
     args = parser.parse_args(argv)
+    if args.python:
+        # Every runtime the sections start (LocalGateway) and the Node-side Pyodide runs read it.
+        os.environ[PYTHON_ENV] = args.python
     if args.from_json:
         if not args.write:
             parser.error("--from-json needs --write FILE")
@@ -208,9 +234,10 @@ def run(
         "commit": commit,
         "dirty": dirty,
         "quick": args.quick,
+        "python": python_label(),
     }
     report = Report(meta)
-    print(f"Machine: {meta['machine']}. Command: {meta['command']}", flush=True)
+    print(f"Machine: {meta['machine']}. {meta['python']}. Command: {meta['command']}", flush=True)
     if "core" in chosen:
         section_core(report, args.quick)
     if "replay" in chosen:

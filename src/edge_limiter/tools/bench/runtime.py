@@ -4,8 +4,6 @@ its JavaScript peers, and medians."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -19,13 +17,14 @@ from edge_limiter.core.ratelimit.rates import Limit, parse_rate
 from edge_limiter.tools import ROOT
 from edge_limiter.tools.build_worker import build
 from edge_limiter.tools.local_gateway import LocalGateway
+from edge_limiter.tools.toolchain import node
 
 #: The header that carries the benchmark's rate-limit key.
 KEY = "x-bench-key"
 LOAD = ROOT / "scripts" / "load.mjs"
 ORIGIN = ROOT / "scripts" / "bench" / "origin.mjs"
 PEER = ROOT / "scripts" / "bench" / "peer.mjs"
-NODE = os.environ.get("NODE") or shutil.which("node") or "node"
+NODE = node()
 
 HOUR_MS = 3_600_000
 #: The benchmark route: a limit every request is admitted by, on one key.
