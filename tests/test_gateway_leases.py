@@ -184,7 +184,7 @@ def test_a_bucket_lease_of_a_vanished_isolate_expires_after_its_ttl() -> None:
 
 
 def _holdings(h: Harness) -> list[Any]:
-    (holding,) = h.gateway.limiters["api"]._held.values()
+    (holding,) = h.gateway.limiters["api"].leases._held.values()
     return list(holding.leases)
 
 
@@ -483,14 +483,14 @@ def test_a_denied_lease_request_takes_a_unit_its_own_isolate_holds() -> None:
     leases (granted to the requests asking beside it) hold the units: those are used
     before a 429 (a workerd burst of 45 under a limit of 50 drew 429s)."""
     (h,) = isolates(1, route("50/minute", "fixed_window", key="ip"))
-    limiter = h.gateway.limiters["api"]
-    real_ask = limiter._ask
+    leases = h.gateway.limiters["api"].leases
+    real_ask = leases.ask
 
     async def ask_then_denied(holding: Any, name: str, check: Any, now: int, reserved: int) -> Any:
         await real_ask(holding, name, check, now, 0)  # a grant asked beside this request
         return None  # ... and this request's own ask denied
 
-    limiter._ask = ask_then_denied  # type: ignore[method-assign]
+    leases.ask = ask_then_denied  # type: ignore[method-assign]
     answer = h.send(request())
     assert answer.status == 200
     assert answer.headers.get("x-edgelimiter-reason") is None

@@ -4,11 +4,18 @@ peer measured in the same run and as a ratio to it (:mod:`.render` writes the do
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
-Data = dict[str, Any]
-Row = Sequence[Any]
+from edge_limiter.tools.bench.cells import (
+    Data,
+    Row,
+    fmt,
+    markdown_table,
+    medians,
+    percent,
+    signed,
+    times,
+)
 
 #: The gateway section's rows (``workerd.section_gateway`` names them so).
 JS_FORWARD = "JS Worker: forward"
@@ -585,35 +592,3 @@ SECTIONS: dict[str, tuple[str, str, Builder]] = {
         _replay,
     ),
 }
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Row]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(value) for value in row) + " |" for row in rows]
-    return lines
-
-
-def fmt(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.2f}"
-
-
-def medians(rounds: int) -> str:
-    return f"medians of {rounds} rounds" if rounds > 1 else "one round"
-
-
-def times(ratio: float) -> str:
-    return f"{ratio:.2f}x"
-
-
-def signed(value: float) -> str:
-    return f"{value:+.2f}"
-
-
-def percent(value: float) -> str:
-    return f"{value:.1%}"
