@@ -104,3 +104,13 @@ def test_the_identity_table_shows_each_row_against_the_header_key_and_its_goal(
     rows = run["identity"]["rows"]  # type: ignore[index]
     rows["route keyed on a verified claim, token cached"]["p50"] = 3.6
     assert "Measured +0.40 ms: **missed**" in render_document(run)
+
+
+def test_the_leases_where_the_limit_binds_are_beside_their_control_and_simulation(
+    run: dict,
+) -> None:
+    lines = render_document(run).splitlines()
+    row = next(line for line in lines if line.startswith("| 2 | `sliding_window` | moving |"))
+    cells = row.strip("| ").split(" | ")
+    assert cells[3:8] == ["248 / 250", "0.992", "0.996", "1/11.3", "1/20.0"]
+    assert any("`200 per 10 seconds`, 40 clients per isolate for 12 s" in line for line in lines)

@@ -80,7 +80,9 @@ def test_a_busy_sliding_window_is_planned_one_call_per_isolate_per_window() -> N
         admitted = sum(1 for at in uses if at // 1_000 == index)
         calls = sum(1 for at in calls_at if at // 1_000 == index)
         assert admitted >= 54, (index, admitted)  # the limit, less what ends unused
-        assert calls <= 3, (index, calls)  # one per isolate
+        # One per isolate, and one more per isolate that claimed its allowance before
+        # the others did: it asks again once their claim runs out (one may have gone).
+        assert calls <= 5, (index, calls)
     later = denials[-50:]
     assert all(int(d.headers.get("retry-after") or 0) >= 1 for d in later)
     assert all(body_json(d)["code"] == "rate_limited" for d in later)
@@ -182,7 +184,7 @@ def test_a_bucket_lease_of_a_vanished_isolate_expires_after_its_ttl() -> None:
 
 
 def _holdings(h: Harness) -> list[Any]:
-    (holding,) = h.gateway.limiters["api"]._held.values()
+    (holding,) = h.gateway.limiters["api"].leases._held.values()
     return list(holding.leases)
 
 
@@ -481,14 +483,14 @@ def test_a_denied_lease_request_takes_a_unit_its_own_isolate_holds() -> None:
     leases (granted to the requests asking beside it) hold the units: those are used
     before a 429 (a workerd burst of 45 under a limit of 50 drew 429s)."""
     (h,) = isolates(1, route("50/minute", "fixed_window", key="ip"))
-    limiter = h.gateway.limiters["api"]
-    real_ask = limiter._ask
+    leases = h.gateway.limiters["api"].leases
+    real_ask = leases.ask
 
     async def ask_then_denied(holding: Any, name: str, check: Any, now: int, reserved: int) -> Any:
         await real_ask(holding, name, check, now, 0)  # a grant asked beside this request
         return None  # ... and this request's own ask denied
 
-    limiter._ask = ask_then_denied  # type: ignore[method-assign]
+    leases.ask = ask_then_denied  # type: ignore[method-assign]
     answer = h.send(request())
     assert answer.status == 200
     assert answer.headers.get("x-edgelimiter-reason") is None
@@ -762,3 +764,27 @@ def test_units_leased_under_the_old_limits_are_forfeit_when_an_override_changes(
     h.clock.advance(1_000)
     h.send(request(headers=[("x-k", "other")]))
     assert h.send(request(headers=key)).status == 429  # 45 in this window of 20/10 s
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "fixed_window"])
+def test_requests_finding_no_units_wait_for_the_lease_request_in_flight(algorithm: str) -> None:
+    """Found on the local runtime: with 40 requests in flight per isolate, each request
+    that found no units asked the object for itself, about one call per admitted request
+    once the limit bound. They wait for the sized lease request in flight instead (on
+    their own timers), and are admitted from its lease."""
+    clock = FakeClock()
+    store = SlowStore(clock)
+    h = harness(route("6000/minute", algorithm), store=store, clock=clock)
+
+    async def bursts() -> list[int]:
+        statuses = []
+        for _ in range(5):
+            answers = await h.concurrently(*(request() for _ in range(40)))
+            statuses += [a.status for a in answers]
+            await h.background.run()
+            h.clock.advance(20)
+        return statuses
+
+    statuses = asyncio.run(bursts())
+    assert statuses == [200] * 200
+    assert len(store.calls) <= 12, len(store.calls)  # before: 82-101 (now 6-10)

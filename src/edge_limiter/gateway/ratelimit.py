@@ -8,15 +8,16 @@ Analytics Engine when configured.
 On a route with ``leases``, the isolate instead admits from units its key's object
 granted ahead (:mod:`edge_limiter.core.ratelimit.leases`): no call while a lease holds units, and
 the next lease asked for in the background (after the response) before those run out. A
-request that finds no units makes its own lease call: the platform lets no request wait
-on a promise another request's call resolves (its continuation would run in the other
-request's context, which workerd refuses), so requests never wait on each other.
+request that finds no units while a sized lease call is out looks again on its own timers
+until that call is answered (the platform lets no request await a promise another
+request's call resolves: its continuation would run in the other request's context,
+which workerd refuses), then makes its own call if the answer left it nothing. The
+holdings and the calls are :mod:`.leasing`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,6 @@ from ..core.http.fields import (
 from ..core.http.messages import Headers, Response
 from ..core.identity.tiers import TierLimits
 from ..core.keys import key_digest, object_name
-from ..core.ratelimit.algorithms import Leasable
 from ..core.ratelimit.check import Check
 from ..core.ratelimit.decision import Decision, Reason
 from ..core.ratelimit.denycache import shifted
@@ -45,16 +45,12 @@ from ..core.ratelimit.overrides import Override
 from ..core.ratelimit.protocol import StoreRequest
 from ..core.ratelimit.rule import combine
 from .exchange import Exchange, Handler, problem_response
+from .leasing import LEASE_WAIT_ROUNDS, Leases
 from .operations import Operating
 from .ports import Services
 
 #: Built 429s a route keeps (:meth:`RateLimit._denial`); all dropped when full.
 MAX_DENIALS = 256
-
-
-#: The most keys one route keeps lease bookkeeping for in an isolate (least recent first
-#: out: a dropped key's units are never used, which can only under-admit).
-MAX_HOLDINGS = 10_000
 
 
 @dataclass(slots=True)
@@ -99,9 +95,7 @@ class RateLimit:
         self._override_checks: dict[str, Check] = {}
         self._tier_checks: dict[tuple[Any, ...], Check] = {}
         """The checks of callers' tiers on this route, by tier and limits."""
-        self._held: OrderedDict[tuple[str, str], Holding] = OrderedDict()
-        self._held_payload: dict[str, str] = {}
-        """Object name -> the limits (payload) its last leased request was counted under."""
+        self.leases = Leases(route, services, operating, self.storing, self.timeout_ms)
         self._denials: dict[tuple[Any, ...], tuple[Response, list[str]]] = {}
         """Built 429s by what they say (see :meth:`_denial`): a flood shares a few."""
 
@@ -200,10 +194,7 @@ class RateLimit:
         if not self.lease_ttl_ms:
             return 0
         check = self._check_for(override)
-        holding = self._held.get((object_name(self.route.name, key), check.payload))
-        if holding is None:
-            return 0
-        return sum(lease.unused(now) for lease in holding.leases if lease.live(now))
+        return self.leases.held_units(object_name(self.route.name, key), check.payload, now)
 
     async def count(self, exchange: Exchange) -> Response | list[tuple[str, str]]:
         """The :class:`Counting` port (a cache hit counted on ``count_hits``)."""
@@ -291,33 +282,6 @@ class RateLimit:
 
     # --- leases ---------------------------------------------------------------------------
 
-    def _holding(self, name: str, check: Check) -> Holding:
-        slot = (name, check.payload)
-        holding = self._held.get(slot)
-        last = self._held_payload.get(name)
-        if last != check.payload:
-            if last is not None:
-                # The key is counted under other limits now (an override set, changed or
-                # deleted): units leased under the old ones are forfeit. The object
-                # carried them into the new limits; spent here too they would count twice.
-                self._held.pop((name, last), None)
-            self._held_payload[name] = check.payload
-            if len(self._held_payload) > MAX_HOLDINGS:
-                self._held_payload.pop(next(iter(self._held_payload)))
-        if holding is None:
-            capacity = min(limit.capacity for limit in check.limits)
-            leased = [a for a in check.algorithms if isinstance(a, Leasable)]
-            merge = all(algorithm.lease_records_merge for algorithm in leased)
-            grows = any(algorithm.lease_supply_grows for algorithm in leased)
-            holding = self._held[slot] = Holding(
-                check.lease_ttl_ms, capacity, merge=merge, young_rates=grows
-            )
-            if len(self._held) > MAX_HOLDINGS:
-                self._held.popitem(last=False)
-        else:
-            self._held.move_to_end(slot)
-        return holding
-
     async def _leased(
         self,
         exchange: Exchange,
@@ -328,8 +292,8 @@ class RateLimit:
     ) -> Admission:
         """Admit from the key's leases in this isolate, or ask the object for a lease."""
         cost = self.route.limits.cost
-        clock = self.services.clock
-        holding = self._holding(name, check)
+        clock, leases = self.services.clock, self.leases
+        holding = leases.holding(name, check)
         now = exchange.now_ms
         holding.meter.observe(now, cost)
         generation = self.operating.deny.generation
@@ -338,115 +302,80 @@ class RateLimit:
             # holding's last answer: ask the object again before denying here.
             holding.changed()
             holding.epoch = generation
+
+        def admitted(lease: Lease, at: int, latency: int = 0) -> Admission:
+            return self._from_lease(
+                exchange,
+                holding,
+                lease,
+                at,
+                digest=digest,
+                override=override,
+                check=check,
+                latency=latency,
+            )
+
         lease = holding.take(cost, now)
         if lease is not None:
             if holding.wants_refresh(now):
-                exchange.background.defer(self._refresh(holding, name, check))
-            return self._from_lease(
-                exchange, holding, lease, now, digest=digest, override=override, check=check
-            )
-        ask_at = holding.ask_at(now)
-        if ask_at:
-            elapsed = now - holding.decided_at
-            if now < holding.denied_until:
-                decisions = shifted(holding.decisions, elapsed)
-            else:  # rationed: this isolate's share of a short limit is used up
-                admits_at = holding.admits_at(now)
-                decisions = held_back(holding.decisions, admits_at - now, elapsed)
-            return self._deny(exchange, decisions, digest, 0, override, cached=True)
+                exchange.background.defer(leases.refresh(holding, name, check))
+            return admitted(lease, now)
+        if holding.ask_at(now):
+            return self._deny_held(exchange, holding, digest, override, now)
+        started = clock.now_ms()
+        rounds = 0
+        while holding.waits() and rounds < LEASE_WAIT_ROUNDS:
+            # A sized lease request is out: its lease serves this request too. Wait for it
+            # on this request's own timers (see the cache's collapsing: awaiting what
+            # another request resolves is refused by the platform); if its units went to
+            # the requests before this one, wait for the next sized request (one of them
+            # sent it), not ask beside it.
+            rounds += 1
+            waited = await leases.wait_for_lease(holding, cost, started)
+            if isinstance(waited, Lease):
+                finished = clock.now_ms()
+                return admitted(waited, finished, finished - started)
+            if waited:
+                return self._deny_held(exchange, holding, digest, override, clock.now_ms())
         started = clock.now_ms()
         try:
             # Answered even if the client goes away meanwhile: the holding counts the call
             # as out until then (a sized one stops the others from sizing or refreshing),
             # and the lease it brings serves the next requests.
-            lease = await exchange.finish(self._ask(holding, name, check, started, cost))
+            lease = await exchange.finish(leases.ask(holding, name, check, started, cost))
         except (Exception, asyncio.CancelledError) as exc:
             return self._store_failed(exc, exchange, digest)
         finished = clock.now_ms()
-        if lease is None:
-            spare = holding.take(cost, finished)
-            if spare is not None:
-                # Denied because this isolate's own leases hold the units (granted to the
-                # requests asking beside this one): use them, they are counted.
-                return self._from_lease(
-                    exchange,
-                    holding,
-                    spare,
-                    finished,
-                    digest=digest,
-                    override=override,
-                    check=check,
-                    latency=finished - started,
-                )
-            decisions = holding.decisions
-            ask_at = holding.ask_at(finished)
-            if ask_at and finished >= holding.denied_until:
-                # Granted, but its units accrue later (a sliding window's planned share).
-                decisions = held_back(decisions, holding.admits_at(finished) - finished, 0)
-            return self._deny(
-                exchange, decisions, digest, finished - started, override, cached=False
-            )
-        return self._from_lease(
-            exchange,
-            holding,
-            lease,
-            finished,
-            digest=digest,
-            override=override,
-            check=check,
-            latency=finished - started,
-        )
+        if lease is not None:
+            return admitted(lease, finished, finished - started)
+        spare = holding.take(cost, finished)
+        if spare is not None:
+            # Denied because this isolate's own leases hold the units (granted to the
+            # requests asking beside this one): use them, they are counted.
+            return admitted(spare, finished, finished - started)
+        decisions = holding.decisions
+        ask_at = holding.ask_at(finished)
+        if ask_at and finished >= holding.denied_until:
+            # Granted, but its units accrue later (a sliding window's planned share).
+            decisions = held_back(decisions, holding.admits_at(finished) - finished, 0)
+        return self._deny(exchange, decisions, digest, finished - started, override, cached=False)
 
-    async def _ask(
-        self, holding: Holding, name: str, check: Check, now: int, reserved: int
-    ) -> Lease | None:
-        """One lease call: the new lease, of which ``reserved`` units are already taken by
-        the request that made the call, or None when the object denied it. Raises when
-        the object cannot be reached."""
-        ask = holding.request(now, max(1, reserved))
-        policy = self.route.limits
-        request = StoreRequest(
-            "lease",
-            policy.algorithm,
-            check.limits,
-            ask.wanted,
-            *self.storing,
-            lease_ttl_ms=check.lease_ttl_ms,
-            holder=self.operating.holder,
-            returned=ask.returned,
-            returned_until=ask.returned_until,
-            min_units=ask.min_units,
-            observed_rate=ask.observed_rate,
-        )
-        try:
-            response = await self.services.store.call(name, request, self.timeout_ms)
-        except BaseException:
-            holding.failed(ask)
-            raise
-        deny_for = self.operating.deny.max_ttl_ms if self.operating.deny_enabled else 0
-        return holding.answered(
-            response,
-            ask,
-            self.services.clock.now_ms(),
-            reserved=reserved,
-            deny_for_ms=deny_for,
-        )
-
-    async def _refresh(self, holding: Holding, name: str, check: Check) -> None:
-        """Ask for the next lease ahead of the current one running out (after a response);
-        not if a sized request went out since it was deferred (see ``Holding.request``)."""
-        if holding.sizing:
-            return
-        try:
-            await self._ask(holding, name, check, self.services.clock.now_ms(), 0)
-        except Exception as exc:
-            self.services.log(
-                {
-                    "event": "lease_refresh_failed",
-                    "route": self.route.name,
-                    "error": repr(exc)[:200],
-                }
-            )
+    def _deny_held(
+        self,
+        exchange: Exchange,
+        holding: Holding,
+        digest: str,
+        override: Override | None,
+        now: int,
+    ) -> Admission:
+        """Deny without asking: the object's last answer was a denial still in force, or
+        this isolate's share of a short limit is used up (a rationed lease)."""
+        elapsed = now - holding.decided_at
+        if now < holding.denied_until:
+            decisions = shifted(holding.decisions, elapsed)
+        else:  # rationed: this isolate's share of a short limit is used up
+            decisions = held_back(holding.decisions, holding.admits_at(now) - now, elapsed)
+        return self._deny(exchange, decisions, digest, 0, override, cached=True)
 
     def _from_lease(
         self,

@@ -76,6 +76,12 @@ class Scenario:
     lead_ms: int = 10
     """How far ahead of running out an isolate asks for its next lease."""
     seed: int = 1
+    phase_ms: int = 0
+    """When the arrivals start, in the limit's window (the runs on the local runtime start
+    a little after a window's start)."""
+    moving: bool = False
+    """The load moves: each isolate in turn takes every arrival for an equal part of the
+    run (isolate 0 first), instead of the Zipf spread."""
 
     @property
     def ttl(self) -> int:
@@ -201,9 +207,10 @@ class _Run:
         self.reference_admits: list[int] = []
 
     def run(self) -> Result:
-        end_us = self.scenario.duration_ms * 1000
+        start_us = self.scenario.phase_ms * 1000
+        end_us = start_us + self.scenario.duration_ms * 1000
         per_us = self.scenario.rate / 1_000_000
-        next_arrival = int(self.rng.expovariate(per_us)) if per_us > 0 else end_us
+        next_arrival = start_us + (int(self.rng.expovariate(per_us)) if per_us > 0 else end_us)
         while True:
             if self.events and self.events[0][0] <= next_arrival:
                 self._deliver(heapq.heappop(self.events))
@@ -297,7 +304,12 @@ class _Run:
             self.reference_admits.append(now)
         elif result.reached_at_ms is None:
             result.reached_at_ms = now
-        index = bisect.bisect_left(self.cumulative, self.rng.random())
+        scenario = self.scenario
+        if scenario.moving:
+            part = (now_us - scenario.phase_ms * 1000) * scenario.isolates
+            index = min(scenario.isolates - 1, part // (scenario.duration_ms * 1000))
+        else:
+            index = bisect.bisect_left(self.cumulative, self.rng.random())
         isolate = self.isolates[index]
         isolate.holding.meter.observe(now)
         if isolate.waiting:
@@ -331,7 +343,8 @@ class _Run:
         def within(times: list[int], start: int, stop: int) -> int:
             return bisect.bisect_left(times, stop) - bisect.bisect_left(times, start)
 
-        for index in range(first, scenario.duration_ms // window):
+        last = (scenario.phase_ms + scenario.duration_ms) // window
+        for index in range(first, last):
             start, stop = index * window, (index + 1) * window
             result.windows.append(
                 (

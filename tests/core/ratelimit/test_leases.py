@@ -339,7 +339,7 @@ def test_the_object_grants_then_shrinks_then_denies_with_its_states() -> None:
     assert shrinking == [1, 1, 1, 0]
     denied = ask(store, lease(wanted=4, holder="g"), T0 + 3)
     assert not denied.decision.allowed and denied.granted == 0
-    assert denied.decision.retry_after == 997 and denied.rows == ([T0 // 1_000, 10],)
+    assert denied.decision.retry_after == 97 and denied.rows == ([T0 // 1_000, 10],)
 
 
 def test_sliding_log_leases_and_bad_lease_payloads_are_refused() -> None:
@@ -1113,3 +1113,45 @@ def test_a_sliding_windows_units_that_come_back_after_its_end_leave_its_count() 
     )
     fresh = ask(fixed, again, start + 7_000)
     assert fresh.granted + fresh.decision.remaining == 50
+
+
+def test_an_allowance_its_holder_does_not_claim_goes_to_a_holder_that_asks() -> None:
+    """Found on the local runtime: with the load moved from one isolate to another, the
+    newcomer got 23 of the 49 units its window had room for, while the plan kept the rest
+    for the isolate that had gone quiet seconds before (its rate still remembered)."""
+    store = KeyStore(SqliteSql())
+    busy_window(store, {"a": 300, "b": 300})  # b goes quiet from now on
+    a = ask(store, planned("a", 300), T0 + 2)
+    assert a.allowance is not None
+    # b's allowance is unclaimed: a is told to ask again once b's claim runs out (a
+    # quarter of the window here, the ttl being the window).
+    assert a.ask_at == T0 + 2 + 250
+    early = ask(store, planned("a", 300), T0 + 100)
+    assert early.allowance is None and early.granted == 0  # not yet: b may still come
+    again = ask(store, planned("a", 300), T0 + 300)
+    assert again.allowance is not None and again.ask_at == 0
+    # Both allowances together are the window's room, as the plan made it.
+    assert 95 <= a.granted + again.granted <= 100
+    assert a.allowance.at(T0 + 999) + again.allowance.at(T0 + 999) <= 100
+    # Its holder forgotten, the next window's plan leaves it out.
+    following = ask(store, planned("a", 300), T0 + 1_002)
+    assert following.allowance is not None and following.ask_at == 0
+
+
+def test_a_newcomer_takes_an_unclaimed_allowance() -> None:
+    store = KeyStore(SqliteSql())
+    busy_window(store, {"a": 300, "b": 300})
+    assert ask(store, planned("a", 300), T0 + 2).allowance is not None
+    newcomer = ask(store, planned("c", 300), T0 + 260)
+    assert newcomer.allowance is not None and newcomer.granted >= 40
+
+
+def test_a_window_denial_says_to_ask_again_when_another_holders_lease_ends() -> None:
+    """Told to wait for the window's end, an isolate on the local runtime denied its
+    clients for the rest of it while the other gave back 36 of the 200 units."""
+    store = KeyStore(SqliteSql())
+    limits = (Limit(Rate(200, 10_000)),)
+    first = ask(store, lease(wanted=200, holder="a", ttl=1_000, limits=limits), T0)
+    assert first.granted == 200 and first.expires_at == T0 + 1_000
+    denied = ask(store, lease(wanted=50, holder="b", ttl=1_000, limits=limits), T0 + 40)
+    assert denied.granted == 0 and denied.decision.retry_after == 960

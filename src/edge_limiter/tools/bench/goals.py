@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
+from edge_limiter.tools.bench.cells import Data, fmt, percent, times
 from edge_limiter.tools.bench.tables import (
     BARE_BOUND,
     FLOOR_FORWARD,
@@ -15,11 +16,7 @@ from edge_limiter.tools.bench.tables import (
     LIMITED,
     OUR_OBJECT,
     PROJECT,
-    Data,
-    fmt,
     no_call_share,
-    percent,
-    times,
 )
 
 #: Issue 10's goals, as the issue writes them.

@@ -13,8 +13,9 @@ need it say so.
 
 from __future__ import annotations
 
+from edge_limiter.tools.bench.cells import Data, markdown_table
 from edge_limiter.tools.bench.goals import goals
-from edge_limiter.tools.bench.tables import SECTIONS, Data, markdown_table
+from edge_limiter.tools.bench.tables import SECTIONS
 
 METHOD = """\
 Every figure is a median over repeated rounds and is shown beside a peer measured **in the

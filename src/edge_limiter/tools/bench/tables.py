@@ -4,11 +4,18 @@ peer measured in the same run and as a ratio to it (:mod:`.render` writes the do
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
-Data = dict[str, Any]
-Row = Sequence[Any]
+from edge_limiter.tools.bench.cells import (
+    Data,
+    Row,
+    fmt,
+    markdown_table,
+    medians,
+    percent,
+    signed,
+    times,
+)
 
 #: The gateway section's rows (``workerd.section_gateway`` names them so).
 JS_FORWARD = "JS Worker: forward"
@@ -288,7 +295,53 @@ def _leases(data: Data) -> tuple[list[str], list[Row], list[str]]:
         f"are `fixed_window` at 3000/day, so exactly {min(3000, 2 * section['per_isolate'])} "
         f"of the {2 * section['per_isolate']} must be admitted."
     ]
+    at_limit = section.get("at_limit")
+    if at_limit and at_limit.get("runs"):
+        notes.append(_at_limit(at_limit))
     return header, rows, notes
+
+
+def _at_limit(at_limit: Data) -> str:
+    """The runs where the limit binds, as a table of their own (a note of the leases
+    section): admitted with leases against the control, calls per admitted, and the
+    simulation at the same operating point."""
+    rows: list[Row] = []
+    for run in at_limit["runs"]:
+        lease, plain, sim = run["lease"], run["plain"], run.get("simulated") or {}
+        rows.append(
+            [
+                run["isolates"],
+                f"`{run['algorithm']}`",
+                run["mode"],
+                f"{lease['admitted']} / {plain['admitted']}",
+                f"{run['ratio']:.3f}",
+                f"{sim['ratio']:.3f}" if sim else "-",
+                f"1/{1 / max(1e-9, run['calls_per_admitted']):.1f}",
+                f"1/{1 / max(1e-9, sim['calls_per_admitted']):.1f}" if sim else "-",
+                "-" if run.get("allowed") is None else run["allowed"],
+            ]
+        )
+    header = [
+        "isolates",
+        "algorithm",
+        "load",
+        "admitted / control",
+        "ratio",
+        "simulated ratio",
+        "calls per admitted",
+        "simulated",
+        "the limit allows",
+    ]
+    lines = [
+        f"Where the limit binds: one key at `{at_limit['limit']}`, {at_limit['clients']} "
+        "clients per isolate for "
+        f"{at_limit['seconds']:g} s (`steady`: every isolate at once; `moving`: one isolate "
+        "after another), on a fresh key at the same phase of the window as its control (the "
+        "same route without leases); the simulation (`lease_sim`) at the same isolates, "
+        "offered rate and phase.",
+        "",
+    ]
+    return "\n".join(lines + markdown_table(header, rows))
 
 
 def _median_runs(samples: list[Data]) -> Data:
@@ -539,35 +592,3 @@ SECTIONS: dict[str, tuple[str, str, Builder]] = {
         _replay,
     ),
 }
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Row]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(value) for value in row) + " |" for row in rows]
-    return lines
-
-
-def fmt(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.2f}"
-
-
-def medians(rounds: int) -> str:
-    return f"medians of {rounds} rounds" if rounds > 1 else "one round"
-
-
-def times(ratio: float) -> str:
-    return f"{ratio:.2f}x"
-
-
-def signed(value: float) -> str:
-    return f"{value:+.2f}"
-
-
-def percent(value: float) -> str:
-    return f"{value:.1%}"

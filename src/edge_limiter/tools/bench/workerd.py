@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edge_limiter.tools.bench import lease_limits
 from edge_limiter.tools.bench import runtime as rt
 from edge_limiter.tools.bench.report import Report
 from edge_limiter.tools.bench.runtime import KEY
@@ -273,9 +274,35 @@ def section_leases(report: Report, quick: bool, origin: str) -> None:
                             "seconds": seconds,
                         }
                     )
+        # Where the limit binds: 2 and 3 isolates, every leasable algorithm, steady load
+        # and load moving between isolates, each beside its control and the simulation.
+        seconds, clients = (2.0, 8) if quick else (12.0, 40)
+        at_limit = lease_limits.measure(
+            worker,
+            origin,
+            isolate_counts=(2,) if quick else (2, 3),
+            algorithms=("fixed_window",) if quick else lease_limits.ALGORITHMS,
+            modes=("steady", "moving"),
+            seconds=seconds,
+            clients=clients,
+            align=not quick,
+        )
+        for run in at_limit:
+            run["simulated"] = lease_limits.simulated(run, seconds)
     report.section(
         "leases",
-        {"per_isolate": per_isolate, "inflight": inflight, "repeat": repeat, "runs": runs},
+        {
+            "per_isolate": per_isolate,
+            "inflight": inflight,
+            "repeat": repeat,
+            "runs": runs,
+            "at_limit": {
+                "seconds": seconds,
+                "clients": clients,
+                "limit": lease_limits.LIMIT,
+                "runs": at_limit,
+            },
+        },
     )
 
 

@@ -15,7 +15,7 @@ under-admit. Holders are counted per limit set as those seen within about one tt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from ...errors import StateError
 from ..algorithms.leasable import Leasable
@@ -23,7 +23,8 @@ from ..carry import used
 from ..decision import Decision
 from ..protocol import Compiled, StoreRequest, StoreResponse, shared_rows
 from ..rule import check_all, refund_all
-from .plan import Plan, plan_window, plans
+from .holders import Held, Holders
+from .plan import Allowance, plan_window, plans
 
 #: A paced rationed holder asks again once its share of the growth is about this many
 #: units (so a call brings about this many admissions, and no more sit unclaimed).
@@ -33,6 +34,15 @@ PACE_UNITS = 10
 #: (an active holder asks at least once per ttl or window; one that went away stops
 #: holding a share of the grants after this).
 RATE_MEMORY_TTLS = 3
+
+#: A plan's allowance not claimed within this many lease ttls of the plan (at most a
+#: quarter of the window) is handed to
+#: the next holder that asks: its holder has gone (an active holder asks with its first
+#: request of the window), and its units were never handed out. Measured
+#: on the local runtime: with the load moved from one isolate to another, the newcomer
+#: got 23 of the 49 units its window had room for while the plan kept the rest for the
+#: isolate that had gone quiet four seconds before.
+CLAIM_TTLS = 1
 
 #: A ttl longer than any window: ``lease_expiry(now, WINDOW_END)`` is the window's end.
 WINDOW_END = 1 << 62
@@ -78,61 +88,6 @@ def grant_size(
     if grantable >= wanted * min(2, max(1, holders)):
         return wanted
     return max(min_units, min(wanted, grantable // 2))
-
-
-class Held(NamedTuple):
-    """A holder's outstanding lease, as the object granted it."""
-
-    units: int
-    granted_at: int
-    expires_at: int
-    returnable_until: int = 0
-    """Until when its unused units may come back (0: ``expires_at``). For the windows,
-    the end of the window they were taken in: an isolate hands back the units of a lease
-    that ended unused with its next request, and the window can still take them."""
-    late_until: int = 0
-    """A sliding window's record: until when units that come back after the window's
-    end are still taken, from that window's count (the next window still weighs it)."""
-
-    @property
-    def kept_until(self) -> int:
-        """Until when the object keeps this record."""
-        return max(self.expires_at, self.returnable_until, self.late_until)
-
-
-class Holders:
-    """The leases outstanding on one limit set, by holder, and the holders' reported rates."""
-
-    __slots__ = ("answered", "by_holder", "ended", "plan", "plan_index", "prune_at", "rates")
-
-    def __init__(self) -> None:
-        self.by_holder: dict[str, Held] = {}
-        self.ended: dict[str, Held] = {}
-        """A sliding window's record of a holder's grants in a window that has ended, once
-        a grant of the next window took its place (``Held.late_until``)."""
-        self.prune_at = 0
-        self.plan: Plan | None = None
-        """A sliding window's plan for the window ``plan_index`` (None: no plan)."""
-        self.plan_index = -1
-        self.answered: set[str] = set()
-        """The holders given their allowance of the plan (each gets it once)."""
-        self.rates: dict[str, tuple[int, int]] = {}
-        """Holder -> (its observed rate in units per second, when it said so)."""
-
-    def prune(self, now: int, ttl: int, memory: int) -> None:
-        """Drop the records kept past their use, and the rates not reported within
-        ``memory`` ms; at most once per ``ttl``."""
-        if now < self.prune_at:
-            return
-        for records in (self.by_holder, self.ended):
-            for holder, lease in list(records.items()):
-                if lease.kept_until <= now:
-                    del records[holder]
-        forget_before = now - memory
-        for holder, (_, seen_at) in list(self.rates.items()):
-            if seen_at < forget_before:
-                del self.rates[holder]
-        self.prune_at = now + ttl
 
 
 class GrantStore(Protocol):
@@ -222,12 +177,17 @@ class _Lease:
         self.held: Held | None = None
         """The holder's record of this window (the windows) or its last grant."""
 
-    def run(self) -> StoreResponse:
-        request, now, holders = self.request, self.now, self.holders
+    def _rate_memory(self) -> int:
+        """How long (ms) a holder's reported rate counts after it said so."""
         memory = RATE_MEMORY_TTLS * self.ttl
         if self.planned:
             # A holder in a window's plan asks once a window: its rate lasts two.
             memory = max(memory, 2 * self.algorithms[0].rate.window_ms)
+        return memory
+
+    def run(self) -> StoreResponse:
+        request, now, holders = self.request, self.now, self.holders
+        memory = self._rate_memory()
         holders.prune(now, self.ttl, memory)
         if request.observed_rate:
             holders.rates[request.holder] = (request.observed_rate, now)
@@ -333,6 +293,7 @@ class _Lease:
             )
             if plan is not None:
                 holders.plan = plan
+                holders.planned_at = now
                 committed = [algorithm.plan_commit(current[0], now, plan.committed)]
                 taken = used(algorithm, committed[0], now) - used(algorithm, current[0], now)
                 if taken > 0:
@@ -345,21 +306,57 @@ class _Lease:
         plan = holders.plan
         holder = self.request.holder
         allowance = None if plan is None else plan.allowances.get(holder)
-        if allowance is None or holder in holders.answered:
+        if plan is None:
             return current
+        if allowance is None or holder in holders.answered:
+            allowance = self._unclaimed()
+            if allowance is None:
+                return current
         holders.answered.add(holder)
         if current[0] is not states[0]:
             self.store.store(self.compiled, states, current, now)
         decision = algorithm.peek(current[0], now, 0)
         if not decision.allowed:  # the plan's count runs ahead of the estimate: none left
             decision = decision._replace(allowed=True, remaining=0, retry_after=0, reason=None)
+        # While other allowances are unclaimed, the holder asks again once they may be
+        # handed on (when its own accrued units run out): see :meth:`_unclaimed`.
+        unclaimed = any(other not in holders.answered for other in plan.allowances)
+        claim_by = max(now + 1, holders.planned_at + self._claim_ms())
         return StoreResponse(
             (decision,),
             granted=allowance.final,
             expires_at=allowance.end,
             rationed=True,
+            ask_at=claim_by if unclaimed and claim_by < allowance.end else 0,
             allowance=allowance,
         )
+
+    def _claim_ms(self) -> int:
+        """How long after the plan its holders have to claim their allowances: a ttl, at
+        most a quarter of the window (a one-second window's default ttl is the window)."""
+        return min(CLAIM_TTLS * self.ttl, self.algorithms[0].rate.window_ms // 4)
+
+    def _unclaimed(self) -> Allowance | None:
+        """The largest allowance of this window's plan its holder did not claim within
+        :data:`CLAIM_TTLS` ttls of the plan (None: none), handed to this holder instead,
+        which asked again or was not in the plan: never handed out, those units were never
+        used, and an allowance may be used by any one holder (the plan keeps every
+        allowance's sum within the window's supply at every instant). Its holder has gone
+        (an active holder asks with its first request of the window): its rate is
+        forgotten (the next window's plan leaves it out) and, if it comes back, it gets
+        what the plan left, as a holder the plan does not know."""
+        holders, now = self.holders, self.now
+        plan = holders.plan
+        if plan is None or now < holders.planned_at + self._claim_ms():
+            return None
+        gone = [holder for holder in plan.allowances if holder not in holders.answered]
+        if not gone:
+            return None
+        for holder in gone:
+            holders.rates.pop(holder, None)
+        largest = max(gone, key=lambda holder: plan.allowances[holder].final)
+        holders.answered.add(largest)
+        return plan.allowances[largest]
 
     # --- the grant ----------------------------------------------------------------------
 
@@ -536,6 +533,21 @@ class _Lease:
         if self.windows and held is not None and held.units > 0:
             # What it still holds may come back later.
             self.holders.by_holder[request.holder] = held
+        # A window's units lent out come back with their holders' next requests (those
+        # that end unused): this holder asks again once the first other lease has ended,
+        # not at the window's end. (Told to wait for the window's end, an isolate denied
+        # its clients for the rest of it while another gave back 36 of 200 units, on the
+        # local runtime.)
+        lent_until = 0
+        if self.windows:
+            lent_until = min(
+                (
+                    other.expires_at
+                    for holder, other in self.holders.by_holder.items()
+                    if holder != request.holder and other.expires_at > now
+                ),
+                default=0,
+            )
         decisions: list[Decision] = []
         for algorithm, state in zip(self.algorithms, current, strict=True):
             reserve = algorithm.lease_reserve(ttl)
@@ -545,7 +557,19 @@ class _Lease:
             else:
                 # The reserve is not this holder's to use: none of it is "remaining".
                 decision = decision._replace(remaining=max(0, decision.remaining - reserve))
+                if lent_until and now + decision.retry_after > lent_until:
+                    decision = decision._replace(retry_after=max(1, lent_until - now))
             decisions.append(decision)
+        if request.observed_rate:
+            # A denied holder's demand counts until it may ask again (and a few ttls more,
+            # as any holder's): the first holder to ask once units come back (a new window)
+            # must not be granted every unit as if it were alone.
+            # Until one ttl past its retry: a holder that does not come back by then has
+            # gone (its demand must not ration the others for long).
+            retry = max((d.retry_after for d in decisions if not d.allowed), default=0)
+            memory = max(RATE_MEMORY_TTLS * ttl, self._rate_memory())
+            seen = max(now, now + retry + ttl - memory)
+            self.holders.rates[request.holder] = (request.observed_rate, seen)
         rows = shared_rows(self.algorithms, current, now)
         self.store.store(self.compiled, states, current, now)
         return StoreResponse(tuple(decisions), rows)

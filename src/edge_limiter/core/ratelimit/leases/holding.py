@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from ..decision import Decision, Reason
 from ..protocol import StoreResponse
-from .lease import Lease
+from .lease import Lease, PlannedLease
 
 #: The rate meter's period: the isolate's rate is measured over about this much time.
 DEFAULT_METER_PERIOD_MS = 1_000
@@ -176,6 +176,7 @@ class Holding:
     """
 
     __slots__ = (
+        "answers",
         "capacity",
         "decided_at",
         "decisions",
@@ -239,6 +240,9 @@ class Holding:
         self.decided_at = 0
         self.in_flight = 0
         """Lease requests sent and not yet answered."""
+        self.answers = 0
+        """Lease requests answered or failed so far (a request waiting on a sized one
+        looks for a change: see :meth:`waits`)."""
         self.sizing = False
         """A sized request is in flight."""
         self.waiting = 0
@@ -286,7 +290,16 @@ class Holding:
         if now < self.denied_until:
             return self.denied_until
         if self.leases:
-            at = self.leases[-1].next_ask_at(self.lead())
+            newest = self.leases[-1]
+            at = newest.next_ask_at(self.lead())
+            if isinstance(newest, PlannedLease):
+                # Allowances handed on from a holder that went (see ``grant._unclaimed``)
+                # sit beside this isolate's own: the first to accrue a unit decides.
+                at = min(
+                    lease.next_ask_at(self.lead())
+                    for lease in self.leases
+                    if isinstance(lease, PlannedLease)
+                )
             if now < at:
                 return at
         return 0
@@ -400,9 +413,17 @@ class Holding:
                 taken += lease.release(now, max(0, lease.unused(now) - (surplus - taken)))
         return given + taken, until
 
+    def waits(self) -> bool:
+        """Whether a request that found no units waits for the sized lease request in
+        flight (its lease, asked for at the isolate's rate, serves the requests arriving
+        meanwhile) rather than ask for itself: a call per such request cost about one call
+        per admitted request once a limit bound, with many requests in flight."""
+        return self.sizing
+
     def failed(self, ask: Ask) -> None:
         """The request ``ask`` got no answer (the units it gave back are lost: the object
         may or may not have taken them back, and may yet grant it)."""
+        self.answers += 1
         self.in_flight = max(0, self.in_flight - 1)
         if ask.sized:
             self.sizing = False
@@ -422,6 +443,7 @@ class Holding:
         """Take the object's answer to ``ask``: the new lease (``reserved`` of its units
         already used by the requests the call was made for), or None for a denial,
         remembered until its ``retry_after`` (at most ``deny_for_ms``)."""
+        self.answers += 1
         self.in_flight = max(0, self.in_flight - 1)
         if ask.sized:
             self.sizing = False
@@ -431,6 +453,11 @@ class Holding:
         self.fresh = False
         self.decisions = answer.decisions
         self.decided_at = now
+        for held in self.leases:
+            # A planned allowance's "ask again by" is answered by this answer, whatever it
+            # says: from now on its holder waits for its units to accrue.
+            if isinstance(held, PlannedLease) and 0 < held.paced_at <= now:
+                held.paced_at = 0
         lease = Lease.from_answer(answer, ask.sent_at, self.ttl_ms)
         if not (ask.alone and self.sent == ask.number):
             # Another request overlapped this one: which grant the object recorded last

@@ -67,7 +67,9 @@ class Lease:
         if answer.granted <= 0:
             return None
         if answer.allowance is not None:
-            return PlannedLease(answer.allowance, answer.decision.remaining)
+            planned = PlannedLease(answer.allowance, answer.decision.remaining)
+            planned.paced_at = answer.ask_at
+            return planned
         expires_at = min(sent_at + ttl_ms, answer.expires_at)
         cut = answer.expires_at < sent_at + ttl_ms
         lease = cls(
@@ -215,6 +217,9 @@ class PlannedLease(Lease):
 
     def next_ask_at(self, lead_ms: int) -> int:
         """When the next unit accrues (the holder denies locally until then), or the
-        window's end once the allowance is used up."""
+        window's end once the allowance is used up; but no later than :attr:`paced_at`
+        when the object said to ask again then (other holders' allowances were unclaimed,
+        and may be withdrawn by then)."""
         del lead_ms
-        return self.allowance.reaches_at(self.used + self.short, 0)
+        accrues = self.allowance.reaches_at(self.used + self.short, 0)
+        return min(accrues, self.paced_at) if self.paced_at else accrues
