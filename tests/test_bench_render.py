@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_limiter.tools.bench.floor_goals import GOALS as FLOOR_GOALS
+from edge_limiter.tools.bench.floor_goals import floor_goals
 from edge_limiter.tools.bench.goals import GOALS, goals
 from edge_limiter.tools.bench.render import render_document
 from edge_limiter.tools.bench.run import main
@@ -114,3 +116,22 @@ def test_the_leases_where_the_limit_binds_are_beside_their_control_and_simulatio
     cells = row.strip("| ").split(" | ")
     assert cells[3:8] == ["248 / 250", "0.992", "0.996", "1/11.3", "1/20.0"]
     assert any("`200 per 10 seconds`, 40 clients per isolate for 12 s" in line for line in lines)
+
+
+def test_the_floor_goals_are_computed_from_the_run(run: dict) -> None:
+    goals_41 = {
+        number: (measured, verdict) for number, _goal, measured, verdict in floor_goals(run)
+    }
+    assert [goal for _n, goal, _m, _v in floor_goals(run)] == list(FLOOR_GOALS)
+    # The fixture's limited route: 3.5 ms against the floor's 3.0 (1.17x: past 1.10x).
+    assert goals_41[1] == ("p50 3.50 ms against 3.00: 1.17x; p99 0.87x", "**missed**")
+    assert goals_41[4][1] == "**met**"  # leased 1.9 ms, below the floor's 3.0
+    assert goals_41[6][0].startswith("limited 2.00 ms against 1.60: 1.25x; unmatched 1.00")
+    assert "denied 0.60 ms against 0.50: 1.20x" in goals_41[6][0]
+    rows = run["gateway"]["rows"]
+    rows["Python: limited route (object + forward)"].update(p50=3.2, p99=6.0)
+    assert floor_goals(run)[0][3] == "**met**"
+    text = render_document(run)
+    assert "## The goals against the floor (issue 41)" in text
+    limited = next(line for line in text.splitlines() if line.startswith("| Python: limited route"))
+    assert " | 2.00 | " in limited  # workerd's CPU ms per request

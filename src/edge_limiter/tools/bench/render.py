@@ -14,6 +14,7 @@ need it say so.
 from __future__ import annotations
 
 from edge_limiter.tools.bench.cells import Data, markdown_table
+from edge_limiter.tools.bench.floor_goals import floor_goals
 from edge_limiter.tools.bench.goals import goals
 from edge_limiter.tools.bench.tables import SECTIONS
 
@@ -69,6 +70,11 @@ def render_document(data: Data) -> str:
     lines += markdown_table(
         ["#", "goal", "measured in this run", "verdict"],
         [[number, goal, measured, verdict] for number, goal, measured, verdict in goals(data)],
+    )
+    lines += ["", "## The goals against the floor (issue 41)", ""]
+    lines += markdown_table(
+        ["#", "goal", "measured in this run", "verdict"],
+        [list(goal) for goal in floor_goals(data)],
     )
     for name in SECTIONS:
         if name in data or (name == "step" and "core" in data):

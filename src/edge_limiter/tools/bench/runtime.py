@@ -4,6 +4,7 @@ its JavaScript peers, and medians."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -109,6 +110,24 @@ def finish(process: subprocess.Popen[str]) -> dict[str, Any]:
 
 def median(runs: list[dict[str, Any]], field: str) -> float:
     return float(statistics.median(float(run[field]) for run in runs))
+
+
+def workerd_cpu_s(gw: Any) -> float:
+    """The CPU time (user and system, seconds) the workerd processes of ``gw``'s launcher
+    (its process group) have used so far: what production bills, all threads included."""
+    ticks = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        # After the command's name: state, ppid, pgrp, ..., utime (12th), stime (13th).
+        if int(stat[2]) == gw.pid and b"workerd" in cmdline:
+            ticks += int(stat[11]) + int(stat[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def bench_config(origin: str, **top: Any) -> dict[str, Any]:

@@ -123,6 +123,7 @@ def _gateway(data: Data) -> tuple[list[str], list[Row], list[str]]:
                 row["p99"],
                 row["rps"],
                 times(row["rps"] / peer["rps"]),
+                row.get("cpu_ms", "-"),
                 ",".join(row["statuses"]),
             ]
         )
@@ -134,11 +135,13 @@ def _gateway(data: Data) -> tuple[list[str], list[Row], list[str]]:
         "p99 ms",
         f"req/s, {section['inflight']} in flight",
         "req/s / JS forward",
+        "workerd CPU ms per request",
         "statuses",
     ]
     notes = [
         f"{section['requests']} requests one at a time (p50, p99), {section['many']} with "
-        f"{section['inflight']} in flight (req/s); {medians(section['repeat'])}. "
+        f"{section['inflight']} in flight (req/s, and workerd's CPU time over them); "
+        f"{medians(section['repeat'])}. "
         "The bare Python Worker rows are the floor of any Python Worker on this host: "
         "answering, forwarding as the gateway does, and calling the least a Python Durable "
         "Object can do for the same read-modify-write before forwarding."

@@ -43,27 +43,31 @@ def section_gateway(report: Report, quick: bool, origin: str) -> None:
     samples: dict[str, list[dict[str, Any]]] = {}
     order: list[str] = []
 
-    def measure(paths: dict[str, tuple[str, dict[str, str]]]) -> None:
+    def measure(gw: LocalGateway, paths: dict[str, tuple[str, dict[str, str]]]) -> None:
         for name, (url, headers) in paths.items():
             if name not in order:
                 order.append(name)
             samples.setdefault(name + "|1", []).append(
                 rt.load(url, requests=requests, concurrency=1, headers=headers)
             )
-            samples.setdefault(name + f"|{inflight}", []).append(
-                rt.load(url, requests=many, concurrency=inflight, headers=headers)
-            )
+            cpu_s = rt.workerd_cpu_s(gw)
+            burst = rt.load(url, requests=many, concurrency=inflight, headers=headers)
+            # workerd's CPU time over the burst, per request (the load and the origin run
+            # in processes of their own).
+            burst["cpu_ms"] = (rt.workerd_cpu_s(gw) - cpu_s) * 1000 / many
+            samples.setdefault(name + f"|{inflight}", []).append(burst)
 
     for _ in range(repeat):
         # A fresh runtime per round (see _fresh_runtimes below), all paths interleaved in it.
         with rt.runtime(origin) as gw:
             # The denial path: a key exhausted first (100/minute).
             rt.load(f"{gw.url}/small/x", requests=150, concurrency=1, headers={KEY: "denied"})
-            measure(_gateway_paths(origin, gw.url, gw.peer_urls["peer"]))
+            measure(gw, _gateway_paths(origin, gw.url, gw.peer_urls["peer"]))
         # The floor of any Python Worker on this host (a runtime of its own, same round),
         # and of any Python rate limiter: the least a Python Durable Object does per call.
         with rt.bare_python(origin) as bare:
             measure(
+                bare,
                 {
                     "bare Python Worker: answer": (f"{bare.url}/x", {}),
                     "bare Python Worker: forward": (f"{bare.url}/forward/x", {}),
@@ -71,7 +75,7 @@ def section_gateway(report: Report, quick: bool, origin: str) -> None:
                         f"{bare.url}/object-floor/x",
                         {},
                     ),
-                }
+                },
             )
     # The floor's rows beside the JavaScript ones (origin, forward, object) they compare with.
     floor = [name for name in order if name.startswith("bare ")]
@@ -84,6 +88,7 @@ def section_gateway(report: Report, quick: bool, origin: str) -> None:
             "p50": rt.median(one, "p50"),
             "p99": rt.median(one, "p99"),
             "rps": rt.median(burst, "rps"),
+            "cpu_ms": rt.median(burst, "cpu_ms"),
             "statuses": sorted({status for run in one + burst for status in run["statuses"]}),
         }
     report.section(
