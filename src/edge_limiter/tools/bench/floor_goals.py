@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Callable
 
 from edge_limiter.tools.bench.cells import Data, fmt, times
+from edge_limiter.tools.bench.goals import judged
 from edge_limiter.tools.bench.tables import (
     BARE,
     BARE_BOUND,
@@ -56,14 +57,7 @@ def floor_goals(data: Data) -> list[tuple[int, str, str, str]]:
         _cpu,
         _at_limit,
     ]
-    out = []
-    for number, (goal, check) in enumerate(zip(GOALS, checks, strict=True), start=1):
-        try:
-            measured, verdict = check(data)
-        except KeyError:
-            measured, verdict = "not measured in this run", "-"
-        out.append((number, goal, measured, verdict))
-    return out
+    return judged(GOALS, checks, data)
 
 
 def _against(data: Data, path: str, floor: str) -> tuple[str, str]:

@@ -4,7 +4,7 @@ verdict its figures give."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from edge_limiter.tools.bench.cells import Data, fmt, percent, times
 from edge_limiter.tools.bench.tables import (
@@ -48,8 +48,16 @@ def goals(data: Data) -> list[tuple[int, str, str, str]]:
         _goal_startup,
         _goal_memory,
     ]
+    return judged(GOALS, checks, data)
+
+
+def judged(
+    written: Sequence[str], checks: Sequence[Callable[[Data], tuple[str, str]]], data: Data
+) -> list[tuple[int, str, str, str]]:
+    """Each goal of ``written`` with what ``data`` measured and the verdict its ``check``
+    gives; a goal whose figures the run left out is "not measured in this run"."""
     out = []
-    for number, (goal, check) in enumerate(zip(GOALS, checks, strict=True), start=1):
+    for number, (goal, check) in enumerate(zip(written, checks, strict=True), start=1):
         try:
             measured, verdict = check(data)
         except KeyError:
