@@ -302,8 +302,18 @@ class RateLimit:
             # holding's last answer: ask the object again before denying here.
             holding.changed()
             holding.epoch = generation
+        lease = holding.take(cost, now)
+        if lease is not None:
+            if holding.wants_refresh(now):
+                exchange.background.defer(leases.refresh(holding, name, check))
+            return self._from_lease(
+                exchange, holding, lease, now, digest=digest, override=override, check=check
+            )
+        if holding.ask_at(now):
+            return self._deny_held(exchange, holding, digest, override, now)
 
-        def admitted(lease: Lease, at: int, latency: int = 0) -> Admission:
+        def admitted(lease: Lease, at: int) -> Admission:
+            """Admitted from ``lease`` at ``at``, after waiting since ``started``."""
             return self._from_lease(
                 exchange,
                 holding,
@@ -312,19 +322,12 @@ class RateLimit:
                 digest=digest,
                 override=override,
                 check=check,
-                latency=latency,
+                latency=at - started,
             )
 
-        lease = holding.take(cost, now)
-        if lease is not None:
-            if holding.wants_refresh(now):
-                exchange.background.defer(leases.refresh(holding, name, check))
-            return admitted(lease, now)
-        if holding.ask_at(now):
-            return self._deny_held(exchange, holding, digest, override, now)
         started = clock.now_ms()
         rounds = 0
-        while holding.waits() and rounds < LEASE_WAIT_ROUNDS:
+        while holding.sizing and rounds < LEASE_WAIT_ROUNDS:
             # A sized lease request is out: its lease serves this request too. Wait for it
             # on this request's own timers (see the cache's collapsing: awaiting what
             # another request resolves is refused by the platform); if its units went to
@@ -334,7 +337,7 @@ class RateLimit:
             waited = await leases.wait_for_lease(holding, cost, started)
             if isinstance(waited, Lease):
                 finished = clock.now_ms()
-                return admitted(waited, finished, finished - started)
+                return admitted(waited, finished)
             if waited:
                 return self._deny_held(exchange, holding, digest, override, clock.now_ms())
         started = clock.now_ms()
@@ -347,12 +350,12 @@ class RateLimit:
             return self._store_failed(exc, exchange, digest)
         finished = clock.now_ms()
         if lease is not None:
-            return admitted(lease, finished, finished - started)
+            return admitted(lease, finished)
         spare = holding.take(cost, finished)
         if spare is not None:
             # Denied because this isolate's own leases hold the units (granted to the
             # requests asking beside this one): use them, they are counted.
-            return admitted(spare, finished, finished - started)
+            return admitted(spare, finished)
         decisions = holding.decisions
         ask_at = holding.ask_at(finished)
         if ask_at and finished >= holding.denied_until:

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Callable
 
 from edge_limiter.tools.bench.cells import Data, fmt, times
-from edge_limiter.tools.bench.goals import judged
+from edge_limiter.tools.bench.goals import judged, met_or_missed
 from edge_limiter.tools.bench.tables import (
     BARE,
     BARE_BOUND,
@@ -68,14 +68,14 @@ def _against(data: Data, path: str, floor: str) -> tuple[str, str]:
         f"p50 {fmt(rows[path]['p50'])} ms against {fmt(rows[floor]['p50'])}: {times(p50)}; "
         f"p99 {times(p99)}"
     )
-    return measured, _verdict(p50 <= P50_BOUND and p99 <= P99_BOUND)
+    return measured, met_or_missed(p50 <= P50_BOUND and p99 <= P99_BOUND)
 
 
 def _leased(data: Data) -> tuple[str, str]:
     rows = data["gateway"]["rows"]
     leased, floor = rows[LEASED]["p50"], rows[FLOOR_FORWARD]["p50"]
     measured = f"p50 {fmt(leased)} ms against the floor's {fmt(floor)}: {times(leased / floor)}"
-    return measured, _verdict(leased < floor)
+    return measured, met_or_missed(leased < floor)
 
 
 def _startup(data: Data) -> tuple[str, str]:
@@ -83,7 +83,7 @@ def _startup(data: Data) -> tuple[str, str]:
     ours = statistics.median(section[PROJECT]) / statistics.median(section[BARE_BOUND])
     bare = statistics.median(section[BARE]) / statistics.median(section[BARE_BOUND])
     measured = f"first answer {times(ours)} (a bare Worker without the bindings: {times(bare)})"
-    return measured, _verdict(ours <= 1.05)
+    return measured, met_or_missed(ours <= 1.05)
 
 
 def _cpu(data: Data) -> tuple[str, str]:
@@ -126,7 +126,7 @@ def _at_limit(data: Data) -> tuple[str, str]:
         f"the simulation within 20% in {close} of {len(simulated)}"
     )
     parts = [
-        f"{mode} " + _verdict(min(ratios) >= bound)
+        f"{mode} " + met_or_missed(min(ratios) >= bound)
         for (mode, ratios), bound in zip(by_mode.items(), (STEADY, MOVING), strict=True)
         if ratios
     ]
@@ -135,11 +135,7 @@ def _at_limit(data: Data) -> tuple[str, str]:
     )
     if short:
         parts[0] += f" ({', '.join(f'`{name}`' for name in short)}: a ttl of refill kept back)"
-    parts += ["never over " + _verdict(over == 0)]
+    parts += ["never over " + met_or_missed(over == 0)]
     if simulated:
-        parts += ["simulation " + _verdict(close == len(simulated))]
+        parts += ["simulation " + met_or_missed(close == len(simulated))]
     return measured, "; ".join(parts)
-
-
-def _verdict(ok: bool) -> str:
-    return "**met**" if ok else "**missed**"

@@ -73,18 +73,10 @@ def section_startup(report: Report, quick: bool, origin: str) -> None:
 def _workerd_rss_mb(gw: Any) -> float:
     """The resident memory of the workerd processes under the launcher."""
     total = 0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text().split()
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(stat[4]) == gw.pid and b"workerd" in cmdline:
-            for line in (proc / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
+    for proc, _ in rt.workerd_processes(gw):
+        for line in (proc / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
     return total / 1024
 
 

@@ -96,7 +96,7 @@ def _goal_abusive(data: Data) -> tuple[str, str]:
         f"{percent(share)} of {section['denied']} denials with no call; {admitted} admitted of "
         f"{allowed} allowed"
     )
-    return measured, _verdict(share >= 0.9 and admitted <= allowed)
+    return measured, met_or_missed(share >= 0.9 and admitted <= allowed)
 
 
 def _goal_step(data: Data) -> tuple[str, str]:
@@ -108,7 +108,7 @@ def _goal_step(data: Data) -> tuple[str, str]:
         f"`sliding_log` (log full) / `token_bucket`: {times(ratios['cpython'])} on CPython, "
         f"{times(ratios['pyodide'])} on Pyodide"
     )
-    return measured, _verdict(max(ratios.values()) <= 3)
+    return measured, met_or_missed(max(ratios.values()) <= 3)
 
 
 def _goal_object(data: Data) -> tuple[str, str]:
@@ -122,8 +122,8 @@ def _goal_object(data: Data) -> tuple[str, str]:
         f"Python object doing the same, {times(floor_ratio)}"
     )
     parts = [
-        f"1,000/s {_verdict(ours['rps'] >= 1000)}",
-        f"1.3x {_verdict(ratio <= 1.3)}",
+        f"1,000/s {met_or_missed(ours['rps'] >= 1000)}",
+        f"1.3x {met_or_missed(ratio <= 1.3)}",
     ]
     verdict = "; ".join(parts)
     if ratio > 1.3 and floor_ratio > 1.3:
@@ -143,10 +143,10 @@ def _goal_check(data: Data) -> tuple[str, str]:
         f"faster than `limits`, Pyodide at most {times(pyo)} CPython"
     )
     parts = [
-        f"1 us {_verdict(worst <= 1000)}",
-        f"3x minimal {_verdict(minimal <= 3)}",
-        f"3x `limits` {_verdict(versus >= 3)}",
-        f"2.5x Pyodide {_verdict(pyo <= 2.5)}",
+        f"1 us {met_or_missed(worst <= 1000)}",
+        f"3x minimal {met_or_missed(minimal <= 3)}",
+        f"3x `limits` {met_or_missed(versus >= 3)}",
+        f"2.5x Pyodide {met_or_missed(pyo <= 2.5)}",
     ]
     return measured, "; ".join(parts)
 
@@ -173,7 +173,7 @@ def _goal_flood(data: Data) -> tuple[str, str]:
         f"{times(flooded['p99'] / alone['p99'])}; {told} (absorbable rate, rates tried: "
         f"{', '.join(str(r) for r in sorted(rates))})"
     )
-    return measured, _verdict(holds(run)) + " at 400 req/s; absorbable rate reported"
+    return measured, met_or_missed(holds(run)) + " at 400 req/s; absorbable rate reported"
 
 
 def _goal_startup(data: Data) -> tuple[str, str]:
@@ -185,7 +185,7 @@ def _goal_startup(data: Data) -> tuple[str, str]:
 
     ready, first = ratio("ready"), ratio("first")
     measured = f"READY {times(ready)}, first answer {times(first)} the bare Python Worker with the same bindings"
-    return measured, _verdict(first <= 1.10)
+    return measured, met_or_missed(first <= 1.10)
 
 
 def _goal_memory(data: Data) -> tuple[str, str]:
@@ -197,8 +197,8 @@ def _goal_memory(data: Data) -> tuple[str, str]:
         f"{section['requests']:,} requests, {fmt(ours['after_keys_mb'])} after "
         f"{section['keys']:,} keys more; {left} rows left after cleanup"
     )
-    return measured, "reported; storage " + _verdict(left == 0)
+    return measured, "reported; storage " + met_or_missed(left == 0)
 
 
-def _verdict(ok: bool) -> str:
+def met_or_missed(ok: bool) -> str:
     return "**met**" if ok else "**missed**"

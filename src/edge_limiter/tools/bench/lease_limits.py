@@ -17,8 +17,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from edge_limiter.core.ratelimit.rates import Limit, parse_rate
 from edge_limiter.tools.bench import runtime as rt
 from edge_limiter.tools.bench.runtime import KEY
+from edge_limiter.tools.lease_sim import Scenario, simulate
+from edge_limiter.tools.local_gateway import LocalGateway
 
 #: The limit every run drives (window 10 s: a run of 12 s spans two windows).
 LIMIT = "200 per 10 seconds"
@@ -113,7 +116,7 @@ def schedule(mode: str, isolates: int, seconds: float) -> list[tuple[int, float,
 
 
 def run_pair(
-    gw: Any,
+    gw: LocalGateway,
     bases: Sequence[str],
     algorithm: str,
     mode: str,
@@ -166,8 +169,6 @@ def simulated(
     """The lease simulation at the operating point of ``run`` (its isolates, algorithm,
     mode and offered rate, the same limit, phase and duration): the ratio of admitted
     requests to its exact counter's, and object calls per admitted request."""
-    from edge_limiter.core.ratelimit.rates import Limit, parse_rate  # noqa: PLC0415
-    from edge_limiter.tools.lease_sim import Scenario, simulate  # noqa: PLC0415
 
     scenario = Scenario(
         run["isolates"],
@@ -189,7 +190,7 @@ def simulated(
     }
 
 
-def _calls(gw: Any) -> int:
+def _calls(gw: LocalGateway) -> int:
     return int(gw.durable_object_calls().get("RateLimiter.decide", 0))
 
 
@@ -205,7 +206,6 @@ def measure(
     align: bool = True,
 ) -> list[dict[str, Any]]:
     """Every (isolates, algorithm, mode) pair of runs, a fresh runtime per isolate count."""
-    from edge_limiter.tools.local_gateway import LocalGateway  # noqa: PLC0415
 
     runs = []
     for isolates in isolate_counts:

@@ -112,10 +112,10 @@ def median(runs: list[dict[str, Any]], field: str) -> float:
     return float(statistics.median(float(run[field]) for run in runs))
 
 
-def workerd_cpu_s(gw: Any) -> float:
-    """The CPU time (user and system, seconds) the workerd processes of ``gw``'s launcher
-    (its process group) have used so far: what production bills, all threads included."""
-    ticks = 0
+def workerd_processes(gw: Any) -> Iterator[tuple[Path, list[str]]]:
+    """The workerd processes of ``gw``'s launcher (its process group): each one's
+    ``/proc`` directory and the fields of its ``stat`` after the command's name (state,
+    ppid, pgrp, ...)."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -124,9 +124,15 @@ def workerd_cpu_s(gw: Any) -> float:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        # After the command's name: state, ppid, pgrp, ..., utime (12th), stime (13th).
         if int(stat[2]) == gw.pid and b"workerd" in cmdline:
-            ticks += int(stat[11]) + int(stat[12])
+            yield proc, stat
+
+
+def workerd_cpu_s(gw: Any) -> float:
+    """The CPU time (user and system, seconds) ``gw``'s workerd processes have used so
+    far: what production bills, all threads included (utime and stime: the 12th and 13th
+    fields after the name)."""
+    ticks = sum(int(stat[11]) + int(stat[12]) for _, stat in workerd_processes(gw))
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

@@ -567,7 +567,7 @@ class _Lease:
             # Until one ttl past its retry: a holder that does not come back by then has
             # gone (its demand must not ration the others for long).
             retry = max((d.retry_after for d in decisions if not d.allowed), default=0)
-            memory = max(RATE_MEMORY_TTLS * ttl, self._rate_memory())
+            memory = self._rate_memory()
             seen = max(now, now + retry + ttl - memory)
             self.holders.rates[request.holder] = (request.observed_rate, seen)
         rows = shared_rows(self.algorithms, current, now)

@@ -241,10 +241,13 @@ class Holding:
         self.in_flight = 0
         """Lease requests sent and not yet answered."""
         self.answers = 0
-        """Lease requests answered or failed so far (a request waiting on a sized one
-        looks for a change: see :meth:`waits`)."""
+        """Lease requests answered or failed so far (a request waiting on the sized one
+        in flight looks for a change)."""
         self.sizing = False
-        """A sized request is in flight."""
+        """A sized request is in flight: a request that finds no units waits for its
+        lease, asked for at the isolate's rate, rather than ask for itself (a call per
+        such request cost about one call per admitted request once a limit bound, with
+        many requests in flight)."""
         self.waiting = 0
         """The units the requests on unsized lease requests in flight need: kept here by a
         sized request's give-back, since each of those requests uses this isolate's units
@@ -290,16 +293,17 @@ class Holding:
         if now < self.denied_until:
             return self.denied_until
         if self.leases:
-            newest = self.leases[-1]
-            at = newest.next_ask_at(self.lead())
+            newest, lead = self.leases[-1], self.lead()
             if isinstance(newest, PlannedLease):
                 # Allowances handed on from a holder that went (see ``grant._unclaimed``)
                 # sit beside this isolate's own: the first to accrue a unit decides.
                 at = min(
-                    lease.next_ask_at(self.lead())
+                    lease.next_ask_at(lead)
                     for lease in self.leases
                     if isinstance(lease, PlannedLease)
                 )
+            else:
+                at = newest.next_ask_at(lead)
             if now < at:
                 return at
         return 0
@@ -412,13 +416,6 @@ class Holding:
             if lease.until == until:
                 taken += lease.release(now, max(0, lease.unused(now) - (surplus - taken)))
         return given + taken, until
-
-    def waits(self) -> bool:
-        """Whether a request that found no units waits for the sized lease request in
-        flight (its lease, asked for at the isolate's rate, serves the requests arriving
-        meanwhile) rather than ask for itself: a call per such request cost about one call
-        per admitted request once a limit bound, with many requests in flight."""
-        return self.sizing
 
     def failed(self, ask: Ask) -> None:
         """The request ``ask`` got no answer (the units it gave back are lost: the object
