@@ -135,3 +135,22 @@ def test_the_floor_goals_are_computed_from_the_run(run: dict) -> None:
     assert "## The goals against the floor (issue 41)" in text
     limited = next(line for line in text.splitlines() if line.startswith("| Python: limited route"))
     assert " | 2.00 | " in limited  # workerd's CPU ms per request
+
+
+def test_the_victims_share_under_a_flood_is_shown_beside_the_floors(run: dict) -> None:
+    # The fixture: ours 360/400 = 0.90 and 200/400 = 0.50; the floor's 475/500 = 0.95 and
+    # 400/500 = 0.80.
+    lines = render_document(run).splitlines()
+    row = next(line for line in lines if line.startswith("| beside the flood | 400 "))
+    assert row.strip("| ").split(" | ")[-3:] == ["3.00x", "0.80x", "0.62x"]
+    measured = {number: m for number, _goal, m, _verdict in floor_goals(run)}[6]
+    assert "100 req/s 0.90x against 0.95x, 400 req/s 0.50x against 0.80x" in measured
+    assert any("its clients alone: 500 req/s" in line for line in lines)
+    del run["flood"]["floor"]
+    row = next(
+        line
+        for line in render_document(run).splitlines()
+        if line.startswith("| beside the flood | 400 ")
+    )
+    assert row.endswith("| 0.50x | 3.00x |")  # no floor columns when no floor was measured
+    assert "the flood's floor: not measured" in floor_goals(run)[5][2]

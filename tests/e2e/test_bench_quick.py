@@ -84,6 +84,13 @@ def test_every_benchmark_section_runs_and_reports(tmp_path: Path) -> None:
     # The abusive key is never admitted beyond its limit (100/minute: 100 at once, plus what
     # refills during the run).
     assert data["abusive"]["admitted"] <= data["abusive"]["allowed"]
+    # The flood's floor: the bare Worker answered 429 to every request of the flooded key,
+    # its clients (minimal object + forward) were each admitted, alone and beside it.
+    floor = data["flood"]["floor"]
+    assert floor["alone"]["statuses"] == {"200": floor["alone"]["statuses"]["200"]}
+    for run in floor["rates"].values():
+        assert set(run["flood"]["statuses"]) == {"429"}
+        assert set(run["flooded"]["statuses"]) == {"200"}
     memory = data["memory"]
     assert memory["storage_after_cleanup"]["rows"] == 0
     for side in ("project", "floor"):

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Callable
 
 from edge_limiter.tools.bench.cells import Data, fmt, times
+from edge_limiter.tools.bench.flood import shares
 from edge_limiter.tools.bench.goals import judged, met_or_missed
 from edge_limiter.tools.bench.tables import (
     BARE,
@@ -98,7 +99,19 @@ def _cpu(data: Data) -> tuple[str, str]:
         f"{times(rows[path]['cpu_ms'] / rows[floor]['cpu_ms'])}"
         for path, floor, label in pairs
     )
-    measured += " (workerd's CPU time per request at 50 in flight); the flood's floor: not measured"
+    measured += " (workerd's CPU time per request at 50 in flight)"
+    by_rate = shares(data["flood"]) if "flood" in data else {}
+    against = [
+        f"{rate} req/s {times(ours)} against {times(floor)}"
+        for rate, (ours, floor) in sorted(by_rate.items())
+        if floor is not None
+    ]
+    measured += (
+        "; victims' share of their throughput alone beside a flood, ours against the floor's: "
+        + ", ".join(against)
+        if against
+        else "; the flood's floor: not measured"
+    )
     return measured, "reported"
 
 

@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from edge_limiter.tools.bench.cells import Data, fmt, percent, times
+from edge_limiter.tools.bench.flood import no_call_share
 from edge_limiter.tools.bench.tables import (
     BARE_BOUND,
     FLOOR_FORWARD,
@@ -16,7 +17,6 @@ from edge_limiter.tools.bench.tables import (
     LIMITED,
     OUR_OBJECT,
     PROJECT,
-    no_call_share,
 )
 
 #: Issue 10's goals, as the issue writes them.

@@ -134,9 +134,9 @@ def run_pair(
         key = f"{route}-{mode}-{len(bases)}-{time.time_ns()}"
         if align:
             _align(PHASE_S)
-        before = _calls(gw)
+        before = rt.decide_calls(gw)
         results = _drive(bases, route, key, plan, clients)
-        calls = _calls(gw) - before
+        calls = rt.decide_calls(gw) - before
         admitted = [r["statuses"].get("200", 0) for r in results]
         requests = sum(r["requests"] for r in results)
         statuses = sorted({s for r in results for s in r["statuses"]})
@@ -188,10 +188,6 @@ def simulated(
         "calls_per_admitted": result.calls_per_admitted,
         "over": result.over,
     }
-
-
-def _calls(gw: LocalGateway) -> int:
-    return int(gw.durable_object_calls().get("RateLimiter.decide", 0))
 
 
 def measure(

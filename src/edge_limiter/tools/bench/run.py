@@ -67,6 +67,7 @@ from typing import Any
 
 from edge_limiter.tools import ROOT
 from edge_limiter.tools.bench import runtime as rt
+from edge_limiter.tools.bench.flood import section_flood
 from edge_limiter.tools.bench.footprint import section_memory, section_startup
 from edge_limiter.tools.bench.identity import section_identity
 from edge_limiter.tools.bench.interpreters import (
@@ -77,7 +78,6 @@ from edge_limiter.tools.bench.interpreters import (
 from edge_limiter.tools.bench.render import render_document
 from edge_limiter.tools.bench.report import Report
 from edge_limiter.tools.bench.workerd import (
-    section_flood,
     section_gateway,
     section_leases,
     section_object,

@@ -237,6 +237,12 @@ class Default(WorkerEntrypoint):
         url = native.url
         if "/forward/" in url:
             return await forward(self.env, native)
+        if "/deny/" in url:
+            # The least a limiter does for a flooded key: read its key, answer 429.
+            key = native.headers.get("x-bench-key") or ""
+            if key.startswith("flood-"):
+                return Response("", status=429, headers={"Retry-After": "60"})
+            return await forward(self.env, native)
         if "/object-floor/" in url:
             await raw(self.env.FLOOR_LIMITER).getByName("hot").decide(self.env.PAYLOAD)
             return await forward(self.env, native)
@@ -297,6 +303,11 @@ class FloorLimiter(DurableObject):
                 self.sql.exec(UPSERT, limit_id, json.dumps(state), idle_at)
         return '{"ds":[' + ",".join(decisions) + "]}"
 """
+
+
+def decide_calls(gw: LocalGateway) -> int:
+    """How many times the gateway's isolates have called ``RateLimiter.decide`` so far."""
+    return int(gw.durable_object_calls().get("RateLimiter.decide", 0))
 
 
 def peer_workers(origin: str, durable_objects: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -12,10 +12,10 @@ from edge_limiter.tools.bench.cells import (
     fmt,
     markdown_table,
     medians,
-    percent,
     signed,
     times,
 )
+from edge_limiter.tools.bench.flood import abusive_table, flood_table
 
 #: The gateway section's rows (``workerd.section_gateway`` names them so).
 JS_FORWARD = "JS Worker: forward"
@@ -192,74 +192,6 @@ def _object(data: Data) -> tuple[list[str], list[Row], list[str]]:
         f"{section['requests']} requests at 50 in flight to one key, called from the same "
         f"JavaScript Worker; {medians(section['repeat'])}. Write-behind does not "
         "commit each decision: shown beside, not the goal's comparison."
-    ]
-    return header, rows, notes
-
-
-def _abusive(data: Data) -> tuple[list[str], list[Row], list[str]]:
-    section = data["abusive"]
-    admitted, denied, calls = section["admitted"], section["denied"], section["calls"]
-    allowed = section["allowed"]
-    rows: list[Row] = [
-        [
-            admitted + denied,
-            admitted,
-            allowed,
-            times(admitted / allowed),
-            denied,
-            calls,
-            percent(no_call_share(section)),
-        ]
-    ]
-    header = [
-        "requests",
-        "admitted",
-        "allowed at most",
-        "admitted / allowed",
-        "denied",
-        "object calls",
-        "denials answered with no call",
-    ]
-    notes = [
-        f"One key at 10x its limit ({section['limit']}: {fmt(section['rate'])} req/s for "
-        f"{section['seconds']} s); allowed at most is the limit plus what refills meanwhile."
-    ]
-    return header, rows, notes
-
-
-def no_call_share(section: Data) -> float:
-    """The share of denials answered with no object call (every admission costs one)."""
-    denied = int(section["denied"])
-    answered = int(section["calls"]) - int(section["admitted"])
-    return max(0, denied - answered) / max(1, denied)
-
-
-def _flood(data: Data) -> tuple[list[str], list[Row], list[str]]:
-    section = data["flood"]
-    alone = section["alone"]
-    rows: list[Row] = [["alone", "-", alone["rps"], alone["p50"], alone["p99"], times(1), times(1)]]
-    for rate, run in sorted(section["rates"].items(), key=lambda item: int(item[0])):
-        flooded = run["flooded"]
-        rows.append(
-            [
-                "beside the flood",
-                f"{rate} ({fmt(run['flood'].get('rps', 0))} served)",
-                flooded["rps"],
-                flooded["p50"],
-                flooded["p99"],
-                times(flooded["rps"] / alone["rps"]),
-                times(flooded["p99"] / alone["p99"]),
-            ]
-        )
-    header = ["10 clients", "flood R req/s", "req/s", "p50 ms", "p99 ms", "/ alone", "p99 / alone"]
-    tools = {run["tool"].split()[0] for run in section["rates"].values()}
-    generator = {
-        frozenset({"scripts/load.mjs"}): "`scripts/load.mjs --rate R`",
-        frozenset({"hey"}): "`hey -q 10`, one worker per 10 req/s",
-    }.get(frozenset(tools), "`hey`, or `scripts/load.mjs --rate R`")
-    notes = [
-        f"10 clients of one key in a closed loop, {section['seconds']} s each, alone and while "
-        f"another key (100/minute) is flooded at R req/s in an open loop ({generator})."
     ]
     return header, rows, notes
 
@@ -567,12 +499,12 @@ SECTIONS: dict[str, tuple[str, str, Builder]] = {
     "abusive": (
         "A key at 10x its limit",
         "the limit itself (what may be admitted)",
-        _abusive,
+        abusive_table,
     ),
     "flood": (
         "Clients of one key beside a flood of another",
         "the same clients alone, on the same runtime",
-        _flood,
+        flood_table,
     ),
     "leases": (
         "Token leases: one hot key from two isolates",

@@ -4,10 +4,7 @@ isolates."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -159,66 +156,6 @@ def section_object(report: Report, quick: bool, origin: str) -> None:
     report.section("object", {"requests": requests, "repeat": repeat, "rows": rows})
 
 
-def _decide_calls(gw: Any) -> int:
-    return int(gw.durable_object_calls().get("RateLimiter.decide", 0))
-
-
-def section_flood(
-    report: Report, quick: bool, origin: str, flood_rates: tuple[int, ...] = (400,)
-) -> None:
-    with rt.runtime(origin) as gw:
-        _flood(report, quick, gw, flood_rates)
-
-
-def _flood(report: Report, quick: bool, gw: Any, flood_rates: tuple[int, ...]) -> None:
-    seconds = 2 if quick else 10
-    # Goal 2: one key at 10x its limit (100/minute -> 1,000/minute) for `seconds`.
-    rate = 1000 / 60
-    before = _decide_calls(gw)
-    abusive = rt.load(
-        f"{gw.url}/small/x",
-        requests=int(rate * seconds),
-        rate=rate,
-        headers={KEY: f"abusive-{time.time_ns()}"},
-        warmup=0,
-    )
-    calls = _decide_calls(gw) - before
-    admitted = abusive["statuses"].get("200", 0)
-    denied = abusive["statuses"].get("429", 0)
-    report.section(
-        "abusive",
-        {
-            "admitted": admitted,
-            "denied": denied,
-            "calls": calls,
-            # What may be admitted: the bucket, and what refills meanwhile.
-            "allowed": int(100 + 100 * seconds / 60),
-            "limit": "100/minute",
-            "rate": rate,
-            "seconds": seconds,
-        },
-    )
-
-    # Goal 6: 10 clients of one key, alone and beside a flood of another key, at each rate.
-    victims_alone = rt.load(
-        f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
-    )
-    flooded_runs: dict[str, Any] = {}
-    for flood_rate in flood_rates:
-        flood, tool = _start_flood(gw, flood_rate, seconds)
-        victims_flooded = rt.load(
-            f"{gw.url}/limited/x", duration=seconds, concurrency=10, headers={KEY: "victims"}
-        )
-        flood_out, _ = flood.communicate(timeout=120)
-        flood_summary = _hey_summary(flood_out) if tool.startswith("hey") else json.loads(flood_out)
-        flooded_runs[str(flood_rate)] = {
-            "flooded": victims_flooded,
-            "flood": flood_summary,
-            "tool": tool,
-        }
-    report.section("flood", {"seconds": seconds, "alone": victims_alone, "rates": flooded_runs})
-
-
 def _lease_config(origin: str) -> dict[str, Any]:
     def route(name: str, limits: str, algorithm: str, **more: Any) -> dict[str, Any]:
         match = {"path": f"/{name}/*"}
@@ -252,7 +189,7 @@ def section_leases(report: Report, quick: bool, origin: str) -> None:
                 bases = [gw.url, *gw.replica_urls]
                 for route in ("plain", "leased", "plain-at-limit", "leased-at-limit"):
                     key = {KEY: f"{route}-{time.time_ns()}"}
-                    before = _decide_calls(gw)
+                    before = rt.decide_calls(gw)
                     started = time.monotonic()
                     loads = [
                         rt.start_load(
@@ -266,7 +203,7 @@ def section_leases(report: Report, quick: bool, origin: str) -> None:
                     ]
                     results = [rt.finish(load) for load in loads]
                     seconds = time.monotonic() - started
-                    calls = _decide_calls(gw) - before
+                    calls = rt.decide_calls(gw) - before
                     admitted = sum(r["statuses"].get("200", 0) for r in results)
                     runs.setdefault(route, []).append(
                         {
@@ -309,38 +246,3 @@ def section_leases(report: Report, quick: bool, origin: str) -> None:
             },
         },
     )
-
-
-def _start_flood(gw: Any, flood_rate: int, seconds: int) -> tuple[Any, str]:
-    """An open-loop flood of one new key at ``flood_rate`` requests/s (hey when installed)."""
-    hey = shutil.which("hey")
-    flood_key = f"flood-{time.time_ns()}"
-    if hey and flood_rate % 10 == 0:
-        # Workers each rate-limited to 10/s: an open loop per worker.
-        workers = flood_rate // 10
-        command = [hey, "-z", f"{seconds}s", "-c", str(workers), "-q", "10"]
-        command += ["-H", f"{KEY}: {flood_key}", f"{gw.url}/small/x"]
-        return subprocess.Popen(command, stdout=subprocess.PIPE, text=True), (
-            f"hey -c {workers} -q 10"
-        )
-    flood = rt.start_load(
-        f"{gw.url}/small/x",
-        requests=flood_rate * seconds,
-        rate=flood_rate,
-        headers={KEY: flood_key},
-        warmup=0,
-    )
-    return flood, f"scripts/load.mjs --rate {flood_rate}"
-
-
-def _hey_summary(text: str) -> dict[str, Any]:
-    """Requests/sec and the status counts from hey's report."""
-    summary: dict[str, Any] = {"statuses": {}}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("Requests/sec:"):
-            summary["rps"] = float(line.split()[1])
-        elif line.startswith("[") and "]" in line and "responses" in line:
-            status, count = line[1 : line.index("]")], int(line.split()[1])
-            summary["statuses"][status] = count
-    return summary
