@@ -550,19 +550,6 @@ def check_tier_routes(tiers: Tiers | None, routes: list[Route], problems: Proble
                 )
 
 
-def describe_identity(route: Route) -> dict[str, Any] | None:
-    """A route's identity fields as plain data (``None``: it uses none)."""
-    identity = route.identity
-    if identity is None:
-        return None
-    return {
-        "auth": identity.auth,
-        "on_invalid": identity.on_invalid,
-        "tiers": identity.tiers,
-        "group": identity.group,
-    }
-
-
 __all__ = [
     "AUTH",
     "IDENTITY_FIELDS",

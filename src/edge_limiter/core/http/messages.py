@@ -418,16 +418,6 @@ class Response:
     native: object | None = None
     """The platform's own response, when this one came from it (opaque here)."""
 
-    async def read_body(self) -> bytes:
-        """The body's bytes (read once, then kept)."""
-        if self.body is None:
-            return b""
-        if isinstance(self.body, bytes):
-            return self.body
-        data = await self.body.read()
-        self.body = data
-        return data
-
     async def read_body_at_most(self, limit: int, progress: Progress | None = None) -> bytes | None:
         """The body's bytes if there are at most ``limit`` of them (then kept), else
         ``None`` with the body left whole to be streamed to the client (``progress``: see

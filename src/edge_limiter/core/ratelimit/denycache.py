@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .decision import Decision
-from .rates import Limit
 
 DEFAULT_MAX_KEYS = 10_000
 DEFAULT_MAX_TTL_MS = 10_000
@@ -103,8 +102,3 @@ def shifted(decisions: tuple[Decision, ...], elapsed: int) -> tuple[Decision, ..
             retry = max(1, d.retry_after - elapsed)
             out.append(Decision(False, d.limit, d.remaining, reset, retry, d.reason, d.policy))
     return tuple(out)
-
-
-def limits_key(name: str, limits: tuple[Limit, ...], algorithm: str, cost: int) -> tuple[Any, ...]:
-    """What identifies one check: the object and exactly what is checked in it."""
-    return (name, algorithm, cost, limits)
