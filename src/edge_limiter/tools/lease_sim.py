@@ -5,6 +5,13 @@ the real Durable Object step (``KeyStore.decide`` with op ``"lease"``, over SQL 
 nothing), with a random network delay each way. Arrivals are Poisson in total and spread
 over the isolates by a Zipf law (``skew`` is its exponent; 0 is uniform).
 
+Or, with ``clients`` (closed loop, as a load generator with that many connections per
+isolate drives the local runtime): each client sends its next request a random service
+time (``cycle_us``, uniform within half of it either way) after its last one was answered,
+so at most ``clients`` requests per isolate wait for a lease, and none arrive while they
+do. Open-loop arrivals at the same average rate made the waiting lists longer, the asks
+larger and the calls fewer than a closed-loop load has.
+
 An isolate admits a request from its leases when they hold a unit; otherwise the request
 waits for a lease answer (a call, unless one is in flight already). It asks for its next
 lease before the current one runs out (``Lease.should_refresh``) and keeps admitting from
@@ -82,6 +89,12 @@ class Scenario:
     moving: bool = False
     """The load moves: each isolate in turn takes every arrival for an equal part of the
     run (isolate 0 first), instead of the Zipf spread."""
+    clients: int = 0
+    """Closed loop: clients per isolate, each sending its next request when its last one
+    is answered (0: open loop, Poisson arrivals at ``rate``)."""
+    cycle_us: int = 25_000
+    """Closed loop: the mean time from a request's answer to the client's next request
+    arriving (the answer's way back, the client, the gateway's own work)."""
 
     @property
     def ttl(self) -> int:
@@ -144,7 +157,7 @@ class _Isolate:
     """Arrival times (ms) of requests waiting for a lease answer."""
 
 
-_AT_DO, _AT_ISOLATE = 1, 2
+_AT_DO, _AT_ISOLATE, _AT_CLIENT = 1, 2, 3
 
 
 def _zipf_cumulative(isolates: int, skew: float) -> list[float]:
@@ -211,6 +224,12 @@ class _Run:
         end_us = start_us + self.scenario.duration_ms * 1000
         per_us = self.scenario.rate / 1_000_000
         next_arrival = start_us + (int(self.rng.expovariate(per_us)) if per_us > 0 else end_us)
+        if self.scenario.clients:
+            next_arrival = end_us  # every arrival is a client's event
+            for index in range(self.scenario.isolates):
+                begin, _ = self._active(index)
+                for _ in range(self.scenario.clients):
+                    self._push(begin, _AT_CLIENT, index, None)
         while True:
             if self.events and self.events[0][0] <= next_arrival:
                 self._deliver(heapq.heappop(self.events))
@@ -226,6 +245,29 @@ class _Run:
             next_arrival += max(1, int(self.rng.expovariate(per_us)))
             self._arrive(now_us)
         return self._measured()
+
+    def _active(self, index: int) -> tuple[int, int]:
+        """When isolate ``index`` has load (µs): the whole run, or its part when it moves."""
+        scenario = self.scenario
+        start_us = scenario.phase_ms * 1000
+        end_us = start_us + scenario.duration_ms * 1000
+        if not scenario.moving:
+            return start_us, end_us
+        part = (end_us - start_us) // scenario.isolates
+        return start_us + index * part, start_us + (index + 1) * part
+
+    def _answered_clients(self, index: int, now_us: int, count: int) -> None:
+        """``count`` requests of isolate ``index`` were answered at ``now_us``: in a closed
+        loop their clients send their next ones a service time later, while it has load."""
+        if not self.scenario.clients or count <= 0:
+            return
+        _, end_us = self._active(index)
+        mean = self.scenario.cycle_us
+        for _ in range(count):
+            at_us = now_us + self.rng.randint(mean // 2, mean + mean // 2)
+            if at_us < end_us:
+                self.sequence += 1
+                heapq.heappush(self.events, (at_us, self.sequence, _AT_CLIENT, index, None))
 
     def _push(self, at_us: int, where: int, index: int, data: Any) -> None:
         """A message that arrives ``where`` after a random network delay from ``at_us``."""
@@ -262,7 +304,9 @@ class _Run:
 
     def _deliver(self, event: Event) -> None:
         at_us, _, where, index, data = event
-        if where == _AT_DO:
+        if where == _AT_CLIENT:
+            self._arrive(at_us, index)
+        elif where == _AT_DO:
             payload, ask, covered = data
             decided = at_us // 1000
             answer = self.store.decide(payload, decided)
@@ -279,6 +323,7 @@ class _Run:
         # The requests the grant was sized for are admitted as of the grant, as a check's.
         lease = isolate.holding.answered(response, ask, now, reserved=covered)
         if lease is None:
+            self._answered_clients(index, now_us, len(waiting))  # denied
             return
         # (A planned allowance is taken as the answer arrives, on the isolate's clock.)
         used_at = now if response.allowance is not None else decided
@@ -288,14 +333,16 @@ class _Run:
             if isolate.holding.take(1, now) is not None:
                 self._admit(arrived, now)
             elif isolate.holding.ask_at(now):
-                return  # the rest are denied: its share accrues later (or it was denied)
+                break  # the rest are denied: its share accrues later (or it was denied)
             else:
                 isolate.waiting = waiting[position:]
                 self._send(index, now_us, len(isolate.waiting))
-                return
+                break
+        self._answered_clients(index, now_us, len(waiting) - len(isolate.waiting))
 
-    def _arrive(self, now_us: int) -> None:
-        """A request arrives at one isolate (Zipf-chosen), and at the exact counter."""
+    def _arrive(self, now_us: int, client_of: int | None = None) -> None:
+        """A request arrives at one isolate (its client's, or Zipf-chosen), and at the
+        exact counter."""
         now = now_us // 1000
         result = self.result
         result.arrivals += 1
@@ -305,7 +352,9 @@ class _Run:
         elif result.reached_at_ms is None:
             result.reached_at_ms = now
         scenario = self.scenario
-        if scenario.moving:
+        if client_of is not None:
+            index = client_of
+        elif scenario.moving:
             part = (now_us - scenario.phase_ms * 1000) * scenario.isolates
             index = min(scenario.isolates - 1, part // (scenario.duration_ms * 1000))
         else:
@@ -318,12 +367,14 @@ class _Run:
         holding = isolate.holding
         if holding.take(1, now) is not None:
             self._admit(now, now)
+            self._answered_clients(index, now_us, 1)
             if not holding.in_flight and holding.wants_refresh(now):
                 self._send(index, now_us, 0)
             return
         if holding.ask_at(now):
             # Denied until its retry_after, or rationed: its share is used up, and asking
             # again before the lease ends would only take from the others' shares.
+            self._answered_clients(index, now_us, 1)
             return
         isolate.waiting.append(now)
         if not holding.in_flight:

@@ -74,3 +74,31 @@ def test_a_sliding_window_under_its_limit_denies_next_to_nothing(skew: float) ->
     assert result.over == 0
     assert result.reference_admitted == result.arrivals  # the limit never binds
     assert result.admitted >= 0.99 * result.arrivals
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("moving", [False, True])
+def test_a_closed_loop_load_never_over_admits(algorithm: str, moving: bool) -> None:
+    # 3 isolates x 40 clients, each answered in 25 ms on average: about 4,800 requests/s
+    # against 200 per second, the load moving from isolate to isolate or not.
+    scenario = Scenario(
+        3, 0, Limit(Rate(200, 1_000)), algorithm, skew=0.0, duration_ms=3_000,
+        moving=moving, clients=40, cycle_us=25_000, delay_us=(2_500, 30_000),
+    )  # fmt: skip
+    result = simulate(scenario)
+    assert result.over == 0
+    assert 0 < result.admitted <= result.arrivals
+    # No more than every client answered once per half a cycle (the shortest service time).
+    assert result.arrivals <= 3 * 40 * (3_000 // 12.5 + 1)
+
+
+def test_in_a_closed_loop_a_client_sends_its_next_request_only_once_answered() -> None:
+    # Each answer takes 10 s to reach the client: in a 1 s run every client sends once.
+    scenario = Scenario(
+        2, 0, Limit(Rate(5, 1_000)), "token_bucket", duration_ms=1_000,
+        clients=7, cycle_us=10_000_000,
+    )  # fmt: skip
+    result = simulate(scenario)
+    assert result.arrivals == 2 * 7
+    # Leases keep a ttl of refill back from the 5 (see the token bucket's lease rules).
+    assert 0 < result.admitted <= 5 and result.over == 0

@@ -272,8 +272,9 @@ def _at_limit(at_limit: Data) -> str:
         "clients per isolate for "
         f"{at_limit['seconds']:g} s (`steady`: every isolate at once; `moving`: one isolate "
         "after another), on a fresh key at the same phase of the window as its control (the "
-        "same route without leases); the simulation (`lease_sim`) at the same isolates, "
-        "offered rate and phase.",
+        "same route without leases); the simulation (`lease_sim`) at the same isolates and "
+        "phase, with the same closed-loop load (as many clients per isolate, each answered "
+        "as fast on average as in the run), the median of five seeds.",
         "",
     ]
     return "\n".join(lines + markdown_table(header, rows))

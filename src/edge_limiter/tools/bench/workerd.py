@@ -230,7 +230,7 @@ def section_leases(report: Report, quick: bool, origin: str) -> None:
             align=not quick,
         )
         for run in at_limit:
-            run["simulated"] = lease_limits.simulated(run, seconds)
+            run["simulated"] = lease_limits.simulated(run, seconds, clients)
     report.section(
         "leases",
         {
