@@ -71,7 +71,7 @@ def test_denials_within_a_second_say_the_same_but_each_is_its_own_response() -> 
         "limits": "2/minute",
         "algorithm": "token_bucket",
     }
-    h = harness(bucket)
+    h = harness(bucket, logging={"denials_every": "0s"})  # a line per denial, to read each
     assert [h.send(request()).status for _ in range(2)] == [200, 200]
     first = h.send(request())
     h.clock.advance(1)  # the same whole seconds to wait: the same answer

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edge_limiter.core.config import parse_config
 from edge_limiter.core.control import OverridesCall, StatsCall
+from edge_limiter.core.errors import ConfigError
 from edge_limiter.core.ratelimit.overrides import parse_override
 from tests.examples import examples
 
@@ -54,7 +56,8 @@ def test_global_shadow_counts_and_reports_but_never_blocks() -> None:
 
 
 def test_the_deny_cache_answers_without_a_store_call_with_identical_headers() -> None:
-    cached = harness(ROUTE)
+    # A line per denial (`denials_every = "0s"`), to count those the deny cache answered.
+    cached = harness(ROUTE, logging={"denials_every": "0s"})
     plain = harness(ROUTE, deny_cache={"enabled": False})
     for h in (cached, plain):
         for _ in range(3):
@@ -218,3 +221,65 @@ def test_counters_reach_the_control_object_about_once_a_second() -> None:
     counts = summary["routes"]["api"]["5m"]
     assert counts["allowed"] + counts.get("limited", 0) + counts.get("cached_denial", 0) == 6
     assert summary["top_limited"][0]["limited"] == 2
+
+
+def denials(h: Harness) -> list[dict[str, Any]]:
+    return [line for line in h.logs if line.get("event") in ("limited", "cached_denial")]
+
+
+def told(lines: list[dict[str, Any]]) -> int:
+    """The denials lines stand for: each line itself and its ``repeats``."""
+    return sum(1 + line.get("repeats", 0) for line in lines)
+
+
+def test_a_flooded_key_gets_a_denial_line_a_second_each_counting_the_untold() -> None:
+    h = harness(ROUTE)  # denials_every: 1 s by default
+    analytics = with_analytics(h)
+    assert [h.send(call()).status for _ in range(3)] == [200, 200, 200]
+    sent = 0
+    for _ in range(40):  # 40 denials 50 ms apart: 2 s of flood
+        assert h.send(call()).status == 429
+        sent += 1
+        h.clock.advance(50)
+    lines = denials(h)
+    assert len(lines) == 2  # at 0 s and at 1 s; the rest are counted, not printed
+    assert lines[0].get("repeats", 0) == 0 and lines[1]["repeats"] == 19
+    assert told(lines) == 21  # the line at 1 s stands for itself and the 19 before it
+    # Quiet for a second: the next decision of the isolate (any key) tells the rest.
+    h.clock.advance(1_000)
+    assert h.send(call("k2")).status == 200
+    lines = denials(h)
+    assert len(lines) == 3 and lines[2]["repeats"] == 18 and "latency_ms" not in lines[2]
+    assert told(lines) == sent
+    # Every denial is still a data point of its own.
+    points = [blobs[1] for blobs, _, _ in analytics.points]
+    assert points.count("limited") + points.count("cached_denial") == sent
+
+
+def test_each_key_is_spaced_on_its_own_and_0s_prints_a_line_per_denial() -> None:
+    spaced = harness(ROUTE)
+    every = harness(ROUTE, logging={"denials_every": "0s"})
+    for h in (spaced, every):
+        for key in ("a", "b"):
+            for _ in range(3):
+                h.send(call(key))
+        for _ in range(5):
+            for key in ("a", "b"):
+                assert h.send(call(key)).status == 429
+            h.clock.advance(10)
+    assert len(denials(spaced)) == 2  # one line for each key
+    assert {line["key_hash"] for line in denials(spaced)} == {
+        line["key_hash"] for line in denials(every)
+    }
+    assert len(denials(every)) == 10 and told(denials(every)) == 10
+    assert all("repeats" not in line for line in denials(every))
+
+
+def test_denials_every_is_checked_like_any_duration() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            {"routes": [ROUTE], "origin": "https://o.test", "logging": {"denials_every": "2h"}}
+        )
+    assert "config.logging.denials_every" in str(caught.value)
+    config = parse_config({"routes": [ROUTE], "origin": "https://o.test"})
+    assert config.ops.denials_every_ms == 1_000

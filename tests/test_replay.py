@@ -411,3 +411,42 @@ def test_full_collections_are_rare_during_a_replay_and_as_before_after() -> None
     with pytest.raises(RuntimeError), collecting_rarely():
         raise RuntimeError("a replay that fails")
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_a_denial_line_with_repeats_replays_the_denials_it_stands_for(tmp_path: Path) -> None:
+    # The gateway prints a flooded key's denials at most once a second ([logging]
+    # denials_every), each line's `repeats` counting those it printed no line for (and
+    # what is left when the flood stops in a line of its own, standing for 1 + repeats):
+    # the replay sends them all, at the line's time, and decides the same.
+    lines: list[dict[str, Any]] = []
+    untold, printed_at, last_at, denials = 0, -(10**9), 0, 0
+    for at, ip, *_ in traffic():
+        digest = f"h{ip.replace('.', '')}"
+        line: dict[str, Any] = {"timestamp": at, "logger": "edge_limiter", "event": "allowed",
+                                "route": "search", "key_hash": digest}  # fmt: skip
+        if ip == NOISY and sum(1 for seen in lines if seen["key_hash"] == digest) + denials >= 60:
+            line["event"] = "limited"
+            denials += 1
+            last_at = at
+            if at - printed_at < 1_000:
+                untold += 1
+                continue
+            if untold:
+                line["repeats"] = untold
+            untold, printed_at = 0, at
+        lines.append(line)
+    if untold:
+        lines.append({"timestamp": last_at, "logger": "edge_limiter", "event": "limited",
+                      "route": "search", "key_hash": f"h{NOISY.replace('.', '')}",
+                      "repeats": untold - 1})  # fmt: skip
+        lines.sort(key=lambda line: int(line["timestamp"]))
+    assert denials == 120 and any(line.get("repeats") for line in lines)
+    log = tmp_path / "gateway.log"
+    log.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    report = replay(tmp_path, log)
+    told = sum(1 + int(line.get("repeats", 0)) for line in lines)
+    assert told == len(traffic()) > len(lines)
+    assert route(report)["requests"] == told
+    assert route(report)["denied"] == 120
+    compared = report["proposed"]["gateway_log"]
+    assert compared["disagreed"] == 0 and compared["agreed"] == told

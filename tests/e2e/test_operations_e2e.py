@@ -9,6 +9,7 @@ import hashlib
 import html
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -237,6 +238,15 @@ def test_the_deny_cache_answers_an_abusive_client_without_the_durable_object(
     # At least 90% of the denials were answered with no Durable Object call.
     assert calls - admitted <= 0.1 * denied
     assert ops_gateway.saw('"event":"cached_denial","route":"abuse"')
+    # The flood is not a line per denial: at most one a second ([logging] denials_every),
+    # each counting those it stands for.
+    printed = [
+        json.loads(line[line.index("{") :])
+        for line in ops_gateway.stderr_tail(600).splitlines()
+        if '"route":"abuse"' in line and re.search(r'"event":"(limited|cached_denial)"', line)
+    ]
+    assert 1 <= len(printed) <= elapsed + 2 < denied
+    assert sum(1 + line.get("repeats", 0) for line in printed) <= denied
 
 
 def test_decisions_are_analytics_engine_points(ops_gateway: LocalGateway) -> None:

@@ -31,7 +31,8 @@ DECISIONS = {"allowed", "limited", "cached_denial", "shadow", "exempt"}
 def replay_config(origin: str) -> dict[str, Any]:
     return {
         "origin": origin,
-        "logging": {"sample_allowed": 1.0},  # every admission logged, to be replayed
+        # Every admission and every denial logged, to be compared one by one.
+        "logging": {"sample_allowed": 1.0, "denials_every": "0s"},
         "routes": [
             {
                 "name": f"rp-{algorithm}",
@@ -46,7 +47,8 @@ def replay_config(origin: str) -> dict[str, Any]:
 
 
 def toml_of(config: dict[str, Any]) -> str:
-    lines = [f"origin = {json.dumps(config['origin'])}", "[logging]", "sample_allowed = 1.0"]
+    lines = [f"origin = {json.dumps(config['origin'])}", "[logging]", "sample_allowed = 1.0",
+             'denials_every = "0s"']  # fmt: skip
     for route in config["routes"]:
         lines += [
             "[[routes]]",

@@ -20,6 +20,11 @@ from .ports import DEFERRED_GIVEN_UP_MS, Background, Services
 STATS_FLUSH_MS = 1_000
 #: The most a request waits for a first load of the overrides.
 FIRST_LOAD_TIMEOUT_S = 0.3
+#: The decision events that deny (their lines are spaced by ``[logging] denials_every``).
+DENYING = frozenset(("limited", "cached_denial"))
+#: The most (route, key) pairs an isolate spaces the denial lines of; a key beyond them
+#: gets a line per denial, as with ``denials_every = "0s"``.
+MAX_SPACED_KEYS = 4_096
 
 
 class Operating:
@@ -39,6 +44,10 @@ class Operating:
         self.stats = StatsBatch()
         self._stats_flushed_at = 0
         self._holder: str | None = None
+        # (route, key hash) -> [when its last denial line was printed, denials since
+        # without a line, the last one's event]: see _denial_line.
+        self._denial_lines: dict[tuple[str, str], list[Any]] = {}
+        self._denials_swept_at = 0
 
     @property
     def holder(self) -> str:
@@ -138,6 +147,13 @@ class Operating:
             remaining, limit = decision.remaining, decision.limit
             near = limit > 0 and (limit - remaining) >= ops.near_limit * limit
         logged = event != "allowed" or (extra is not None and "override" in extra)
+        repeats = 0
+        if ops.denials_every_ms:
+            if self._denial_lines and now - self._denials_swept_at >= ops.denials_every_ms:
+                self._sweep_denial_lines(now)
+            if logged and event in DENYING and key_hash:
+                repeats = self._denial_line(route, key_hash, event, now)
+                logged = repeats >= 0
         if logged or (ops.sample_allowed and services.random() < ops.sample_allowed):
             record: dict[str, Any] = {
                 "event": event,
@@ -147,6 +163,8 @@ class Operating:
             }
             if decision is not None:
                 record.update(remaining=remaining, limit=limit, near_limit=near)
+            if repeats > 0:
+                record["repeats"] = repeats
             if extra:
                 record.update(extra)
             services.log(record)
@@ -161,6 +179,36 @@ class Operating:
             except Exception as exc:  # analytics never fails a request
                 services.log({"event": "analytics_error", "error": repr(exc)[:200]})
         self._flush_soon(now, background)
+
+    def _denial_line(self, route: str, key_hash: str, event: str, now: int) -> int:
+        """Whether this denial gets a line: -1 when its key had one within
+        ``denials_every`` (it is counted, to be told by the next line), else the denials
+        since that line that had none (the new line's ``repeats``)."""
+        pair = (route, key_hash)
+        spaced = self._denial_lines.get(pair)
+        if spaced is not None and now - spaced[0] < self.config.ops.denials_every_ms:
+            spaced[1] += 1
+            spaced[2] = event
+            return -1
+        repeats = spaced[1] if spaced is not None else 0
+        if spaced is not None or len(self._denial_lines) < MAX_SPACED_KEYS:
+            self._denial_lines[pair] = [now, 0, event]
+        return repeats
+
+    def _sweep_denial_lines(self, now: int) -> None:
+        """Print what keys denied since their last line and quiet for ``denials_every``
+        have left untold (one line each, standing for ``1 + repeats`` denials), and forget
+        them: nothing counted goes unlogged because a flood stopped."""
+        self._denials_swept_at = now
+        every = self.config.ops.denials_every_ms
+        quiet = [pair for pair, spaced in self._denial_lines.items() if now - spaced[0] >= every]
+        for pair in quiet:
+            _, untold, event = self._denial_lines.pop(pair)
+            if untold:
+                line: dict[str, Any] = {"event": event, "route": pair[0], "key_hash": pair[1]}
+                if untold > 1:
+                    line["repeats"] = untold - 1
+                self.services.log(line)
 
     async def flush_stats(self, now: int) -> None:
         """Send this isolate's counters now (before the admin API reads the totals: counts

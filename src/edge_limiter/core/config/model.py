@@ -116,6 +116,8 @@ class Operations:
     ``near_limit`` is the share of a limit used that counts as close to it. A key's
     Durable Object deletes its idle rows no sooner than ``cleanup_after_ms`` after it
     last armed its cleanup alarm (rarely armed alarms are cheaper; storage stays bounded).
+    A key's denials on a route are logged at most once per ``denials_every_ms`` in an
+    isolate (0: every one), each line counting the ones it stands for.
     """
 
     shadow: bool = False
@@ -126,6 +128,7 @@ class Operations:
     sample_allowed: float = 0.0
     near_limit: float = 0.8
     cleanup_after_ms: int = 60_000
+    denials_every_ms: int = 1_000
 
 
 @dataclass(frozen=True, slots=True)

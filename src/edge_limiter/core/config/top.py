@@ -66,10 +66,18 @@ OVERRIDES = Table("overrides", "Per-key overrides, changed at run time through t
 ))
 
 LOGGING = Table("logging", (
-    "The JSON log lines of decisions (every denial, shadow hit and store failure is logged)."
+    "The JSON log lines of decisions (denials, shadow hits and store failures are logged; "
+    "a key's repeated denials at most once per `denials_every`, each line counting those "
+    "it stands for)."
 ), (
     Number("sample_allowed", 0, 1, default=_OPS.sample_allowed, unit="share", example=0.01,
            doc="The share of allowed requests logged too."),
+    Duration("denials_every", 0, 3_600_000, default=_OPS.denials_every_ms, example="10s",
+             doc="At most one line per key and route in each isolate this often for its "
+                 "denials (`limited`, `cached_denial`); a line's `repeats` counts the "
+                 "denials since that key's previous line that had none, so the lines "
+                 "still add up to every denial (`1 + repeats` each). `0s`: a line per "
+                 "denial. A one-key flood otherwise prints a line per request."),
     Number("near_limit", 0, 1, default=_OPS.near_limit, unit="share", example=0.9,
            doc="The share of a limit used from which a decision is marked `near_limit`."),
 ))
@@ -183,11 +191,13 @@ def parse_operations(got: Reader, problems: Problems) -> Operations:
     refresh = overrides.ms("refresh") if overrides is not None else _OPS.overrides_refresh_ms
     logging = got.sub("logging")
     sample, near = _OPS.sample_allowed, _OPS.near_limit
+    every = _OPS.denials_every_ms
     if logging is not None:
         sample, near = logging.number("sample_allowed"), logging.number("near_limit")
+        every = logging.ms("denials_every")
     storage = got.sub("storage")
     cleanup = storage.ms("cleanup_after") if storage is not None else _OPS.cleanup_after_ms
-    return Operations(shadow, ttl, max_keys, prefix, refresh, sample, near, cleanup)
+    return Operations(shadow, ttl, max_keys, prefix, refresh, sample, near, cleanup, every)
 
 
 def parse_cors(raw: object, problems: Problems) -> CorsSettings | None:

@@ -63,9 +63,9 @@ class Replay:
     """One config's replay: :meth:`send` each record in time order, then :attr:`result`."""
 
     def __init__(self, config: Config, label: str, host: str = "") -> None:
-        # Every admission logged, so each request's decision and key hash are read from
-        # the gateway's own line rather than worked out again here.
-        logging = dataclasses.replace(config.ops, sample_allowed=1.0)
+        # Every admission and every denial logged, so each request's decision and key hash
+        # are read from the gateway's own line rather than worked out again here.
+        logging = dataclasses.replace(config.ops, sample_allowed=1.0, denials_every_ms=0)
         self.config = dataclasses.replace(config, ops=logging)
         self.host = host or _first_host(config)
         self.status = 200
@@ -102,7 +102,12 @@ class Replay:
         return reply
 
     async def send(self, record: LogRecord) -> None:
-        """Replay one logged request at its time."""
+        """Replay one logged request at its time (a gateway line with ``repeats``: that
+        many more, at the same time)."""
+        for _ in range(1 + (record.repeats if isinstance(record, GatewayRecord) else 0)):
+            await self._send(record)
+
+    async def _send(self, record: LogRecord) -> None:
         result = self.result
         at = record.at_ms
         if result.first_ms < 0:

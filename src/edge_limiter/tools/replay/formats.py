@@ -18,8 +18,10 @@
                time a log pipeline adds: ``timestamp``, ``time``, ``ts`` or
                ``$metadata.timestamp`` (or the line inside such a record's ``message``).
                Each becomes a request on its route counted against its key (the key is
-               known by its hash only); what the gateway decided is compared with what
-               the replay decides.
+               known by its hash only), and a denial's ``repeats`` that many more at its
+               time (the denials the gateway did not print a line for, ``[logging]
+               denials_every``); what the gateway decided is compared with what the
+               replay decides.
 ``json:SPEC``  any other JSON lines, given which field holds what (see :class:`JsonFields`).
 =============  ==========================================================================
 """
@@ -204,13 +206,18 @@ _TIME_FIELDS = ("timestamp", "time", "ts", "@timestamp", "EventTimestampMs", "ev
 class GatewayRecord(LogRecord):
     """A decision line of the gateway's own log: a request on ``route`` by ``key_hash``."""
 
-    __slots__ = ("event", "key_hash", "route")
+    __slots__ = ("event", "key_hash", "repeats", "route")
 
-    def __init__(self, at_ms: int, route: str, key_hash: str, event: str, number: int) -> None:
+    def __init__(
+        self, at_ms: int, route: str, key_hash: str, event: str, number: int, *, repeats: int = 0
+    ) -> None:
         super().__init__(at_ms, "", "", number=number)
         self.route = route
         self.key_hash = key_hash
         self.event = event
+        self.repeats = repeats
+        """Denials of the key the line stands for besides its own (``[logging]
+        denials_every``): replayed as that many more requests at the line's time."""
 
 
 def _logged_time(data: dict[str, Any]) -> int | None:
@@ -254,7 +261,10 @@ class GatewayLines(LogFormat):
                 "no time (timestamp, time, ts or $metadata.timestamp): the gateway prints "
                 "none itself, a log pipeline adds it"
             )
-        return GatewayRecord(at, route, key_hash, str(event), number)
+        repeats = inner.get("repeats", 0)
+        if type(repeats) is not int or repeats < 0:
+            raise BadLine(f"repeats must be a count, got {repeats!r}")
+        return GatewayRecord(at, route, key_hash, str(event), number, repeats=repeats)
 
 
 class _NotADecision(BadLine):
