@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -283,3 +284,27 @@ def test_denials_every_is_checked_like_any_duration() -> None:
     assert "config.logging.denials_every" in str(caught.value)
     config = parse_config({"routes": [ROUTE], "origin": "https://o.test"})
     assert config.ops.denials_every_ms == 1_000
+
+
+def test_a_key_still_denied_gets_no_second_line_within_the_interval() -> None:
+    # Another key denied once first: the sweep of quiet keys then runs as the flood's
+    # lines fall due (every 1 s from its first denial). The flooded key is not quiet: its
+    # lines stay 1 s apart, and only once it stops is the rest printed.
+    h = harness(ROUTE)
+    for key in ("other", "flood"):
+        for _ in range(3):
+            h.send(call(key))
+    assert h.send(call("other")).status == 429
+    printed_at: list[int] = []
+    sent = 0
+    for _ in range(100):  # 4 s: a denial every 40 ms
+        before = len(denials(h))
+        assert h.send(call("flood")).status == 429
+        sent += 1
+        printed_at += [h.clock.now_ms()] * (len(denials(h)) - before)
+        h.clock.advance(40)
+    assert len(printed_at) == 4
+    assert all(b - a >= 1_000 for a, b in pairwise(printed_at))
+    h.clock.advance(1_000)
+    h.send(call("calm"))
+    assert told(denials(h)) == sent + 1  # the flood's untold rest, and "other"'s one

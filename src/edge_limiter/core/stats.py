@@ -16,6 +16,8 @@ KEEP_MINUTES = 60
 #: Per minute, how many distinct limited keys are kept (the busiest).
 KEYS_PER_MINUTE = 200
 EVENTS = ("allowed", "limited", "shadow", "store_unavailable", "exempt", "cached_denial")
+#: The decision events that deny (a key's own decision, and the deny cache's answer).
+DENYING_EVENTS = frozenset(("limited", "cached_denial"))
 
 
 @dataclass(slots=True)
@@ -29,7 +31,7 @@ class StatsBatch:
     def note(self, route: str, event: str, key_hash: str | None = None) -> None:
         per_route = self.counts.setdefault(route, {})
         per_route[event] = per_route.get(event, 0) + 1
-        if key_hash is not None and event in ("limited", "cached_denial"):
+        if key_hash is not None and event in DENYING_EVENTS:
             name = f"{route}|{key_hash}"
             self.limited_keys[name] = self.limited_keys.get(name, 0) + 1
 

@@ -13,15 +13,13 @@ from ..core.errors import ProtocolError
 from ..core.ratelimit.decision import Decision
 from ..core.ratelimit.denycache import DenyCache
 from ..core.ratelimit.overrides import ALL_ROUTES, Override, OverrideTable
-from ..core.stats import StatsBatch
+from ..core.stats import DENYING_EVENTS, StatsBatch
 from .ports import DEFERRED_GIVEN_UP_MS, Background, Services
 
 #: How often an isolate sends its counters to the Control object, at most.
 STATS_FLUSH_MS = 1_000
 #: The most a request waits for a first load of the overrides.
 FIRST_LOAD_TIMEOUT_S = 0.3
-#: The decision events that deny (their lines are spaced by ``[logging] denials_every``).
-DENYING = frozenset(("limited", "cached_denial"))
 #: The most (route, key) pairs an isolate spaces the denial lines of; a key beyond them
 #: gets a line per denial, as with ``denials_every = "0s"``.
 MAX_SPACED_KEYS = 4_096
@@ -45,7 +43,7 @@ class Operating:
         self._stats_flushed_at = 0
         self._holder: str | None = None
         # (route, key hash) -> [when its last denial line was printed, denials since
-        # without a line, the last one's event]: see _denial_line.
+        # without a line, the last one's event, when it last denied]: see _denial_line.
         self._denial_lines: dict[tuple[str, str], list[Any]] = {}
         self._denials_swept_at = 0
 
@@ -151,7 +149,7 @@ class Operating:
         if ops.denials_every_ms:
             if self._denial_lines and now - self._denials_swept_at >= ops.denials_every_ms:
                 self._sweep_denial_lines(now)
-            if logged and event in DENYING and key_hash:
+            if logged and event in DENYING_EVENTS and key_hash:
                 repeats = self._denial_line(route, key_hash, event, now)
                 logged = repeats >= 0
         if logged or (ops.sample_allowed and services.random() < ops.sample_allowed):
@@ -189,21 +187,22 @@ class Operating:
         if spaced is not None and now - spaced[0] < self.config.ops.denials_every_ms:
             spaced[1] += 1
             spaced[2] = event
+            spaced[3] = now
             return -1
         repeats = spaced[1] if spaced is not None else 0
         if spaced is not None or len(self._denial_lines) < MAX_SPACED_KEYS:
-            self._denial_lines[pair] = [now, 0, event]
+            self._denial_lines[pair] = [now, 0, event, now]
         return repeats
 
     def _sweep_denial_lines(self, now: int) -> None:
-        """Print what keys denied since their last line and quiet for ``denials_every``
-        have left untold (one line each, standing for ``1 + repeats`` denials), and forget
-        them: nothing counted goes unlogged because a flood stopped."""
+        """Print what keys with no denial for ``denials_every`` have left untold (one line
+        each, standing for ``1 + repeats`` denials), and forget them: nothing counted goes
+        unlogged because a flood stopped. A key still denied is left to its next line."""
         self._denials_swept_at = now
         every = self.config.ops.denials_every_ms
-        quiet = [pair for pair, spaced in self._denial_lines.items() if now - spaced[0] >= every]
+        quiet = [pair for pair, spaced in self._denial_lines.items() if now - spaced[3] >= every]
         for pair in quiet:
-            _, untold, event = self._denial_lines.pop(pair)
+            _, untold, event, _ = self._denial_lines.pop(pair)
             if untold:
                 line: dict[str, Any] = {"event": event, "route": pair[0], "key_hash": pair[1]}
                 if untold > 1:

@@ -266,16 +266,16 @@ class _Run:
         for _ in range(count):
             at_us = now_us + self.rng.randint(mean // 2, mean + mean // 2)
             if at_us < end_us:
-                self.sequence += 1
-                heapq.heappush(self.events, (at_us, self.sequence, _AT_CLIENT, index, None))
+                self._schedule(at_us, _AT_CLIENT, index, None)
 
     def _push(self, at_us: int, where: int, index: int, data: Any) -> None:
         """A message that arrives ``where`` after a random network delay from ``at_us``."""
         low, high = self.scenario.delay_us
+        self._schedule(at_us + self.rng.randint(low, high), where, index, data)
+
+    def _schedule(self, at_us: int, where: int, index: int, data: Any) -> None:
         self.sequence += 1
-        heapq.heappush(
-            self.events, (at_us + self.rng.randint(low, high), self.sequence, where, index, data)
-        )
+        heapq.heappush(self.events, (at_us, self.sequence, where, index, data))
 
     def _send(self, index: int, now_us: int, covered: int) -> None:
         """The isolate ``index`` asks the object for a lease sized for ``covered`` requests."""

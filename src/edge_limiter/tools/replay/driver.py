@@ -24,8 +24,9 @@ from ...core.canonical import canonical_host, canonical_path, runtime_path
 from ...core.config import Config, Route
 from ...core.errors import AmbiguousRequestError, PathError
 from ...core.http.messages import Client, Headers, Request
+from ...core.stats import DENYING_EVENTS
 from ...testing import OriginCall, Reply, Simulator
-from .formats import DECISION_EVENTS, DENYING_EVENTS, GatewayRecord
+from .formats import DECISION_EVENTS, GatewayRecord
 from .records import COOKIE, IP, LogRecord
 from .report import UNMATCHED, KeyTally, Replayed
 

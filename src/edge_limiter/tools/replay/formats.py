@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ...core.stats import EVENTS
 from .records import ASN, COUNTRY, IP, LogRecord, clf_time_ms, time_ms
 
 
@@ -196,10 +197,8 @@ class Logpush(LogFormat):
         )
 
 
-#: The gateway's decision events (see ``gateway/ratelimit.py``), and which deny.
-DECISION_EVENTS = frozenset(("allowed", "exempt", "limited", "cached_denial", "shadow",
-                             "store_unavailable"))  # fmt: skip
-DENYING_EVENTS = frozenset(("limited", "cached_denial"))
+#: The gateway's decision events (see ``gateway/ratelimit.py``).
+DECISION_EVENTS = frozenset(EVENTS)
 _TIME_FIELDS = ("timestamp", "time", "ts", "@timestamp", "EventTimestampMs", "eventTimestamp")
 
 
