@@ -158,9 +158,12 @@ def test_dev_runs_a_config_of_your_own_beside_the_examples_environments(tmp_path
     # Your file, named relative to where you are, with no [env.staging] table: the example
     # wrangler.toml's staging environment (EDGE_LIMITER_ENV = "staging") is then a warning
     # about `wrangler deploy --env staging`, not a reason to refuse running the top level.
+    # `sliding_log`: exact whenever the two requests come (the default sliding window's
+    # estimate admits a second one just after a minute turns, as docs/algorithms.md says).
     (tmp_path / "own.toml").write_text(
         'origin = "https://api.example.com"\n'
         '[[routes]]\nname = "own"\nmatch = { path = "/own/*" }\nlimits = "1/minute"\n'
+        'algorithm = "sliding_log"\n'
     )
     process, lines, base = start_dev(tmp_path, "--config", "own.toml", cwd=tmp_path, wrapper=True)
     try:
