@@ -126,6 +126,9 @@ def test_dev_runs_your_config_and_env_in_front_of_your_origin(tmp_path: Path) ->
         'origin = "https://prod.internal"\n'
         "[[routes]]\n"
         'name = "orders"\nmatch = { path = "/orders/*" }\nlimits = "2/minute"\n'
+        # Exact whatever the timing: the default sliding window's estimate admits a third
+        # request when the three straddle a minute (docs/algorithms.md).
+        'algorithm = "sliding_log"\n'
         "[env.staging]\n"
         'origin = "https://staging.internal"\n'
     )
