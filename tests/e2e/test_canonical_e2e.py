@@ -126,7 +126,7 @@ def test_paths_without_a_canonical_form_are_400_and_never_forwarded(
 def test_a_raw_control_byte_in_the_path_is_a_400_and_never_forwarded(
     gateway: LocalGateway, origin: DemoOrigin
 ) -> None:
-    # Local workerd (since 1.20261117) answers it itself, in plain text, before the Worker runs
+    # Local workerd (1.20261117 on) answers it itself, in plain text, before the Worker runs
     # (docs/local-runtime.md); the gateway's own check ("control") stays for a runtime that
     # lets it through, as %00 above shows.
     since = len(origin.hits)

@@ -354,7 +354,7 @@ def test_an_upload_expecting_100_continue_gets_the_origins_final_answer(
     echo = answer.json()
     assert echo["body_bytes"] == 5000 and "expect" not in echo["headers"]
     # An interim answer the origin volunteers (103 Early Hints) is not a crash either: the
-    # runtime's fetch skips it (workerd 1.20261117; older ones gave it back as the answer,
+    # runtime's fetch skips it (workerd 1.20261117 on; older ones gave it back as the answer,
     # which the gateway turned into a 502 origin_bad_answer) and the final answer is forwarded.
     early = get(gateway, "/not/limited?interim=103", fresh_ip())
     assert early.status_code == 200 and early.json()["origin"] == "e2e-origin"

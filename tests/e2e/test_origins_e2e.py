@@ -639,7 +639,7 @@ def test_post_traffic_against_a_killed_origin_opens_its_breaker_and_no_client_se
     # The issue: POSTs without a key against a pool whose first origin was killed got
     # 502 every time, and the breaker stayed closed. A refused connection never sent the
     # request: each POST goes to pb-b at once, and pb-a's breaker opens after min_calls.
-    # The body is larger than what workerd (1.20261117) reads of it before it has a
+    # The body is larger than what workerd (1.20261117 to 1.20261123) reads of it before it has a
     # connection (about 64 KiB through the FixedLengthStream it goes in), so how much of
     # it was taken tells a connection never made (see the next test for a small one).
     origins["pb-a"].stop()  # its port refuses from now on
@@ -669,7 +669,7 @@ def test_post_traffic_against_a_killed_origin_opens_its_breaker_and_no_client_se
 def test_small_posts_against_a_killed_origin_are_not_resent_but_open_its_breaker(
     pools_gateway: LocalGateway, origins: dict[str, DemoOrigin]
 ) -> None:
-    # workerd 1.20261117 reads a small body whole while it connects, so a refused
+    # workerd (1.20261117 to 1.20261123) reads a small body whole while it connects, so a refused
     # connection and one reset after the whole request arrived look alike (same error,
     # same body taken): the POST may have arrived and is not sent again. Its failures
     # count, and after min_calls (5) every POST goes to ps-b. (On workerd 1.20260426 the
