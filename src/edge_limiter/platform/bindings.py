@@ -184,8 +184,8 @@ class FetchOrigin:
     watched (:class:`_Outgoing`), so the adapter knows whether the client's own stream
     failed (:class:`ClientBodyError`) and, for a body in memory, whether fetch took more of
     it than it takes before it has a connection (:class:`OriginConnectError` when not). A
-    bodiless request, a streamed body, or (on workerd 1.20261117 to 1.20261123) a body small enough to be
-    read whole while the runtime connects gives no such sign: its failure is an
+    bodiless request, a streamed body, or (on workerd 1.20261117 to 1.20261123) a body small
+    enough to be read whole while the runtime connects gives no such sign: its failure is an
     :class:`OriginUnreachableError`, as the request may have arrived.
     """
 
@@ -261,13 +261,13 @@ class _Outgoing:
     - workerd 1.20260426 takes two parts before it has a connection (fetch one, the
       ``FixedLengthStream`` one more), and the next only once the first was written to
       it: a refused connection leaves any body at two parts.
-    - workerd (1.20261117 to 1.20261123) reads the body while it connects, before the connection exists,
-      until about 64 KiB are buffered (8-16 KiB of a stream without a length): a larger
-      body stops at two parts when the connection is refused and is taken to its end
-      once one exists; a smaller one is taken to its end either way, so its failure is
-      judged as possibly sent (never sent twice; the breaker counts it). Its error is
-      the same as before ("Network connection lost.", ``remote`` and ``retryable`` true,
-      for a refused connection and a reset alike): no better sign.
+    - workerd (1.20261117 to 1.20261123) reads the body while it connects, before the
+      connection exists, until about 64 KiB are buffered (8-16 KiB of a stream without a
+      length): a larger body stops at two parts when the connection is refused and is
+      taken to its end once one exists; a smaller one is taken to its end either way, so
+      its failure is judged as possibly sent (never sent twice; the breaker counts it). Its
+      error is the same as before ("Network connection lost.", ``remote`` and
+      ``retryable`` true, for a refused connection and a reset alike): no better sign.
 
     (A body of one byte ends within two pulls: it is never judged unsent.) Elsewhere a
     body in memory goes as bytes, in one write: an origin that answers before reading it

@@ -442,6 +442,12 @@ def strict_excess(algorithm: str, limit: Limit, uses: list[int]) -> int:
     return failed
 
 
+def leasable_ttls(limit: Limit) -> st.SearchStrategy[int]:
+    """Lease ttls up to two windows whose bucket reserve leaves a unit to lease."""
+    window, quota = limit.rate.window_ms, limit.rate.quota
+    return st.integers(1, min(max(1, (limit.capacity - 1) * window // quota), 2 * window))
+
+
 @st.composite
 def lease_runs(draw: st.DrawFn) -> tuple[str, Limit, int, list[tuple[int, ...]]]:
     algorithm = draw(st.sampled_from(LEASABLE))
@@ -451,8 +457,7 @@ def lease_runs(draw: st.DrawFn) -> tuple[str, Limit, int, list[tuple[int, ...]]]
     if algorithm in ("token_bucket", "gcra"):
         burst = draw(st.one_of(st.none(), st.integers(2, 20)))
     limit = Limit(Rate(quota, window), burst)
-    longest = max(1, (limit.capacity - 1) * window // quota)
-    ttl = draw(st.integers(1, min(longest, 2 * window)))
+    ttl = draw(leasable_ttls(limit))
     assert lease_reserve_ok(limit, algorithm, ttl) is None or limit.capacity == 1
     steps = draw(
         st.lists(
@@ -530,10 +535,8 @@ def test_leases_never_admit_more_than_the_limit(
 def bucket_runs(draw: st.DrawFn) -> tuple[str, Limit, int, list[tuple[int, ...]]]:
     algorithm = draw(st.sampled_from(["token_bucket", "gcra"]))
     window = draw(st.sampled_from([100, 1_000]))
-    quota = draw(st.integers(1, 20))
-    limit = Limit(Rate(quota, window), draw(st.integers(2, 40)))
-    # A ttl whose reserve leaves something to lease (lease_reserve_ok).
-    ttl = draw(st.integers(1, min(max(1, (limit.capacity - 1) * window // quota), 2 * window)))
+    limit = Limit(Rate(draw(st.integers(1, 20)), window), draw(st.integers(2, 40)))
+    ttl = draw(leasable_ttls(limit))
     steps = draw(
         st.lists(
             st.tuples(
@@ -565,6 +568,11 @@ def test_bucket_leases_used_at_their_last_instant_never_admit_more_than_the_limi
     store = KeyStore(SqliteSql())
     held: dict[int, tuple[Lease, int]] = {}
     uses: list[int] = []
+
+    def use_at_its_end(lease: Lease, arrived: int) -> None:
+        last = lease.expires_at - 1
+        uses.extend([last] * (lease.unused(last) if last >= arrived else 0))
+
     sent = decided = T0 + 7
     for gap, isolate, there, back, wanted, least, give, rate in steps:
         sent += gap
@@ -574,8 +582,7 @@ def test_bucket_leases_used_at_their_last_instant_never_admit_more_than_the_limi
             if give:
                 returned = old.release(sent)
             else:
-                last = old.expires_at - 1
-                uses += [last] * (old.unused(last) if last >= arrived else 0)
+                use_at_its_end(old, arrived)
         decided = max(decided, sent + there)
         req = lease(
             algorithm,
@@ -594,8 +601,7 @@ def test_bucket_leases_used_at_their_last_instant_never_admit_more_than_the_limi
             got.units -= min(least, wanted)
             held[isolate] = (got, decided + back)
     for old, arrived in held.values():
-        last = old.expires_at - 1
-        uses += [last] * (old.unused(last) if last >= arrived else 0)
+        use_at_its_end(old, arrived)
     assert strict_excess(algorithm, limit, sorted(uses)) == 0
 
 

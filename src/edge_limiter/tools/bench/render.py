@@ -18,39 +18,33 @@ from edge_limiter.tools.bench.floor_goals import floor_goals
 from edge_limiter.tools.bench.goals import goals
 from edge_limiter.tools.bench.tables import SECTIONS
 
-#: The method, a paragraph per line (Markdown joins wrapped lines anyway; the document
-#: stays within its 250 lines however many flood rates a run has).
-METHOD = "\n\n".join(
-    (
-        (
-            "Every figure is a median over repeated rounds and is shown beside a peer measured **in"
-            " the same run, on the same workload**, and as a ratio to it: the `limits` library and "
-            "a minimal token bucket for the core, a JavaScript Worker and a JavaScript Durable "
-            "Object in the same workerd for the gateway and the object, a bare Python Worker (and a"
-            " minimal Python Durable Object) for what any Python Worker pays on this host, the same"
-            " route without leases for token leases. Each round of the workerd sections runs on a "
-            "fresh runtime, so none inherits another's heap, timers or counters. The runtime, the "
-            "origin (a keep-alive Node server) and the load generator (`scripts/load.mjs`, "
-            "keep-alive Node) share the machine: the origin's own ceiling is the first row of the "
-            "gateway table. Local figures are noisy (rounds differ by up to 30%, and this machine's"
-            " speed drifts between runs): compare the rows of one table, not tables of different "
-            "runs. `--quick` runs every section with tiny numbers (the test suite does, so the "
-            "benchmarks cannot rot); its figures mean nothing."
-        ),
-        (
-            "Run it: `edge-limiter bench [--only "
-            "core,gateway,identity,object,flood,leases,startup,memory,replay] [--flood-rates "
-            "50,100,200,400] --json FILE --write BENCHMARKS.md` (every section takes about 25 "
-            "minutes on 2 cores; run it on a quiet machine). Without workerd, on npm Pyodide in "
-            "Node: `node scripts/bench/pyodide_gateway.mjs [--profile PATH]` (the gateway's own "
-            "work per request) and `node scripts/bench/pyodide_imports.mjs [--profile]` (where "
-            "importing the Worker goes). A herd on a cached route: `python -m "
-            "edge_limiter.tools.bench.herd URL` against `scripts/dev`. The token-lease simulation: "
-            "`python -m edge_limiter.tools.lease_sim` ([docs/leases.md](docs/leases.md)); the "
-            "replay alone: `python -m edge_limiter.tools.replay.bench`."
-        ),
-    )
-)
+_METHOD = """\
+Every figure is a median over repeated rounds and is shown beside a peer measured **in the
+same run, on the same workload**, and as a ratio to it: the `limits` library and a minimal
+token bucket for the core, a JavaScript Worker and a JavaScript Durable Object in the same
+workerd for the gateway and the object, a bare Python Worker (and a minimal Python Durable
+Object) for what any Python Worker pays on this host, the same route without leases for
+token leases. Each round of the workerd sections runs on a fresh runtime, so none inherits
+another's heap, timers or counters. The runtime, the origin (a keep-alive Node server) and
+the load generator (`scripts/load.mjs`, keep-alive Node) share the machine: the origin's own
+ceiling is the first row of the gateway table. Local figures are noisy (rounds differ by up
+to 30%, and this machine's speed drifts between runs): compare the rows of one table, not
+tables of different runs. `--quick` runs every section with tiny numbers (the test suite
+does, so the benchmarks cannot rot); its figures mean nothing.
+
+Run it: `edge-limiter bench [--only
+core,gateway,identity,object,flood,leases,startup,memory,replay] [--flood-rates
+50,100,200,400] --json FILE --write BENCHMARKS.md` (every section takes about 25 minutes on
+2 cores; run it on a quiet machine). Without workerd, on npm Pyodide in Node: `node
+scripts/bench/pyodide_gateway.mjs [--profile PATH]` (the gateway's own work per request) and
+`node scripts/bench/pyodide_imports.mjs [--profile]` (where importing the Worker goes). A
+herd on a cached route: `python -m edge_limiter.tools.bench.herd URL` against `scripts/dev`.
+The token-lease simulation: `python -m edge_limiter.tools.lease_sim`
+([docs/leases.md](docs/leases.md)); the replay alone: `python -m
+edge_limiter.tools.replay.bench`."""
+#: The method, each paragraph on one line (as Markdown reads it anyway), so the document
+#: stays within its 250 lines however many flood rates a run has.
+METHOD = "\n\n".join(" ".join(part.split("\n")) for part in _METHOD.split("\n\n"))
 
 
 def render_document(data: Data) -> str:
