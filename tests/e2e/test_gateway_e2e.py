@@ -11,6 +11,7 @@ import sqlite3
 import time
 import tomllib
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,7 @@ from edge_limiter.tools.build_worker import build
 from edge_limiter.tools.demo_origin import DemoOrigin
 from edge_limiter.tools.local_gateway import LocalGateway, project_deployment
 from edge_limiter.tools.toolchain import PYODIDE_OF, python_of, requested_python, with_python
+from tests.clients import in_flight
 
 from .conftest import ROOT, fresh_ip, track
 
@@ -34,14 +36,15 @@ def get(gw: LocalGateway, path: str, ip: str, method: str = "GET", **kw: object)
 
 async def burst(gw: LocalGateway, path: str, ips: list[str]) -> list[tuple[str, int]]:
     """One request per entry of ``ips``, all in flight at once."""
-    limits = httpx.Limits(max_connections=len(ips), max_keepalive_connections=len(ips))
-    async with httpx.AsyncClient(base_url=gw.url, limits=limits, timeout=60) as client:
 
-        async def one(ip: str) -> tuple[str, int]:
+    def one(ip: str) -> Callable[[httpx.AsyncClient], Awaitable[tuple[str, int]]]:
+        async def send(client: httpx.AsyncClient) -> tuple[str, int]:
             answer = await client.get(path, headers={"cf-connecting-ip": ip})
             return ip, answer.status_code
 
-        return await asyncio.gather(*(one(ip) for ip in ips))
+        return send
+
+    return await in_flight([one(ip) for ip in ips], base_url=gw.url)
 
 
 def test_allowed_responses_come_from_the_origin_with_headers(gateway: LocalGateway) -> None:

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from hypothesis import strategies as st
 
 from edge_limiter.tools.local_gateway import LocalGateway
 from edge_limiter.tools.toolchain import node
+from tests.clients import in_flight
 
 from .conftest import fresh_ip, track
 
@@ -774,21 +775,20 @@ def load_gateway(
         gw.stop()
 
 
-async def _drive(base: str, calls: list[tuple[str, str]], in_flight: int) -> list[int | str]:
-    """Send (path, key) calls with ``in_flight`` at a time; each one's status or error name."""
-    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
-    semaphore = asyncio.Semaphore(in_flight)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
+async def _drive(base: str, calls: list[tuple[str, str]], senders: int) -> list[int | str]:
+    """Send (path, key) calls, ``senders`` at a time; each one's status or error name."""
 
-        async def one(path: str, key: str) -> int | str:
-            async with semaphore:
-                try:
-                    response = await client.get(path, headers={"x-api-key": key})
-                except httpx.HTTPError as exc:
-                    return type(exc).__name__
-                return response.status_code
+    def call(path: str, key: str) -> Callable[[httpx.AsyncClient], Awaitable[int | str]]:
+        async def send(client: httpx.AsyncClient) -> int | str:
+            try:
+                response = await client.get(path, headers={"x-api-key": key})
+            except httpx.HTTPError as exc:
+                return type(exc).__name__
+            return response.status_code
 
-        return await asyncio.gather(*(one(path, key) for path, key in calls))
+        return send
+
+    return await in_flight([call(path, key) for path, key in calls], senders, base_url=base)
 
 
 def test_10000_requests_over_100_keys_at_100_in_flight_admit_exactly(
@@ -860,7 +860,9 @@ def test_a_crash_mid_load_loses_no_admission_and_the_restart_admits_no_extra(
     pay = {"idempotency-key": '"before-the-crash"', "x-api-key": "payer"}
     paid = httpx.post(f"{load_gateway.url}/crash-pay/1", headers=pay, content=b"{}", timeout=30)
     assert paid.status_code == 200 and "idempotent-replayed" not in paid.headers
-    mid = [("/crash", key) for _ in range(10) for key in keys]
+    # Enough that the kill lands while they are in flight, even on a fast machine; at most
+    # 35 of the limit of 40 per key with the first 15.
+    mid = [("/crash", key) for _ in range(20) for key in keys]
 
     async def crash_mid_load() -> list[int | str]:
         task = asyncio.ensure_future(_drive(load_gateway.url, mid, 100))

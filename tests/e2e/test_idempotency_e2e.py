@@ -13,6 +13,7 @@ import pytest
 
 from edge_limiter.tools.demo_origin import DemoOrigin
 from edge_limiter.tools.local_gateway import LocalGateway
+from tests.clients import in_flight
 
 from .conftest import fresh_ip, leave_midway
 
@@ -38,13 +39,12 @@ def test_100_concurrent_posts_with_one_key_reach_the_origin_once(
     key, ip = str(uuid.uuid4()), fresh_ip()
     path = f"/pay/{key[:8]}"
 
+    async def pay(client: httpx.AsyncClient) -> httpx.Response:
+        headers = {"cf-connecting-ip": ip, "idempotency-key": key}
+        return await client.post(path, headers=headers, content=b"pay 10")
+
     async def burst() -> list[httpx.Response]:
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-        async with httpx.AsyncClient(base_url=gateway.url, limits=limits, timeout=60) as client:
-            headers = {"cf-connecting-ip": ip, "idempotency-key": key}
-            return await asyncio.gather(
-                *(client.post(path, headers=headers, content=b"pay 10") for _ in range(100))
-            )
+        return await in_flight([pay] * 100, base_url=gateway.url)
 
     answers = asyncio.run(burst())
     assert hits_to(origin, path) == 1

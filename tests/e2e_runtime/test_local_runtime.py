@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from edge_limiter.tools.local_gateway import LocalGateway, LocalGatewayError
+from tests.clients import in_flight
 
 from .conftest import FIXTURE_CONFIG, alive, command_line, group_pids
 
@@ -46,11 +47,11 @@ def test_concurrent_rpc_increments_are_exact(gateway: LocalGateway) -> None:
     name = fresh_name()
     requests = 200
 
+    async def increment(client: httpx.AsyncClient) -> httpx.Response:
+        return await client.post(f"{gateway.url}/counter/{name}/increment")
+
     async def hammer() -> list[httpx.Response]:
-        limits = httpx.Limits(max_connections=requests, max_keepalive_connections=requests)
-        async with httpx.AsyncClient(limits=limits, timeout=30) as client:
-            url = f"{gateway.url}/counter/{name}/increment"
-            return await asyncio.gather(*(client.post(url) for _ in range(requests)))
+        return await in_flight([increment] * requests, timeout=30)
 
     responses = asyncio.run(hammer())
     assert [r.status_code for r in responses] == [200] * requests
