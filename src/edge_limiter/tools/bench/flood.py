@@ -25,7 +25,7 @@ FLOOD_PREFIX = "flood-"
 def section_flood(
     report: Report, quick: bool, origin: str, flood_rates: tuple[int, ...] = (400,)
 ) -> None:
-    seconds = 2 if quick else 10
+    seconds = 1 if quick else 10
     with rt.runtime(origin) as gw:
         _abusive(report, gw, seconds)
         ours = _beside_floods(gw, "/limited/x", "/small/x", flood_rates, seconds)

@@ -33,8 +33,8 @@ def _gateway_paths(origin: str, gateway: str, peer: str) -> dict[str, tuple[str,
 
 
 def section_gateway(report: Report, quick: bool, origin: str) -> None:
-    requests = 200 if quick else 1000
-    many = 400 if quick else 2000
+    requests = 50 if quick else 1000
+    many = 100 if quick else 2000
     repeat = 1 if quick else 3
     inflight = 50
     samples: dict[str, list[dict[str, Any]]] = {}
@@ -218,7 +218,7 @@ def section_leases(report: Report, quick: bool, origin: str) -> None:
                     )
         # Where the limit binds: 2 and 3 isolates, every leasable algorithm, steady load
         # and load moving between isolates, each beside its control and the simulation.
-        seconds, clients = (2.0, 8) if quick else (12.0, 40)
+        seconds, clients = (1.0, 8) if quick else (12.0, 40)
         at_limit = lease_limits.measure(
             worker,
             origin,
