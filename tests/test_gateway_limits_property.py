@@ -1,13 +1,13 @@
 """The whole gateway never admits more than a route's limits allow, whatever they are.
 
-A route of any algorithm with one or two limits, any cost, with or without token leases,
-served by one to three isolates that share its objects; clients send at times drawn by
-Hypothesis on the simulated clock. The admitted requests (the origin's 200s) are then held
-to each limit's own bound, computed here from their times alone, and every answer is a 200
-or a 429. The algorithms are checked against models in
+A route of any algorithm with one or two limits, any cost, with or without token leases and
+refunds of failed requests, served by one to three isolates that share its objects; clients
+send at times drawn by Hypothesis on the simulated clock, and the origin fails some requests.
+The admitted requests the origin answered (its 200s) are then held to each limit's own bound,
+computed here from their times alone, and every answer is a 200, a 429 or a 503. The algorithms are checked against models in
 tests/core/ratelimit/test_algorithm_properties.py; this runs the same bounds through
 everything between the request and the Durable Object: the key, the multi-limit rule, the
-object's codec, the deny cache, the leases and the isolates' sharing.
+object's codec, the deny cache, the leases, the refunds and the isolates' sharing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from edge_limiter.core.errors import ConfigError
-from edge_limiter.testing import Simulator
+from edge_limiter.testing import OriginCall, Reply, Simulator
 from tests.examples import examples
 
 API = "https://api.example.com"
@@ -34,8 +34,9 @@ class Scenario:
     limits: tuple[tuple[int, int], ...]  # (quota, window in seconds)
     cost: int
     leases: bool
+    refund: bool
     isolates: int
-    steps: tuple[tuple[int, int, int], ...]  # (ms after the previous, isolate, client)
+    steps: tuple[tuple[int, int, int, int], ...]  # (ms after the previous, isolate, client, status)
 
     def config(self) -> dict[str, object]:
         limits = "; ".join(f"{quota} per {seconds} seconds" for quota, seconds in self.limits)
@@ -49,6 +50,8 @@ class Scenario:
         }
         if self.leases:
             route["leases"] = True
+        if self.refund:
+            route["refund_on"] = [503]
         return {"origin": API, "routes": [route]}
 
 
@@ -62,12 +65,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         st.sampled_from((0, 0, 1, 50, 300, 999, 1000, 2500, 9000)),
         st.integers(0, isolates - 1),
         st.integers(0, len(CLIENTS) - 1),
+        st.sampled_from((200, 200, 200, 503)),
     )
     return Scenario(
         algorithm=algorithm,
         limits=limits,
         cost=draw(st.integers(1, 3)),
         leases=algorithm != "sliding_log" and draw(st.booleans()),
+        refund=draw(st.booleans()),
         isolates=isolates,
         steps=tuple(draw(st.lists(step, min_size=1, max_size=60))),
     )
@@ -112,19 +117,26 @@ def over_the_bound(algorithm: str, quota: int, window_ms: int, spent: list[tuple
 )
 @given(scenarios())
 def test_no_route_admits_more_than_each_of_its_limits_allows(scenario: Scenario) -> None:
+    status = 200
+
+    def origin(call: OriginCall) -> Reply:
+        del call
+        return Reply(status)
+
     try:
-        first = Simulator(scenario.config())
+        first = Simulator(scenario.config(), origin=origin)
     except ConfigError:
         reject()  # e.g. a bucket too small for its lease's reserve: refused, as it should be
     isolates = [first] + [first.new_isolate() for _ in range(scenario.isolates - 1)]
     spent: dict[str, list[tuple[int, int]]] = {ip: [] for ip in CLIENTS}
-    for gap, isolate, client in scenario.steps:
+    for gap, isolate, client, status in scenario.steps:  # noqa: B007 - the origin reads it
         first.advance(gap)
         answer = isolates[isolate].request("GET", f"{API}/v1/x", ip=CLIENTS[client])
-        assert answer.status in (200, 429), (answer.status, answer.body[:300])
+        # 503: the origin's own, or the gateway's once the origin's breaker opened.
+        assert answer.status in (200, 429, 503), (answer.status, answer.body[:300])
         if answer.status == 200:
             spent[CLIENTS[client]].append((first.now_ms, scenario.cost))
-        else:
+        elif answer.status == 429:
             assert int(answer.headers["retry-after"]) >= 0
     for ip, admitted in spent.items():
         for quota, seconds in scenario.limits:
