@@ -398,3 +398,15 @@ def cut_off(status: int = 200) -> Any:
         return Response(status, Headers([("content-type", "application/json")]), BrokenBody())
 
     return respond
+
+
+#: Where a simulated config's one route sends its requests (:func:`one_route`).
+SIM_API = "https://api.example.com"
+
+
+def one_route(**route: Any) -> dict[str, Any]:
+    """A config of one route for the simulator (``r`` on ``/v1/*``, keyed by address, a
+    limit far above any test's traffic), in front of :data:`SIM_API`; ``route`` fields are
+    laid over it (its limits, algorithm, cache, idempotency, ...)."""
+    defaults = {"name": "r", "match": {"path": "/v1/*"}, "limits": "1000/second", "key": "ip"}
+    return {"origin": SIM_API, "routes": [{**defaults, **route}]}

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from edge_limiter.testing import OriginCall, Reply, Simulator
 from tests.examples import examples
+from tests.fakes import SIM_API, one_route
 
-API = "https://api.example.com"
+API = SIM_API
 # Gaps chosen so that an age is never a whole number of seconds once it is past zero: an
 # answer is either plainly fresh or plainly stale.
 GAPS = (0, 0, 333, 1777, 6011, 61_003)
@@ -45,18 +46,7 @@ class Stored:
 
 
 def config(ttl_s: int) -> dict[str, object]:
-    return {
-        "origin": API,
-        "routes": [
-            {
-                "name": "catalog",
-                "match": {"path": "/v1/*"},
-                "limits": "1000/second",
-                "key": "ip",
-                "cache": {"ttl": f"{ttl_s}s"},
-            }
-        ],
-    }
+    return one_route(cache={"ttl": f"{ttl_s}s"})
 
 
 def lifetime_ms(policy: str, ttl_s: int) -> int:

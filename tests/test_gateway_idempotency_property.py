@@ -18,24 +18,14 @@ from hypothesis import strategies as st
 
 from edge_limiter.testing import OriginCall, Reply, Simulator
 from tests.examples import examples
+from tests.fakes import SIM_API, one_route
 
-API = "https://api.example.com"
+API = SIM_API
 RETENTION_MS = 10_000
 # No sum of these gaps is the retention exactly: an answer is either plainly kept or gone.
 GAPS = (0, 0, 333, 3001, 10_007)
 CLIENTS = ("198.51.100.1", "198.51.100.2")
-CONFIG = {
-    "origin": API,
-    "routes": [
-        {
-            "name": "pay",
-            "match": {"path": "/pay/*"},
-            "limits": "1000/second",
-            "key": "ip",
-            "idempotency": {"retention": f"{RETENTION_MS // 1000}s"},
-        }
-    ],
-}
+CONFIG = one_route(idempotency={"retention": f"{RETENTION_MS // 1000}s"})
 
 
 @dataclass
@@ -81,7 +71,7 @@ def test_each_key_reaches_the_origin_once_while_its_answer_is_kept(
         before = len(calls)
         answer = isolates[isolate].request(
             "POST",
-            f"{API}/pay/1",
+            f"{API}/v1/pay",
             ip=CLIENTS[client],
             headers={"idempotency-key": key, "content-type": "text/plain"},
             body=payload,

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from edge_limiter.core.errors import ConfigError
 from edge_limiter.testing import OriginCall, Reply, Simulator
 from tests.examples import examples
+from tests.fakes import SIM_API, one_route
 
-API = "https://api.example.com"
+API = SIM_API
 ALGORITHMS = ("token_bucket", "gcra", "fixed_window", "sliding_window", "sliding_log")
 WINDOW_S = (1, 10, 60)
 CLIENTS = ("198.51.100.1", "198.51.100.2")
@@ -40,19 +41,12 @@ class Scenario:
 
     def config(self) -> dict[str, object]:
         limits = "; ".join(f"{quota} per {seconds} seconds" for quota, seconds in self.limits)
-        route: dict[str, object] = {
-            "name": "r",
-            "match": {"path": "/v1/*"},
-            "limits": limits,
-            "algorithm": self.algorithm,
-            "key": "ip",
-            "cost": self.cost,
-        }
+        route: dict[str, object] = {"algorithm": self.algorithm, "cost": self.cost}
         if self.leases:
             route["leases"] = True
         if self.refund:
             route["refund_on"] = [503]
-        return {"origin": API, "routes": [route]}
+        return one_route(limits=limits, **route)
 
 
 @st.composite
@@ -97,10 +91,13 @@ def over_the_bound(algorithm: str, quota: int, window_ms: int, spent: list[tuple
             if estimate > quota:
                 return f"{estimate} units counted at {at} (window from {index * window_ms})"
         return ""
+    before = [0]  # before[i]: the units of spent[:i]
+    for _, units in spent:
+        before.append(before[-1] + units)
     for j, (end, _) in enumerate(spent):
         for i in range(j + 1):
             start = spent[i][0]
-            units = sum(u for at, u in spent[i : j + 1])
+            units = before[j + 1] - before[i]
             if algorithm == "sliding_log":
                 allowed = Fraction(quota) if end - start < window_ms else None
             else:  # a bucket of `quota` refilled at quota per window

@@ -17,18 +17,14 @@ from edge_limiter.testing import (
     Reply,
     Simulator,
 )
+from tests.fakes import SIM_API, one_route
 
 ROOT = Path(__file__).resolve().parents[1]
-API = "https://api.example.com"
+API = SIM_API
 
 
 def limited(limits: str = "5/minute", **route: object) -> dict[str, object]:
-    return {
-        "origin": API,
-        "routes": [
-            {"name": "r", "match": {"path": "/v1/*"}, "limits": limits, "key": "ip", **route}
-        ],
-    }
+    return one_route(limits=limits, **route)
 
 
 def test_the_example_config_limits_logins_by_address_on_its_own_clock() -> None:
