@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edge_limiter.tools.bench.floor_goals import GOALS as FLOOR_GOALS
-from edge_limiter.tools.bench.floor_goals import floor_goals
+from edge_limiter.tools.bench.floor_goals import floor_goals, remains
 from edge_limiter.tools.bench.goals import GOALS, goals
 from edge_limiter.tools.bench.render import render_document
 from edge_limiter.tools.bench.run import main
@@ -144,6 +144,24 @@ def test_the_floor_goals_are_computed_from_the_run(run: dict) -> None:
     assert "## The goals against the floor (issue 41)" in text
     limited = next(line for line in text.splitlines() if line.startswith("| Python: limited route"))
     assert " | 2.00 | " in limited  # workerd's CPU ms per request
+
+
+def test_what_remains_between_each_path_and_its_floor_is_computed_from_the_run(
+    run: dict,
+) -> None:
+    header, rows, note = remains(run)
+    assert len(header) == 5 and "What remains" in note
+    by_path = {row[0]: row[1:4] for row in rows}
+    # The fixture's unmatched path: 2.0 ms p50 and 1.0 CPU ms against the bare forward's
+    # 1.5 and 0.8; 150 us of Python on Pyodide against the bare forward's 50.
+    assert by_path["unmatched path (forward)"] == ["+0.50", "+0.20", "+100"]
+    assert by_path["limited route (object + forward)"] == ["+0.50", "+0.40", "+350"]
+    assert by_path["denied (429)"] == ["+0.50", "+0.10", "+50"]
+    lines = render_document(run).splitlines()
+    assert "| unmatched path (forward) | +0.50 | +0.20 | +100 |" in "\n".join(lines)
+    del run["gateway_python"]
+    assert remains(run) == ([], [], "")
+    assert not any(line.startswith("What remains") for line in render_document(run).splitlines())
 
 
 def test_the_victims_share_under_a_flood_is_shown_beside_the_floors(run: dict) -> None:

@@ -14,7 +14,7 @@ need it say so.
 from __future__ import annotations
 
 from edge_limiter.tools.bench.cells import Data, markdown_table
-from edge_limiter.tools.bench.floor_goals import floor_goals
+from edge_limiter.tools.bench.floor_goals import floor_goals, remains
 from edge_limiter.tools.bench.goals import goals
 from edge_limiter.tools.bench.tables import SECTIONS
 
@@ -79,6 +79,10 @@ def render_document(data: Data) -> str:
         ["#", "goal", "measured in this run", "verdict"],
         [list(goal) for goal in floor_goals(data)],
     )
+    header, rows, note = remains(data)
+    if rows:
+        lines += ["", note, ""]
+        lines += markdown_table(header, rows)
     for name in SECTIONS:
         if name in data or (name == "step" and "core" in data):
             lines += ["", render_section(name, data)]
