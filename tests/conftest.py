@@ -13,8 +13,12 @@ from hypothesis import settings
 
 from tests import examples
 
+#: No property test is timed (hypothesis's default fails an example that takes over 200 ms,
+#: which a loaded CI machine's pause can cause): what they check is behaviour, not speed.
+settings.register_profile("project", deadline=None)
 #: Property tests that name no number of examples draw this many in the fast loop.
-settings.register_profile("fast", max_examples=20)
+settings.register_profile("fast", parent=settings.get_profile("project"), max_examples=20)
+settings.load_profile("project")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
