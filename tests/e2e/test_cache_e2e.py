@@ -290,7 +290,9 @@ def test_a_client_that_goes_away_still_fetches_the_answer_others_wait_for(
     leaving.join()
     assert [a.headers["x-cache"] for a, _ in answers] == ["HIT"] * 5
     assert len({a.content for a, _ in answers}) == 1
-    assert all(at < 2.5 for _, at in answers), [round(at, 2) for _, at in answers]
+    # The origin's answer comes at 1.5 s; dropped, the fetch would have left them waiting
+    # out the 3 s timeout and asking again (5 s and more).
+    assert all(at < 4.0 for _, at in answers), [round(at, 2) for _, at in answers]
     assert origin_gets(origin, path) == 1
     # Written to KV as well: a hit once the copy held in memory is gone.
     time.sleep(LINGER_MS / 1000 + 0.2)

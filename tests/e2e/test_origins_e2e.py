@@ -601,7 +601,7 @@ def test_every_failure_answer_arrives_within_the_route_deadline(
     assert answer.status_code == 504
     body = answer.json()
     assert body["code"] == "origin_timeout" and body["tried"][0]["origin"] == "slow"
-    assert elapsed < 2.0  # the 1 s deadline, not the origin's 5 s
+    assert elapsed < 3.5  # the 1 s deadline, not the origin's 5 s (slack for a loaded host)
 
 
 def test_a_body_read_to_store_it_may_pause_for_the_routes_timeout(
