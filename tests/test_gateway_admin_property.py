@@ -17,16 +17,13 @@ from edge_limiter.testing import ManualClock, MemoryKV
 
 from .examples import examples
 from .fakes import body_json, harness, request
+from .test_gateway_admin import ROUTES as ADMIN_ROUTES
+from .test_gateway_admin import TOKEN
 
-TOKEN = "admin-secret-7f3c"
+#: The admin tests' first route (keyed on a header), a cached route (for purges) and one
+#: keyed on API keys with tiers (for the API-key records).
 ROUTES: list[dict[str, Any]] = [
-    {
-        "name": "api",
-        "match": {"path": "/v1/*"},
-        "limits": "3/minute",
-        "algorithm": "sliding_log",
-        "key": "header:x-api-key",
-    },
+    ADMIN_ROUTES[0],
     {
         "name": "catalog",
         "match": {"path": "/catalog/*", "methods": ["GET", "PUT"]},
