@@ -216,6 +216,24 @@ def test_unknown_kids_fetch_the_key_set_at_most_once_per_interval() -> None:
     assert issuer.calls == 3
 
 
+def test_a_sources_refetch_after_sets_how_soon_a_rotated_key_is_fetched() -> None:
+    issuer = Issuer("RS256")
+    h = gateway(issuer=issuer, auth={"main": {**AUTH["main"], "refetch_after": "10s"}})
+    assert statuses(h, bearer(token())) == [200] and issuer.calls == 1
+    issuer.keys = [{**signer("ES256").public_jwk, "kid": "ES256-1"}]
+    h.clock.advance(9_999)
+    assert statuses(h, bearer(token("ES256", sub="n"))) == [401] and issuer.calls == 1
+    h.clock.advance(1)
+    assert statuses(h, bearer(token("ES256", sub="n"))) == [200] and issuer.calls == 2
+    # Made-up kids still cost one fetch per interval at most.
+    for n in range(100):
+        h.send(bearer(token(kid=f"made-up-{n}", sub=f"s{n}")))
+    assert issuer.calls == 2
+    h.clock.advance(10_000)
+    h.send(bearer(token(kid="made-up-later")))
+    assert issuer.calls == 3
+
+
 def test_a_rotated_key_is_fetched_and_the_set_is_served_stale_while_the_endpoint_fails() -> None:
     issuer = Issuer("RS256")
     h = gateway(issuer=issuer)

@@ -69,7 +69,7 @@ def test_a_source_tiers_and_a_tiered_route_parse_into_what_they_say() -> None:
     assert source.token == TokenPlace("bearer")
     assert source.algorithms == {"RS256", "ES256"} and source.audiences == ("api",)
     assert source.leeway_ms == 60_000 and source.max_token_bytes == 8192
-    assert source.required_claims == ("exp",)
+    assert source.required_claims == ("exp",) and source.refetch_after_ms == 60_000
     tiers = parsed.tiers
     assert tiers is not None and (tiers.by, tiers.source) == ("jwt", "plan")
     assert tiers.plans["internal"].exempt
@@ -126,6 +126,8 @@ def test_inline_keys_and_a_secret_each_verify_only_their_algorithms() -> None:
         ({"keys": ["not a pem"]}, "auth 'main'.keys[0]: not a PEM public key"),
         ({"token": "query:t"}, "auth 'main'.token: must be 'bearer', 'header:NAME'"),
         ({"leeway": "1h"}, "auth 'main'.leeway:"),
+        ({"refetch_after": "1s"}, "auth 'main'.refetch_after: duration '1s' is shorter than 5s"),
+        ({"refetch_after": "2h"}, "auth 'main'.refetch_after: duration '2h' is longer than 1h"),
         ({"max_token_bytes": 1 << 20}, "auth 'main'.max_token_bytes: must be"),
         ({"secret": "JWT_SECRET"}, "auth 'main'.secret: must be a Worker secret's name"),
         ({"issuer": ""}, "auth 'main'.issuer: must be a non-empty string"),

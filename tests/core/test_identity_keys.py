@@ -132,6 +132,10 @@ def test_when_a_key_set_is_fetched_again() -> None:
     # A rotated key: once, then not again within the interval, whatever the token.
     assert not fresh.due(REFETCH_INTERVAL_MS - 1, unknown_kid=True)
     assert fresh.due(REFETCH_INTERVAL_MS, unknown_kid=True)
+    # A source's own interval (refetch_after).
+    assert not fresh.due(9_999, unknown_kid=True, refetch_ms=10_000)
+    assert fresh.due(10_000, unknown_kid=True, refetch_ms=10_000)
+    assert not fresh.due(10_000, refetch_ms=10_000)  # a known kid: only past its lifetime
     # Past its lifetime: fetched again; while that fails, served stale for a while.
     late = 3_600_000
     assert fresh.due(late)

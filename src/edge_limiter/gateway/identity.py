@@ -156,7 +156,7 @@ class Identities:
         usable = state.usable(now)
         unknown = kid is not None and all(key.kid != kid for key in (*static, *usable))
         if usable:
-            if state.due(now, unknown_kid=unknown):
+            if state.due(now, unknown_kid=unknown, refetch_ms=source.refetch_after_ms):
                 state = await self._refresh(source, state, now, unknown, exchange)
         else:
             failed = self.failed_at.get(source.name)
@@ -179,7 +179,10 @@ class Identities:
                 if (
                     copy is not None
                     and now < copy.fresh_until
-                    and not (unknown and copy.due(now, unknown_kid=True))
+                    and not (
+                        unknown
+                        and copy.due(now, unknown_kid=True, refetch_ms=source.refetch_after_ms)
+                    )
                 ):
                     self.key_sets[name] = copy
                     return copy

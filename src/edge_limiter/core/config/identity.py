@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from ..errors import KeySpecError
 from ..identity.apikeys import FOUND_TTL_MS, MAX_KEY_TTL_MS, MIN_KEY_TTL_MS
+from ..identity.jwks import MAX_REFETCH_MS, MIN_REFETCH_MS, REFETCH_INTERVAL_MS
 from ..identity.keys import Jwk, UnusableKeyError, parse_jwk, pem_key
 from ..identity.settings import (
     DEFAULT_LEEWAY_MS,
@@ -73,8 +74,14 @@ AUTH = Table("auth.NAME", (
          doc="Where the issuer publishes its public keys (JWKS): https (http only on "
              "loopback, for local tests). Kept for its `Cache-Control` lifetime (1 minute.."
              "1 day, 5 minutes without one) in the isolate and KV, fetched again on an "
-             "unknown `kid` at most once a minute, served stale for a day while the "
-             "endpoint fails."),
+             "unknown `kid` at most once per `refetch_after`, served stale for a day while "
+             "the endpoint fails."),
+    Duration("refetch_after", MIN_REFETCH_MS, MAX_REFETCH_MS, default=REFETCH_INTERVAL_MS,
+             example="10s",
+             doc="With `jwks_url`: the least time between two fetches of the key set for a "
+                 "token whose `kid` it lacks (a provider that signs with a new key as soon "
+                 "as it publishes it): shorter picks a rotation up sooner; tokens with "
+                 "made-up `kid`s cost one fetch per interval per isolate at most."),
     Hand("keys", "list of JWKs or PEM strings", default_text="none",
          example=["-----BEGIN PUBLIC KEY-----\n"
                   "MCowBQYDK2VwAyEA2dNXJQ79n6BWjXx3UVkErZXvKb0QNtxy3N3fjHYAUDo=\n"
@@ -311,6 +318,7 @@ def _auth_source(name: str, body: object, where: str, problems: Problems) -> Aut
     if got.raw.get("required_claims") is not None:
         required = _claim_paths(got.raw["required_claims"], f"{where}.required_claims", problems)
     max_bytes = got.integer("max_token_bytes")
+    refetch_after = got.ms("refetch_after")
     _key_rules(where, algorithms, url, keys, secret_ref, problems=problems)
     if len(problems) != before:
         return None
@@ -326,6 +334,7 @@ def _auth_source(name: str, body: object, where: str, problems: Problems) -> Aut
         leeway_ms=leeway,
         required_claims=required,
         max_token_bytes=max_bytes,
+        refetch_after_ms=refetch_after,
     )
 
 

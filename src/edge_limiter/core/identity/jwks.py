@@ -5,8 +5,9 @@ A key set is kept for as long as its ``Cache-Control: max-age`` says, within
 isolate and in KV. Past that it is fetched again; while the endpoint fails, the last set
 goes on verifying tokens for :data:`STALE_MS` more. A token naming a key the set does not
 have (a provider rotated its keys) makes it fetch again, but at most once per
-:data:`REFETCH_INTERVAL_MS` per source: tokens with made-up ``kid``s from an attacker cost
-at most one fetch a minute, never one per request. With no set at all (the first fetch
+:data:`REFETCH_INTERVAL_MS` per source (the source's ``refetch_after``, from
+:data:`MIN_REFETCH_MS` to :data:`MAX_REFETCH_MS`): tokens with made-up ``kid``s from an
+attacker cost at most one fetch per interval, never one per request. With no set at all (the first fetch
 failed), it is tried again at most every :data:`RETRY_MS`.
 """
 
@@ -22,6 +23,10 @@ MIN_TTL_MS = 60_000
 MAX_TTL_MS = 86_400_000
 STALE_MS = 86_400_000
 REFETCH_INTERVAL_MS = 60_000
+#: The bounds of a source's ``refetch_after``: at most 12 fetches a minute per isolate for
+#: made-up ``kid``s (node-jwks-rsa's default allows 10), and at least one an hour.
+MIN_REFETCH_MS = 5_000
+MAX_REFETCH_MS = 3_600_000
 RETRY_MS = 10_000
 
 
@@ -39,10 +44,12 @@ class KeySet:
         """The keys to verify with at ``now`` (fresh, or stale within :data:`STALE_MS`)."""
         return self.keys if now < self.stale_until else ()
 
-    def due(self, now: int, *, unknown_kid: bool = False) -> bool:
+    def due(
+        self, now: int, *, unknown_kid: bool = False, refetch_ms: int = REFETCH_INTERVAL_MS
+    ) -> bool:
         """Whether to fetch the set now: it is past its lifetime, or a token names a key
-        it lacks; never sooner than :data:`REFETCH_INTERVAL_MS` after the last fetch for
-        an unknown key, nor :data:`RETRY_MS` after one that left no keys at all."""
+        it lacks; never sooner than ``refetch_ms`` after the last fetch for an unknown key,
+        nor :data:`RETRY_MS` after one that left no keys at all."""
         since = None if self.asked_at is None else now - self.asked_at
         if since is None:
             return True
@@ -50,7 +57,7 @@ class KeySet:
             return since >= RETRY_MS
         if now >= self.fresh_until:
             return since >= RETRY_MS
-        return unknown_kid and since >= REFETCH_INTERVAL_MS
+        return unknown_kid and since >= refetch_ms
 
     def asking(self, now: int) -> KeySet:
         """The set once a fetch has started at ``now``."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..ratelimit.rates import Limit
 from .apikeys import FOUND_TTL_MS
+from .jwks import REFETCH_INTERVAL_MS
 from .keys import Jwk
 
 #: The default bound of a token's length (8 KiB): an access token with a few dozen claims
@@ -53,6 +54,8 @@ class AuthSource:
     leeway_ms: int = DEFAULT_LEEWAY_MS
     required_claims: tuple[str, ...] = ("exp",)
     max_token_bytes: int = DEFAULT_MAX_TOKEN_BYTES
+    refetch_after_ms: int = REFETCH_INTERVAL_MS
+    """The least time between two fetches of the key set for a ``kid`` it lacks."""
 
 
 @dataclass(frozen=True, slots=True)
